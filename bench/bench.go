@@ -1,0 +1,255 @@
+// Package bench measures sampling steps on any gumbel device: the device time of a step
+// (from device events around many back-to-back launches of the step's kernels), the
+// host-observed latency of one Sample call with the tokens back on the host, and the Go
+// heap allocations per call. The same code backs `go test -bench` here and the
+// command-line tool's bench command.
+package bench
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	goruntime "runtime"
+	"slices"
+	"time"
+
+	"github.com/gumbel-go/gumbel/half"
+	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/sampler"
+)
+
+// Route is a benchmarked sampling configuration.
+type Route string
+
+// The routes of the matrix.
+const (
+	Greedy      Route = "greedy"
+	Categorical Route = "categorical" // the baseline: MLXCEL_SAMPLING_GUMBEL=0, no filter
+	GumbelSplit Route = "gumbel-split"
+	GumbelOne   Route = "gumbel-single-block"
+	TopKTopP    Route = "topk50-topp0.9"
+	MinP        Route = "minp0.05"
+)
+
+// Routes lists every route in table order.
+var Routes = []Route{Greedy, Categorical, GumbelSplit, GumbelOne, TopKTopP, MinP}
+
+// Point is one cell of the matrix.
+type Point struct {
+	Route Route         `json:"route"`
+	DType sampler.DType `json:"-"`
+	Vocab int           `json:"vocab"`
+	Batch int           `json:"batch"`
+	// BlocksPerRow forces the split of gumbel_argmax launches (0: the route's own).
+	BlocksPerRow int `json:"blocks_per_row,omitempty"`
+}
+
+// Measurement is what was measured at one point.
+type Measurement struct {
+	Point
+	DTypeName string `json:"dtype"`
+	// DeviceUs is the median device time of one step in microseconds: events around
+	// Repeats back-to-back launches of the step's kernels, divided by Repeats.
+	DeviceUs float64 `json:"device_us"`
+	// HostUs is the median wall time of one Sample call, tokens back on the host.
+	HostUs float64 `json:"host_us"`
+	// AllocsPerCall is the mean number of Go heap allocations per Sample call.
+	AllocsPerCall float64 `json:"allocs_per_call"`
+	// Tokens is the first row's token, to show the step did sample.
+	Token int32 `json:"token"`
+}
+
+// Config sizes a measurement.
+type Config struct {
+	// Groups of Repeats launches each are timed; the median group gives DeviceUs.
+	Groups, Repeats int
+	// HostCalls is how many Sample calls are timed one by one.
+	HostCalls int
+	// Warmup calls run before anything is timed.
+	Warmup int
+}
+
+// DefaultConfig suits a GPU: a few thousand steps per point.
+var DefaultConfig = Config{Groups: 15, Repeats: 100, HostCalls: 200, Warmup: 20}
+
+// params returns the row parameters of a route.
+func params(r Route, batch int, step uint64) []sampler.Params {
+	ps := make([]sampler.Params, batch)
+	for i := range ps {
+		p := sampler.Params{Temperature: 0.8, Seed: uint64(1000 + i), HasSeed: true, Step: step}
+		switch r {
+		case Greedy:
+			p.Temperature = 0
+		case TopKTopP:
+			p.TopK, p.TopP = 50, 0.9
+		case MinP:
+			p.MinP = 0.05
+		}
+		ps[i] = p
+	}
+	return ps
+}
+
+// options returns the sampler options of a point.
+func options(p Point, info runtime.DeviceInfo) sampler.Options {
+	o := sampler.Options{Seed: 1, Gumbel: sampler.On, Split: sampler.On}
+	switch p.Route {
+	case Categorical:
+		o.Gumbel = sampler.Off
+	case GumbelOne:
+		o.Split = sampler.Off
+	}
+	if p.BlocksPerRow > 0 {
+		pol := sampler.SplitPolicy{TargetBlocks: p.BlocksPerRow * p.Batch, MaxBlocksPerRow: p.BlocksPerRow}
+		o.Policy = &pol
+	}
+	return o
+}
+
+// LLMLogits returns rows of LLM-shaped logits: a normal body (sd 2.5) with a handful of
+// strong tokens per row, different in every row; never zeros.
+func LLMLogits(rows, vocab int, seed uint64) []float32 {
+	rng := rand.New(rand.NewPCG(seed, 0x6c6f67697473))
+	out := make([]float32, rows*vocab)
+	for r := range rows {
+		row := out[r*vocab : (r+1)*vocab]
+		for i := range row {
+			row[i] = float32(rng.NormFloat64() * 2.5)
+		}
+		for range 8 {
+			row[rng.IntN(vocab)] = float32(12 + 6*rng.Float64())
+		}
+	}
+	return out
+}
+
+// Upload copies logits to the device in the given type and returns the buffer.
+func Upload(dev runtime.Device, logits []float32, dt sampler.DType) (runtime.Buffer, error) {
+	var src []byte
+	switch dt {
+	case sampler.Float32:
+		src = runtime.BytesOf(logits)
+	default:
+		bits := make([]uint16, len(logits))
+		for i, v := range logits {
+			if dt == sampler.Float16 {
+				bits[i] = half.Float16(v)
+			} else {
+				bits[i] = half.BFloat16(v)
+			}
+		}
+		src = runtime.BytesOf(bits)
+	}
+	buf, err := dev.Alloc(len(src))
+	if err != nil {
+		return nil, err
+	}
+	st := dev.DefaultStream()
+	if err := st.CopyToDevice(buf, 0, src); err != nil {
+		buf.Free()
+		return nil, err
+	}
+	if err := st.Synchronize(); err != nil {
+		buf.Free()
+		return nil, err
+	}
+	return buf, nil
+}
+
+// Measure times one point. logits must hold Batch rows of Vocab elements of the point's
+// type.
+func Measure(dev runtime.Device, p Point, logits runtime.Buffer, cfg Config) (Measurement, error) {
+	m := Measurement{Point: p, DTypeName: p.DType.String()}
+	s, err := sampler.New(dev, options(p, dev.Info()))
+	if err != nil {
+		return m, err
+	}
+	defer s.Close()
+	lg := sampler.Logits{Data: logits, DType: p.DType, Rows: p.Batch, Vocab: p.Vocab}
+	ps := params(p.Route, p.Batch, 0)
+	var res sampler.Result
+	call := func(step uint64) error {
+		for i := range ps {
+			ps[i].Step = step
+		}
+		if err := s.Sample(lg, ps, &res); err != nil {
+			return err
+		}
+		for i, e := range res.Errs {
+			if e != nil {
+				return fmt.Errorf("row %d: %w", i, e)
+			}
+		}
+		return nil
+	}
+	for i := range cfg.Warmup {
+		if err := call(uint64(i)); err != nil {
+			return m, err
+		}
+	}
+	m.Token = res.Tokens[0]
+
+	// Host latency and allocations, one call at a time.
+	host := make([]float64, cfg.HostCalls)
+	var before, after goruntime.MemStats
+	goruntime.ReadMemStats(&before)
+	for i := range host {
+		t0 := time.Now()
+		if err := call(uint64(cfg.Warmup + i)); err != nil {
+			return m, err
+		}
+		host[i] = float64(time.Since(t0).Nanoseconds()) / 1e3
+	}
+	goruntime.ReadMemStats(&after)
+	m.AllocsPerCall = float64(after.Mallocs-before.Mallocs) / float64(cfg.HostCalls)
+	m.HostUs = median(host)
+
+	// Device time: events around back-to-back relaunches of the last call's kernels.
+	st := s.Stream()
+	start, err := dev.NewEvent()
+	if err != nil {
+		return m, err
+	}
+	defer start.Close()
+	stop, err := dev.NewEvent()
+	if err != nil {
+		return m, err
+	}
+	defer stop.Close()
+	groups := make([]float64, cfg.Groups)
+	for g := range groups {
+		if err := st.Record(start); err != nil {
+			return m, err
+		}
+		for range cfg.Repeats {
+			if err := s.Relaunch(); err != nil {
+				return m, err
+			}
+		}
+		if err := st.Record(stop); err != nil {
+			return m, err
+		}
+		if err := stop.Synchronize(); err != nil {
+			return m, err
+		}
+		ms, err := stop.ElapsedSince(start)
+		if err != nil {
+			return m, err
+		}
+		groups[g] = float64(ms) * 1e3 / float64(cfg.Repeats)
+	}
+	m.DeviceUs = median(groups)
+	return m, nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/sampler"
+)
+
+// Matrix is a set of points: every route x dtype x vocab x batch.
+type Matrix struct {
+	Routes  []Route
+	DTypes  []sampler.DType
+	Vocabs  []int
+	Batches []int
+}
+
+// FullMatrix is the matrix of the CUDA and benchmark issues.
+var FullMatrix = Matrix{
+	Routes:  Routes,
+	DTypes:  []sampler.DType{sampler.Float32, sampler.BFloat16},
+	Vocabs:  []int{32768, 65536, 151936},
+	Batches: []int{1, 4, 8, 64},
+}
+
+// Run measures every point, reporting progress after each.
+func (mx Matrix) Run(dev runtime.Device, cfg Config, progress func(done, total int, m Measurement)) ([]Measurement, error) {
+	total := len(mx.Routes) * len(mx.DTypes) * len(mx.Vocabs) * len(mx.Batches)
+	out := make([]Measurement, 0, total)
+	for _, dt := range mx.DTypes {
+		for _, v := range mx.Vocabs {
+			for _, b := range mx.Batches {
+				buf, err := Upload(dev, LLMLogits(b, v, uint64(v*1000+b)), dt)
+				if err != nil {
+					return out, err
+				}
+				for _, r := range mx.Routes {
+					m, err := Measure(dev, Point{Route: r, DType: dt, Vocab: v, Batch: b}, buf, cfg)
+					if err != nil {
+						buf.Free()
+						return out, fmt.Errorf("%s %s V=%d B=%d: %w", r, dt, v, b, err)
+					}
+					out = append(out, m)
+					if progress != nil {
+						progress(len(out), total, m)
+					}
+				}
+				buf.Free()
+			}
+		}
+	}
+	return out, nil
+}
+
+// key identifies a cell across routes.
+type key struct {
+	dtype        string
+	vocab, batch int
+}
+
+// Markdown renders measurements as one table per dtype (rows: vocab x batch; columns:
+// device µs per step for each route, then the ratios the targets are stated in), and a
+// host-latency table.
+func Markdown(ms []Measurement) string {
+	cells := map[key]map[Route]Measurement{}
+	var order []key
+	var routes []Route
+	seenRoute := map[Route]bool{}
+	for _, m := range ms {
+		k := key{m.DTypeName, m.Vocab, m.Batch}
+		if cells[k] == nil {
+			cells[k] = map[Route]Measurement{}
+			order = append(order, k)
+		}
+		cells[k][m.Route] = m
+		if !seenRoute[m.Route] {
+			seenRoute[m.Route] = true
+			routes = append(routes, m.Route)
+		}
+	}
+	var sb strings.Builder
+	write := func(title string, val func(Measurement) string, ratios bool) {
+		fmt.Fprintf(&sb, "\n%s\n\n| dtype | vocab | batch |", title)
+		for _, r := range routes {
+			fmt.Fprintf(&sb, " %s |", r)
+		}
+		if ratios {
+			sb.WriteString(" categorical / gumbel | gumbel / greedy | single / split |")
+		}
+		sb.WriteString("\n|---|---:|---:|")
+		for range routes {
+			sb.WriteString("---:|")
+		}
+		if ratios {
+			sb.WriteString("---:|---:|---:|")
+		}
+		sb.WriteString("\n")
+		for _, k := range order {
+			c := cells[k]
+			fmt.Fprintf(&sb, "| %s | %d | %d |", k.dtype, k.vocab, k.batch)
+			for _, r := range routes {
+				if m, ok := c[r]; ok {
+					fmt.Fprintf(&sb, " %s |", val(m))
+				} else {
+					sb.WriteString(" – |")
+				}
+			}
+			if ratios {
+				fmt.Fprintf(&sb, " %s | %s | %s |",
+					ratio(c, Categorical, GumbelSplit), ratio(c, GumbelSplit, Greedy), ratio(c, GumbelOne, GumbelSplit))
+			}
+			sb.WriteString("\n")
+		}
+	}
+	write("Device time per sampling step (µs, median; events around back-to-back launches)",
+		func(m Measurement) string { return fmt.Sprintf("%.2f", m.DeviceUs) }, true)
+	write("Host-observed latency of one Sample call, tokens on the host (µs, median)",
+		func(m Measurement) string { return fmt.Sprintf("%.1f", m.HostUs) }, false)
+	write("Go heap allocations per Sample call (mean)",
+		func(m Measurement) string { return fmt.Sprintf("%.2f", m.AllocsPerCall) }, false)
+	return sb.String()
+}
+
+func ratio(c map[Route]Measurement, num, den Route) string {
+	a, okA := c[num]
+	b, okB := c[den]
+	if !okA || !okB || b.DeviceUs <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2fx", a.DeviceUs/b.DeviceUs)
+}
+
+// SweepPoint is the device time of gumbel_argmax at one split.
+type SweepPoint struct {
+	Vocab, Batch, BlocksPerRow int
+	DeviceUs                   float64
+}
+
+// SplitSweep times the Gumbel route at every blocks-per-row value, for choosing the
+// split policy's thresholds from measurements.
+func SplitSweep(dev runtime.Device, dt sampler.DType, vocabs, batches, splits []int, cfg Config) ([]SweepPoint, error) {
+	var out []SweepPoint
+	for _, v := range vocabs {
+		for _, b := range batches {
+			buf, err := Upload(dev, LLMLogits(b, v, uint64(v+b)), dt)
+			if err != nil {
+				return out, err
+			}
+			for _, s := range splits {
+				m, err := Measure(dev, Point{Route: GumbelSplit, DType: dt, Vocab: v, Batch: b, BlocksPerRow: s}, buf, cfg)
+				if err != nil {
+					buf.Free()
+					return out, err
+				}
+				out = append(out, SweepPoint{v, b, s, m.DeviceUs})
+			}
+			buf.Free()
+		}
+	}
+	return out, nil
+}

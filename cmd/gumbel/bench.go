@@ -1,0 +1,226 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gumbel-go/gumbel/bench"
+	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/sampler"
+)
+
+// benchConfig is the parsed command line of `gumbel bench`.
+type benchConfig struct {
+	matrix bench.Matrix
+	// timing is the measurement size; zero fields take the device's default.
+	timing bench.Config
+	asJSON bool
+	device deviceFlags
+}
+
+// cpuBenchConfig sizes measurements on the CPU device, where one step at V = 151936
+// takes milliseconds rather than microseconds: bench.DefaultConfig's few thousand steps
+// per point would take minutes there.
+var cpuBenchConfig = bench.Config{Groups: 3, Repeats: 3, HostCalls: 5, Warmup: 2}
+
+func parseBenchFlags(args []string, w io.Writer) (benchConfig, error) {
+	c := benchConfig{matrix: bench.FullMatrix}
+	fs := newFlags("bench", "bench [flags]", w)
+	routes := fs.String("route", joinRoutes(bench.FullMatrix.Routes), "routes to measure, comma-separated")
+	dtypes := fs.String("dtype", joinDTypes(bench.FullMatrix.DTypes), "logits types, comma-separated: float32, float16, bfloat16")
+	vocabs := fs.String("vocab", joinInts(bench.FullMatrix.Vocabs), "vocabulary sizes, comma-separated")
+	batches := fs.String("batch", joinInts(bench.FullMatrix.Batches), "batch sizes, comma-separated")
+	fs.IntVar(&c.timing.Groups, "groups", 0, fmt.Sprintf("timed groups of launches per point; the median group is reported (0: %d on a GPU, %d on the CPU)", bench.DefaultConfig.Groups, cpuBenchConfig.Groups))
+	fs.IntVar(&c.timing.Repeats, "repeats", 0, fmt.Sprintf("back-to-back launches per group (0: %d on a GPU, %d on the CPU)", bench.DefaultConfig.Repeats, cpuBenchConfig.Repeats))
+	fs.IntVar(&c.timing.HostCalls, "calls", 0, fmt.Sprintf("Sample calls timed one by one per point (0: %d on a GPU, %d on the CPU)", bench.DefaultConfig.HostCalls, cpuBenchConfig.HostCalls))
+	fs.IntVar(&c.timing.Warmup, "warmup", -1, fmt.Sprintf("untimed calls first (-1: %d on a GPU, %d on the CPU)", bench.DefaultConfig.Warmup, cpuBenchConfig.Warmup))
+	fs.BoolVar(&c.asJSON, "json", false, "print the measurements as JSON instead of markdown tables")
+	c.device.register(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return c, err
+	}
+	if len(pos) > 0 {
+		return c, usagef("unexpected argument %q", pos[0])
+	}
+	if c.matrix.Routes, err = parseRoutes(*routes); err != nil {
+		return c, err
+	}
+	if c.matrix.DTypes, err = parseDTypes(*dtypes); err != nil {
+		return c, err
+	}
+	if c.matrix.Vocabs, err = parseInts("--vocab", *vocabs, 1, maxVocab); err != nil {
+		return c, err
+	}
+	if c.matrix.Batches, err = parseInts("--batch", *batches, 1, 1<<16); err != nil {
+		return c, err
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+		min  int
+	}{{"--groups", c.timing.Groups, 0}, {"--repeats", c.timing.Repeats, 0}, {"--calls", c.timing.HostCalls, 0}, {"--warmup", c.timing.Warmup, -1}} {
+		if f.v < f.min || f.v > 1_000_000 {
+			return c, usagef("%s %d: must be between %d and 1000000", f.name, f.v, f.min)
+		}
+	}
+	return c, c.device.validate()
+}
+
+// timingFor fills the zero (and, for Warmup, negative) fields of t from the device's
+// default.
+func timingFor(t bench.Config, info runtime.DeviceInfo) bench.Config {
+	def := bench.DefaultConfig
+	if info.Backend == runtime.CPU {
+		def = cpuBenchConfig
+	}
+	if t.Groups == 0 {
+		t.Groups = def.Groups
+	}
+	if t.Repeats == 0 {
+		t.Repeats = def.Repeats
+	}
+	if t.HostCalls == 0 {
+		t.HostCalls = def.HostCalls
+	}
+	if t.Warmup < 0 {
+		t.Warmup = def.Warmup
+	}
+	return t
+}
+
+// benchReport is what `gumbel bench --json` prints.
+type benchReport struct {
+	Backend         string              `json:"backend"`
+	Device          string              `json:"device"`
+	Arch            string              `json:"arch"`
+	Multiprocessors int                 `json:"multiprocessors"`
+	Config          bench.Config        `json:"config"`
+	Measurements    []bench.Measurement `json:"measurements"`
+}
+
+func runBench(e env, args []string) error {
+	cfg, err := parseBenchFlags(args, e.stderr)
+	if err != nil {
+		return err
+	}
+	dev, err := cfg.device.open()
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	info := dev.Info()
+	timing := timingFor(cfg.timing, info)
+	fmt.Fprintln(e.stderr, cfg.device.choice(dev))
+
+	mx := cfg.matrix
+	total := len(mx.Routes) * len(mx.DTypes) * len(mx.Vocabs) * len(mx.Batches)
+	prog := newProgress(e.stderr, int64(total))
+	ms, err := mx.Run(dev, timing, func(done, total int, m bench.Measurement) {
+		prog.start(done-1, total, fmt.Sprintf("%s %s V=%d B=%d", m.Route, m.DTypeName, m.Vocab, m.Batch))
+		prog.set(int64(done))
+		prog.finished(fmt.Sprintf("device %s, host %s", formatMicros(m.DeviceUs), formatMicros(m.HostUs)))
+	})
+	prog.close()
+	if err != nil {
+		return err
+	}
+	if cfg.asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(benchReport{
+			Backend: string(info.Backend), Device: info.Name, Arch: info.Arch, Multiprocessors: info.Multiprocessors,
+			Config: timing, Measurements: ms,
+		})
+	}
+	fmt.Fprintf(e.stdout, "Device: %s (%s, %s, %d SMs); %d groups of %d launches, %d host calls, %d warm-up calls per point\n",
+		info.Name, info.Backend, info.Arch, info.Multiprocessors, timing.Groups, timing.Repeats, timing.HostCalls, timing.Warmup)
+	_, err = io.WriteString(e.stdout, bench.Markdown(ms)+"\n")
+	return err
+}
+
+func parseRoutes(s string) ([]bench.Route, error) {
+	var out []bench.Route
+	for _, f := range splitList(s) {
+		r := bench.Route(f)
+		if !slices.Contains(bench.Routes, r) {
+			return nil, usagef("--route %q: not one of %s", f, joinRoutes(bench.Routes))
+		}
+		out = append(out, r)
+	}
+	if out == nil {
+		return nil, usagef("--route: empty")
+	}
+	return out, nil
+}
+
+var dtypeNames = []sampler.DType{sampler.Float32, sampler.Float16, sampler.BFloat16}
+
+func parseDTypes(s string) ([]sampler.DType, error) {
+	var out []sampler.DType
+	for _, f := range splitList(s) {
+		i := slices.IndexFunc(dtypeNames, func(d sampler.DType) bool { return d.String() == f })
+		if i < 0 {
+			return nil, usagef("--dtype %q: not one of %s", f, joinDTypes(dtypeNames))
+		}
+		out = append(out, dtypeNames[i])
+	}
+	if out == nil {
+		return nil, usagef("--dtype: empty")
+	}
+	return out, nil
+}
+
+func parseInts(flag, s string, lo, hi int) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < lo || n > hi {
+			return nil, usagef("%s %q: want whole numbers from %d to %d", flag, f, lo, hi)
+		}
+		out = append(out, n)
+	}
+	if out == nil {
+		return nil, usagef("%s: empty", flag)
+	}
+	return out, nil
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func joinRoutes(rs []bench.Route) string {
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = string(r)
+	}
+	return strings.Join(s, ",")
+}
+
+func joinDTypes(ds []sampler.DType) string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = d.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,21 @@
+module github.com/gumbel-go/gumbel
+
+go 1.26
+
+require (
+	codeberg.org/sbinet/npyio v0.14.0
+	github.com/ebitengine/purego v0.11.3
+	github.com/schollz/progressbar/v3 v3.19.1
+	github.com/stretchr/testify v1.12.1
+	golang.org/x/term v0.44.0
+	gonum.org/v1/gonum v0.17.0
+)
+
+require (
+	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
+	github.com/nlpodyssey/gopickle v0.3.0 // indirect
+	github.com/rivo/uniseg v0.4.7 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.46.0 // indirect
+	golang.org/x/text v0.34.0 // indirect
+)

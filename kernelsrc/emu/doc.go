@@ -1,0 +1,10 @@
+// Package emu proves the CUDA edition of the sampling kernels (../sampling.cu) on
+// machines without a GPU. cuda_emu.h supplies the CUDA language (threads, blocks,
+// __syncthreads, warp shuffles, atomics, intrinsics) on top of C++20 threads;
+// testdata/emu_driver.cpp includes sampling.cu under it and runs launches read from a
+// file. The test builds the driver with g++, runs it on random rows of every dtype,
+// launch shape and filter, and requires the tokens, statuses and counters that the Go
+// edition (package gokernel, run by the CPU device) produces, bit for bit.
+//
+// The package has no Go API: everything is in its test.
+package emu

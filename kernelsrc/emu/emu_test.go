@@ -1,0 +1,221 @@
+package emu
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gumbel-go/gumbel/half"
+	"github.com/gumbel-go/gumbel/philox"
+)
+
+// encodeJob writes the job file of testdata/emu_driver.cpp.
+func encodeJob(t *testing.T, ls []*launch) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w := func(v any) { require.NoError(t, binary.Write(&b, binary.LittleEndian, v)) }
+	w(uint32(jobMagic))
+	w(uint32(len(ls)))
+	for _, l := range ls {
+		w([]uint32{uint32(l.kernel), uint32(l.dtype), uint32(l.gridX), uint32(len(l.params)),
+			uint32(l.block), uint32(l.warp), uint32(l.vocab), uint32(l.slack)})
+		w(uint64(l.stride))
+		w([]uint32{uint32(l.slots), 0})
+		w(uint64(len(l.logits)))
+		b.Write(l.logits)
+		b.Write(l.paramBytes())
+	}
+	return b.Bytes()
+}
+
+// decodeResults reads the driver's result file.
+func decodeResults(t *testing.T, data []byte, ls []*launch) []outcome {
+	t.Helper()
+	r := bytes.NewReader(data)
+	out := make([]outcome, len(ls))
+	for i, l := range ls {
+		o := outcome{
+			tokens:   make([]int32, l.slots),
+			status:   make([]int32, l.slots),
+			counters: make([]uint32, 2*len(l.params)),
+		}
+		require.NoError(t, binary.Read(r, binary.LittleEndian, o.tokens), "result of %s", l.name)
+		require.NoError(t, binary.Read(r, binary.LittleEndian, o.status), "result of %s", l.name)
+		require.NoError(t, binary.Read(r, binary.LittleEndian, o.counters), "result of %s", l.name)
+		out[i] = o
+	}
+	require.Zero(t, r.Len(), "trailing bytes in the result file")
+	return out
+}
+
+// driver is the emulation driver, built once for every test of the package.
+var driver struct {
+	once sync.Once
+	dir  string
+	path string
+	skip string
+	err  error
+	log  string
+}
+
+// driverPath builds testdata/emu_driver.cpp (with ../sampling.cu) on first use.
+func driverPath(t *testing.T) string {
+	t.Helper()
+	driver.once.Do(func() {
+		gxx, err := exec.LookPath("g++")
+		if err != nil {
+			driver.skip = "g++ is not installed: the CUDA edition's CPU emulation cannot be built here"
+			return
+		}
+		if driver.dir, driver.err = os.MkdirTemp("", "gumbel-emu-"); driver.err != nil {
+			return
+		}
+		driver.path = filepath.Join(driver.dir, "emu_driver")
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, gxx, "-std=c++20", "-O2", "-ffp-contract=off", "-fno-strict-aliasing",
+			"-pthread", "-Wall", "-Wextra", "-Wno-unknown-pragmas", "-o", driver.path,
+			filepath.Join("testdata", "emu_driver.cpp"))
+		msg, err := cmd.CombinedOutput()
+		driver.log, driver.err = string(msg), err
+	})
+	if driver.skip != "" {
+		t.Skip(driver.skip)
+	}
+	require.NoError(t, driver.err, "building the emulation driver:\n%s", driver.log)
+	require.Empty(t, driver.log, "g++ warnings")
+	return driver.path
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if driver.dir != "" {
+		os.RemoveAll(driver.dir)
+	}
+	os.Exit(code)
+}
+
+// runDriver runs the driver on an input file and returns its output file.
+func runDriver(t *testing.T, input []byte, mode ...string) []byte {
+	t.Helper()
+	exe := driverPath(t)
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "in.bin"), filepath.Join(dir, "out.bin")
+	require.NoError(t, os.WriteFile(in, input, 0o600))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, exe, append(append(mode, in), out)...)
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Run(), "emu_driver failed (a SIGSEGV is an out-of-bounds access):\n%s", stderr.String())
+	data, err := os.ReadFile(out)
+	require.NoError(t, err)
+	return data
+}
+
+// TestCUDAEditionMatchesGoEdition runs sampling.cu under the CPU emulation and requires
+// the tokens, statuses and counters of the Go edition.
+func TestCUDAEditionMatchesGoEdition(t *testing.T) {
+	ls := testLaunches(rand.New(rand.NewPCG(20240601, 7)), emuShape)
+	got := decodeResults(t, runDriver(t, encodeJob(t, ls)), ls)
+	compareWithGo(t, "emulated CUDA edition", ls, got)
+}
+
+// TestCUDANoiseMatchesPhilox checks sampling.cu's Philox, Gumbel noise, noise bounds and
+// 16-bit conversions against packages philox and half, value by value: the launches of
+// the other test meet the rare branches (tail words, words near the bounds) too seldom
+// to pin them down.
+func TestCUDANoiseMatchesPhilox(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	edges := []uint32{0, 1, 2, 3, philox.TailThreshold - 1, philox.TailThreshold, philox.TailThreshold + 1,
+		1<<31 - 1, 1 << 31, 1<<31 + 1, math.MaxUint32 - 1, math.MaxUint32}
+	for p := range 32 {
+		edges = append(edges, 1<<p-1, 1<<p, 1<<p+1)
+	}
+	var pairs [][2]uint32
+	for _, w := range edges {
+		for _, tail := range []uint32{0, 1, 1 << 31, math.MaxUint32, r.Uint32()} {
+			pairs = append(pairs, [2]uint32{w, tail})
+		}
+	}
+	for range 100000 {
+		// Every magnitude of w equally often: the tail branch gets its share.
+		pairs = append(pairs, [2]uint32{uint32(r.Uint64() >> (32 + r.IntN(33))), r.Uint32()})
+	}
+	var blocks [][6]uint32
+	for _, c := range [][6]uint32{
+		{0, 0, 0, 0, 0, 0},
+		{math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32, math.MaxUint32},
+		{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0},
+	} {
+		blocks = append(blocks, c)
+	}
+	for range 1000 {
+		var c [6]uint32
+		for i := range c {
+			c[i] = r.Uint32()
+		}
+		blocks = append(blocks, c)
+	}
+
+	var in bytes.Buffer
+	put := func(v any) { require.NoError(t, binary.Write(&in, binary.LittleEndian, v)) }
+	put(uint32(len(pairs)))
+	put(pairs)
+	put(uint32(len(blocks)))
+	put(blocks)
+	out := bytes.NewReader(runDriver(t, in.Bytes(), "--units"))
+	get := func(v any) { require.NoError(t, binary.Read(out, binary.LittleEndian, v)) }
+
+	var bounds [2]float32
+	get(&bounds)
+	minGumbel := bounds[0]
+	require.Equal(t, philox.MaxGumbel, bounds[1], "GB_MAX_GUMBEL is philox.MaxGumbel")
+
+	noise := make([][3]float32, len(pairs))
+	get(noise)
+	tails := 0
+	for i, pr := range pairs {
+		w, tail := pr[0], pr[1]
+		want := philox.Gumbel(w, tail)
+		g, bound := noise[i][0], noise[i][1]
+		require.Equal(t, math.Float32bits(want), math.Float32bits(g), "gb_gumbel(%#x, %#x) = %v, philox.Gumbel = %v", w, tail, g, want)
+		require.LessOrEqual(t, g, bound, "gb_gumbel_bound(%#x) is below the noise", w)
+		require.LessOrEqual(t, g, noise[i][2], "gb_cheap_bound(%#x) is below the noise", w)
+		require.LessOrEqual(t, bound, philox.MaxGumbel, "gb_gumbel_bound(%#x) is looser than MaxGumbel", w)
+		require.GreaterOrEqual(t, g, minGumbel, "gb_gumbel(%#x, %#x) is below GB_MIN_GUMBEL", w, tail)
+		if w < philox.TailThreshold {
+			tails++
+		}
+	}
+	require.Greater(t, tails, len(pairs)/10, "too few words took the tail branch")
+
+	got := make([][4]uint32, len(blocks))
+	get(got)
+	for i, c := range blocks {
+		want := philox.Block([4]uint32{c[0], c[1], c[2], c[3]}, [2]uint32{c[4], c[5]})
+		require.Equal(t, want, got[i], "gb_philox(counter %x, key %x)", c[:4], c[4:])
+	}
+
+	for _, conv := range []struct {
+		name string
+		ref  func(uint16) float32
+	}{{"f16", half.Float16ToFloat32}, {"bf16", half.BFloat16ToFloat32}} {
+		vals := make([]float32, 1<<16)
+		get(vals)
+		for h, v := range vals {
+			require.Equal(t, math.Float32bits(conv.ref(uint16(h))), math.Float32bits(v), "%s %#04x", conv.name, h)
+		}
+	}
+	require.Zero(t, out.Len(), "trailing bytes in the units output")
+}

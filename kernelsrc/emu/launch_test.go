@@ -1,0 +1,494 @@
+package emu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gumbel-go/gumbel/half"
+	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/cpu"
+)
+
+// This file describes launches of the sampling kernels and runs them through the Go
+// edition, the reference that the emulated (emu_test.go) and real-GPU (gpu_test.go) runs
+// of the CUDA edition must match.
+
+// Kernel and dtype numbers of the job file (testdata/emu_driver.cpp).
+const (
+	kernelGumbel      = 0
+	kernelCategorical = 1
+
+	dtF32  = 0
+	dtF16  = 1
+	dtBF16 = 2
+
+	jobMagic    = 0x4D454247 // "GBEM"
+	paramsBytes = 64
+	untouched   = -7 // what the driver and the Go run put in every slot beforehand
+)
+
+var kernelNames = [2]string{kernelsrc.GumbelArgmax, kernelsrc.Categorical}
+
+// rowParams is one RowParams entry (ABI.md).
+type rowParams struct {
+	row         uint32
+	temperature float32
+	seed, step  uint64
+	topK        uint32
+	topP, minP  float32
+}
+
+// launch is one kernel launch, run by the emulated CUDA edition and by the Go edition.
+type launch struct {
+	name   string
+	kernel int
+	dtype  int
+	gridX  int
+	block  int
+	warp   int // the emulated warp size: 32 (NVIDIA, RDNA) or 64 (CDNA)
+	vocab  int
+	stride int
+	slack  int // bytes between the logits' end and the guard page (varies alignment)
+	slots  int // logits rows, token and status slots
+	logits []byte
+	params []rowParams
+}
+
+// outcome is what a launch leaves behind.
+type outcome struct {
+	tokens, status []int32
+	counters       []uint32
+}
+
+func (l *launch) elemSize() int {
+	if l.dtype == dtF32 {
+		return 4
+	}
+	return 2
+}
+
+func (l *launch) paramBytes() []byte {
+	b := make([]byte, len(l.params)*paramsBytes)
+	for y, p := range l.params {
+		w := b[y*paramsBytes:]
+		put := func(i int, v uint32) { binary.LittleEndian.PutUint32(w[4*i:], v) }
+		put(0, p.row)
+		put(1, math.Float32bits(p.temperature))
+		put(2, uint32(p.seed))
+		put(3, uint32(p.seed>>32))
+		put(4, uint32(p.step))
+		put(5, uint32(p.step>>32))
+		put(6, p.topK)
+		put(7, math.Float32bits(p.topP))
+		put(8, math.Float32bits(p.minP))
+	}
+	return b
+}
+
+// runGo runs the launch through the Go edition on the CPU device.
+func runGo(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) outcome {
+	t.Helper()
+	k, err := mod.Kernel(kernelNames[l.kernel] + kernelsrc.Suffixes[l.dtype])
+	require.NoError(t, err)
+	n := len(l.params)
+	o := outcome{
+		tokens:   make([]int32, l.slots),
+		status:   make([]int32, l.slots),
+		counters: make([]uint32, 2*n),
+	}
+	for i := range o.tokens {
+		o.tokens[i], o.status[i] = untouched, untouched
+	}
+	partials := make([]uint64, n*l.gridX)
+	logits := append([]byte(nil), l.logits...)
+	var a runtime.Args
+	a.Buffer(cpu.Wrap(logits)).
+		Buffer(cpu.Wrap(l.paramBytes())).
+		Buffer(cpu.Wrap(runtime.BytesOf(o.tokens))).
+		Buffer(cpu.Wrap(runtime.BytesOf(o.status))).
+		Buffer(cpu.Wrap(runtime.BytesOf(partials))).
+		Buffer(cpu.Wrap(runtime.BytesOf(o.counters))).
+		U64(uint64(l.stride)).
+		U32(uint32(l.vocab))
+	s := dev.DefaultStream()
+	require.NoError(t, s.Launch(k, runtime.Dim3{X: l.gridX, Y: n, Z: 1}, runtime.Dim3{X: l.block, Y: 1, Z: 1}, &a))
+	require.NoError(t, s.Synchronize())
+	return o
+}
+
+// compareWithGo runs every launch through the Go edition on the CPU device and requires
+// got (what another edition left) to match it: tokens, statuses, untouched slots and
+// zeroed counters. It also requires that every status and every sampling path occurred,
+// so that the comparison cannot pass by testing nothing.
+func compareWithGo(t *testing.T, what string, ls []*launch, got []outcome) {
+	t.Helper()
+	dev, err := cpu.Open()
+	require.NoError(t, err)
+	defer dev.Close()
+	mod, err := dev.Load(kernelsrc.Sampling())
+	require.NoError(t, err)
+	defer mod.Close()
+
+	var seen [4]int
+	kinds := map[string]int{}
+	for i, l := range ls {
+		want := runGo(t, dev, mod, l)
+		for y, p := range l.params {
+			assert.Equal(t, want.status[p.row], got[i].status[p.row],
+				"%s: launch row %d (slot %d, %+v): status", l.name, y, p.row, p)
+			assert.Equal(t, want.tokens[p.row], got[i].tokens[p.row],
+				"%s: launch row %d (slot %d, %+v): token", l.name, y, p.row, p)
+			seen[want.status[p.row]]++
+			if want.status[p.row] == 0 {
+				kinds[rowKind(l, p)]++
+			}
+		}
+		assert.Equal(t, want.tokens, got[i].tokens, "%s: tokens (unnamed slots untouched)", l.name)
+		assert.Equal(t, want.status, got[i].status, "%s: status", l.name)
+		assert.Equal(t, make([]uint32, 2*len(l.params)), got[i].counters, "%s: counters left non-zero", l.name)
+	}
+	// The comparison means something only if every outcome and every path occurred.
+	t.Logf("%s: %d launches; rows by status (ok, NaN/+Inf, no finite, bad params): %v; sampled rows by path: %v",
+		what, len(ls), seen, kinds)
+	for s, n := range seen {
+		require.Positive(t, n, "no row ended with status %d", s)
+	}
+	require.GreaterOrEqual(t, 2*seen[0], seen[0]+seen[1]+seen[2]+seen[3], "fewer than half the rows sampled a token")
+	for _, k := range []string{"greedy", "gumbel split", "gumbel", "categorical", "top-k", "top-p", "min-p", "top-k+top-p+min-p"} {
+		require.Positive(t, kinds[k], "no row sampled a token on the %s path", k)
+	}
+}
+
+// rowKind names the path a sampled row took, for the coverage check.
+func rowKind(l *launch, p rowParams) string {
+	if p.temperature == 0 {
+		return "greedy"
+	}
+	if l.kernel == kernelGumbel {
+		if l.gridX > 1 {
+			return "gumbel split"
+		}
+		return "gumbel"
+	}
+	k := p.topK > 0 && int(p.topK) < l.vocab
+	tp := p.topP > 0 && p.topP < 1
+	mp := p.minP > 0
+	switch {
+	case k && tp && mp:
+		return "top-k+top-p+min-p"
+	case k && !tp && !mp:
+		return "top-k"
+	case tp && !k && !mp:
+		return "top-p"
+	case mp && !k && !tp:
+		return "min-p"
+	case !k && !tp && !mp:
+		return "categorical"
+	}
+	return "combined filters"
+}
+
+// Row shapes: the float32 values a row should hold before it is stored in its dtype.
+
+func llmRow(r *rand.Rand, v int) []float32 {
+	row := make([]float32, v)
+	for i := range row {
+		row[i] = float32(r.NormFloat64() * 2)
+	}
+	for range 1 + r.IntN(3) {
+		row[r.IntN(v)] = 10 + 15*r.Float32()
+	}
+	return row
+}
+
+// tiedRow has few distinct values: top-k and top-p meet ties at their bounds, and the
+// greedy and Gumbel winners meet equal scores.
+func tiedRow(r *rand.Rand, v int) []float32 {
+	row := make([]float32, v)
+	for i := range row {
+		row[i] = float32(r.IntN(5) - 2)
+	}
+	return row
+}
+
+func maskedRow(r *rand.Rand, v int) []float32 {
+	row := llmRow(r, v)
+	for i := range row {
+		if r.IntN(3) == 0 {
+			row[i] = float32(math.Inf(-1))
+		}
+	}
+	return row
+}
+
+// farRow has one dominant logit, so that most noise is skipped and some elements sit
+// right at the skip bounds.
+func farRow(r *rand.Rand, v int) []float32 {
+	row := make([]float32, v)
+	for i := range row {
+		row[i] = -60 * r.Float32()
+	}
+	row[r.IntN(v)] = 0
+	return row
+}
+
+// hugeRow holds magnitudes whose scaled values overflow at small temperatures.
+func hugeRow(r *rand.Rand, v int) []float32 {
+	row := llmRow(r, v)
+	for range 1 + r.IntN(3) {
+		row[r.IntN(v)] = float32(math.Copysign(3e38, r.Float64()-0.7))
+	}
+	return row
+}
+
+// soleRow has one or two equal finite logits among -Inf.
+func soleRow(r *rand.Rand, v int) []float32 {
+	row := negInfRow(r, v)
+	row[r.IntN(v)] = 1
+	row[r.IntN(v)] = 1
+	return row
+}
+
+// tinyRow holds subnormal values of every dtype (f16 subnormals below 6.1e-5).
+func tinyRow(r *rand.Rand, v int) []float32 {
+	row := make([]float32, v)
+	for i := range row {
+		row[i] = float32(math.Ldexp(r.Float64()-0.3, -14-r.IntN(130)))
+	}
+	return row
+}
+
+// zeroRow's largest logits are zeros of both signs, which tie (ABI.md's order key).
+func zeroRow(r *rand.Rand, v int) []float32 {
+	row := make([]float32, v)
+	for i := range row {
+		row[i] = -1 - r.Float32()
+	}
+	for range 1 + r.IntN(4) {
+		row[r.IntN(v)] = float32(math.Copysign(0, r.Float64()-0.5))
+	}
+	return row
+}
+
+func negInfRow(_ *rand.Rand, v int) []float32 {
+	row := make([]float32, v)
+	for i := range row {
+		row[i] = float32(math.Inf(-1))
+	}
+	return row
+}
+
+func nanRow(r *rand.Rand, v int) []float32 {
+	row := llmRow(r, v)
+	row[r.IntN(v)] = float32(math.NaN())
+	return row
+}
+
+func posInfRow(r *rand.Rand, v int) []float32 {
+	row := maskedRow(r, v)
+	row[r.IntN(v)] = float32(math.Inf(1))
+	return row
+}
+
+// rowShapes is weighted towards rows that sample a token.
+var rowShapes = []func(*rand.Rand, int) []float32{
+	llmRow, llmRow, llmRow, tiedRow, tiedRow, maskedRow, farRow, hugeRow, soleRow, tinyRow, tinyRow,
+	zeroRow, negInfRow, nanRow, posInfRow,
+}
+
+// store writes v in the launch's dtype at element i.
+func (l *launch) store(i int, v float32) {
+	b := l.logits[i*l.elemSize():]
+	switch l.dtype {
+	case dtF16:
+		binary.LittleEndian.PutUint16(b, half.Float16(v))
+	case dtBF16:
+		binary.LittleEndian.PutUint16(b, half.BFloat16(v))
+	default:
+		binary.LittleEndian.PutUint32(b, math.Float32bits(v))
+	}
+}
+
+// fill lays out slots random rows; the last row ends the buffer (no stride padding), so
+// the guard page right after it catches reads past the vocabulary.
+func (l *launch) fill(r *rand.Rand) {
+	if l.vocab == 0 {
+		l.logits = make([]byte, l.elemSize())
+		return
+	}
+	n := (l.slots-1)*l.stride + l.vocab
+	l.logits = make([]byte, n*l.elemSize())
+	for i := range n {
+		l.store(i, float32(math.NaN())) // stride padding: never read
+	}
+	for s := range l.slots {
+		row := rowShapes[r.IntN(len(rowShapes))](r, l.vocab)
+		for i, v := range row {
+			l.store(s*l.stride+i, v)
+		}
+	}
+}
+
+var (
+	temperatures    = []float32{0, 0.25, 0.7, 1, 1.8}
+	badTemperatures = []float32{-1, float32(math.NaN()), float32(math.Inf(1)), 1e-40}
+)
+
+func temperature(r *rand.Rand) float32 {
+	if r.IntN(12) == 0 {
+		return badTemperatures[r.IntN(len(badTemperatures))]
+	}
+	return temperatures[r.IntN(len(temperatures))]
+}
+
+// rows names slots-1 of the slots in a random order: one slot stays untouched.
+func (l *launch) rows(r *rand.Rand, fill func(p *rowParams)) {
+	perm := r.Perm(l.slots)[:l.slots-1]
+	l.params = make([]rowParams, len(perm))
+	for y, s := range perm {
+		p := rowParams{row: uint32(s), temperature: temperature(r), seed: r.Uint64(), step: r.Uint64() >> r.IntN(64)}
+		if fill != nil {
+			fill(&p)
+		}
+		l.params[y] = p
+	}
+}
+
+// shaper picks the block size and the (emulated) warp size of a launch with the given
+// number of blocks per row.
+type shaper func(r *rand.Rand, blocks int) (block, warp int)
+
+// emuShape is the emulation's shaper. Every emulated CUDA thread is an OS thread and each
+// barrier phase wakes all of them, so most launches use narrow warps (8 and 16 lanes:
+// the kernels take any power-of-two warp size) with two or more warps per block; some use
+// the real widths, 32 (NVIDIA, RDNA) and 64 (CDNA), and a block that is not a power of two.
+func emuShape(r *rand.Rand, blocks int) (block, warp int) {
+	if blocks > 4 {
+		return 16, 8 // many blocks per row: keep each one cheap
+	}
+	switch r.IntN(10) {
+	case 0:
+		return 128, 64
+	case 1:
+		return 96, 32
+	case 2:
+		return 64, 32
+	case 3, 4:
+		return 32, 16
+	case 5:
+		return 24, 8
+	default:
+		return 16, 8
+	}
+}
+
+func stride(r *rand.Rand, vocab int) int {
+	return vocab + []int{0, 0, 1, 3, 8}[r.IntN(5)]
+}
+
+// pick returns one element of each group: every launch shape meets a tiny, a small and a
+// larger vocabulary (4099: not a multiple of 4, and more chunks than a block has threads).
+func pick(r *rand.Rand, groups ...[]int) []int {
+	out := make([]int, len(groups))
+	for i, g := range groups {
+		out[i] = g[r.IntN(len(g))]
+	}
+	return out
+}
+
+var (
+	tinyVocabs  = []int{1, 2, 3, 5}
+	smallVocabs = []int{37, 130, 255}
+	largeVocabs = []int{1001, 4099}
+)
+
+// testLaunches is the comparison's workload: every kernel and dtype, split and not,
+// tiny to mid-sized vocabularies, odd strides and alignments, every row shape and filter,
+// bad parameters, and a few fixed cases (full-width blocks, signed zeros, vocab 0).
+func testLaunches(r *rand.Rand, shape shaper) []*launch {
+	var ls []*launch
+	add := func(l *launch) {
+		l.fill(r)
+		ls = append(ls, l)
+	}
+	topKs := func(v int) []uint32 { return []uint32{0, 0, 0, 1, 2, 5, uint32(max(v-1, 0)), uint32(v), uint32(v + 3)} }
+	topPs := []float32{0, 0, 0, 0.05, 0.5, 0.9, 0.999, 1}
+	minPs := []float32{0, 0, 0, 0.02, 0.3, 1}
+	for dt := range 3 {
+		for _, s := range []int{1, 3, 16} {
+			for _, v := range pick(r, tinyVocabs, smallVocabs, largeVocabs) {
+				block, warp := shape(r, s)
+				l := &launch{kernel: kernelGumbel, dtype: dt, gridX: s, block: block, warp: warp,
+					vocab: v, stride: stride(r, v), slack: r.IntN(16), slots: 3 + r.IntN(3)}
+				l.name = fmt.Sprintf("gumbel dtype=%d S=%d V=%d stride=%d T=%d warp=%d", dt, s, v, l.stride, block, warp)
+				l.rows(r, nil)
+				add(l)
+			}
+		}
+		for _, v := range append(pick(r, tinyVocabs, tinyVocabs, smallVocabs, smallVocabs), largeVocabs...) {
+			block, warp := shape(r, 1)
+			l := &launch{kernel: kernelCategorical, dtype: dt, gridX: 1, block: block, warp: warp,
+				vocab: v, stride: stride(r, v), slack: r.IntN(16), slots: 4 + r.IntN(3)}
+			l.name = fmt.Sprintf("categorical dtype=%d V=%d stride=%d T=%d warp=%d", dt, v, l.stride, block, warp)
+			ks := topKs(v)
+			l.rows(r, func(p *rowParams) {
+				p.topK = ks[r.IntN(len(ks))]
+				p.topP = topPs[r.IntN(len(topPs))]
+				p.minP = minPs[r.IntN(len(minPs))]
+			})
+			add(l)
+		}
+	}
+	// Full-width blocks (1024 threads: slow to emulate, so one launch per kernel); a grid wider than one block per row for categorical (the extra blocks must
+	// do nothing); vocab 0.
+	l := &launch{kernel: kernelGumbel, dtype: dtF32, gridX: 1, block: 1024, warp: 32, vocab: 6007,
+		stride: 6008, slots: 2}
+	l.name = "gumbel dtype=0 S=1 V=6007 T=1024"
+	l.rows(r, func(p *rowParams) { p.temperature = 1 })
+	add(l)
+	l = &launch{kernel: kernelCategorical, dtype: dtF16, gridX: 1, block: 1024, warp: 32, vocab: 3001,
+		stride: 3001, slots: 2}
+	l.name = "categorical dtype=1 V=3001 T=1024"
+	l.rows(r, func(p *rowParams) { p.temperature, p.topK, p.topP, p.minP = 1, 40, 0.9, 0.01 })
+	add(l)
+	// More chunks than the draw has tiles (GB_MAX_TILES): tiles of two chunks.
+	l = &launch{kernel: kernelCategorical, dtype: dtF32, gridX: 1, block: 16, warp: 8, vocab: 20011, stride: 20011, slots: 5}
+	l.name = "categorical V=20011 T=16"
+	filters := [][3]float32{{0, 0, 0}, {7, 0, 0}, {0, 0.7, 0}, {0, 0, 0.05}}
+	l.rows(r, func(p *rowParams) {
+		f := filters[r.IntN(len(filters))]
+		p.temperature, p.topK, p.topP, p.minP = 0.9, uint32(f[0]), f[1], f[2]
+	})
+	add(l)
+	l = &launch{kernel: kernelCategorical, dtype: dtF32, gridX: 3, block: 64, warp: 32, vocab: 300, stride: 301, slots: 4}
+	l.name = "categorical grid.x=3"
+	l.rows(r, func(p *rowParams) { p.topP = 0.8 })
+	add(l)
+	// Rows whose largest logits are -0 then +0 (equal: the lowest index wins), in one
+	// block and split.
+	for _, s := range []int{1, 2} {
+		l = &launch{kernel: kernelGumbel, dtype: dtF32, gridX: s, block: 16, warp: 8, vocab: 8, stride: 8, slots: 2}
+		l.name = fmt.Sprintf("gumbel signed zeros S=%d", s)
+		l.logits = make([]byte, 2*8*4)
+		for i, v := range []float32{-1, float32(math.Copysign(0, -1)), -2, -3, -1, 0, -1, -2} {
+			l.store(i, v)
+			l.store(8+i, v)
+		}
+		l.params = []rowParams{{row: 0}, {row: 1, temperature: 1}}
+		ls = append(ls, l)
+	}
+	for k := range 2 {
+		l = &launch{kernel: k, dtype: dtF32, gridX: 2, block: 64, warp: 32, vocab: 0, stride: 4, slots: 2}
+		l.name = fmt.Sprintf("%s vocab=0", kernelNames[k])
+		l.rows(r, nil)
+		add(l)
+	}
+	return ls
+}

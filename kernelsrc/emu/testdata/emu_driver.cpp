@@ -1,0 +1,216 @@
+// emu_driver runs the launches of a job file through sampling.cu on the CPU (cuda_emu.h)
+// and writes what the kernels left in tokens, status and counters. emu_test.go writes the
+// jobs and compares the results with the Go edition.
+//
+// Usage: emu_driver JOB RESULT, or emu_driver --units UNITS RESULT (see units below).
+//
+// JOB (little-endian): u32 magic "GBEM", u32 count, then per launch:
+//   u32 kernel (0 gumbel_argmax, 1 categorical), u32 dtype (0 f32, 1 f16, 2 bf16),
+//   u32 grid_x, u32 grid_y, u32 block_x, u32 warp_size, u32 vocab, u32 slack,
+//   u64 row_stride, u32 slots, u32 reserved, u64 logits_bytes, logits, params (grid_y * 64).
+// RESULT, per launch: i32 tokens[slots], i32 status[slots], u32 counters[2 * grid_y].
+//
+// With GB_EMU_TRACE set, each launch is named on stderr as it ends (to see where the
+// time goes: the emulation is slow per barrier, not per element).
+//
+// Every buffer sits between two inaccessible pages, the logits ending slack bytes before
+// the second one: a read or write out of bounds ends the process with SIGSEGV.
+#include "../cuda_emu.h"
+
+#include "../../sampling.cu"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace {
+
+constexpr std::uint32_t kMagic = 0x4D454247u; // "GBEM"
+constexpr std::int32_t kUntouched = -7;
+
+// guarded is memory of n bytes that ends slack bytes before an inaccessible page and
+// starts after another.
+class guarded {
+  public:
+    guarded(std::size_t n, std::size_t slack) {
+        const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+        const std::size_t body = (n + slack + page - 1) / page * page;
+        total_ = body + 2 * page;
+        void* m = mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            gb_emu::fail("mmap");
+        }
+        base_ = static_cast<unsigned char*>(m);
+        if (mprotect(base_, page, PROT_NONE) != 0 || mprotect(base_ + page + body, page, PROT_NONE) != 0) {
+            gb_emu::fail("mprotect");
+        }
+        data_ = base_ + page + body - slack - n;
+    }
+    guarded(const guarded&) = delete;
+    guarded& operator=(const guarded&) = delete;
+    ~guarded() { munmap(base_, total_); }
+    template <typename T>
+    T* as() {
+        return reinterpret_cast<T*>(data_);
+    }
+
+  private:
+    unsigned char* base_ = nullptr;
+    unsigned char* data_ = nullptr;
+    std::size_t total_ = 0;
+};
+
+struct reader {
+    std::vector<unsigned char> buf;
+    std::size_t off = 0;
+    template <typename T>
+    T get() {
+        if (buf.size() - off < sizeof(T)) {
+            gb_emu::fail("job file truncated");
+        }
+        T v;
+        std::memcpy(&v, buf.data() + off, sizeof(T));
+        off += sizeof(T);
+        return v;
+    }
+    const unsigned char* take(std::size_t n) {
+        if (buf.size() - off < n) {
+            gb_emu::fail("job file truncated");
+        }
+        const unsigned char* p = buf.data() + off;
+        off += n;
+        return p;
+    }
+};
+
+using gumbel_fn = void (*)(const float*, const gb_row_params*, gb_i32*, gb_i32*, gb_u64*, gb_u32*, gb_u64, gb_u32);
+using gumbel16_fn = void (*)(const gb_u16*, const gb_row_params*, gb_i32*, gb_i32*, gb_u64*, gb_u32*, gb_u64,
+                             gb_u32);
+
+} // namespace
+
+// units evaluates sampling.cu's device functions on the inputs of UNITS (u32 n, n pairs
+// of u32 (w, tail); u32 m, m Philox inputs of six u32: counter, key) and writes, in
+// order: f32 GB_MIN_GUMBEL and GB_MAX_GUMBEL; n triples of f32 (gb_gumbel(w, tail),
+// gb_gumbel_bound(w), gb_cheap_bound(w)); m blocks of four u32;
+// the f32 of all 65536 f16 bit patterns; the same for bf16.
+int units(reader& r, std::ofstream& out) {
+    const float bounds[2] = {GB_MIN_GUMBEL, GB_MAX_GUMBEL};
+    out.write(reinterpret_cast<const char*>(bounds), sizeof bounds);
+    const std::uint32_t n = r.get<std::uint32_t>();
+    for (std::uint32_t i = 0; i < n; ++i) {
+        const gb_u32 w = r.get<std::uint32_t>();
+        const gb_u32 tail = r.get<std::uint32_t>();
+        const float v[3] = {gb_gumbel(w, tail), gb_gumbel_bound(w), gb_cheap_bound(w)};
+        out.write(reinterpret_cast<const char*>(v), sizeof v);
+    }
+    const std::uint32_t m = r.get<std::uint32_t>();
+    for (std::uint32_t i = 0; i < m; ++i) {
+        gb_u32 in[6];
+        for (auto& x : in) {
+            x = r.get<std::uint32_t>();
+        }
+        gb_u32 blk[4];
+        gb_philox(in[0], in[1], in[2], in[3], in[4], in[5], blk);
+        out.write(reinterpret_cast<const char*>(blk), sizeof blk);
+    }
+    for (gb_u32 h = 0; h < 65536u; ++h) {
+        const float f = gb_half_to_float(h);
+        out.write(reinterpret_cast<const char*>(&f), sizeof f);
+    }
+    for (gb_u32 h = 0; h < 65536u; ++h) {
+        const float f = gb_bf16_to_float(h);
+        out.write(reinterpret_cast<const char*>(&f), sizeof f);
+    }
+    if (r.off != r.buf.size()) {
+        gb_emu::fail("trailing bytes in units file");
+    }
+    out.close();
+    return out ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+    const bool unit_mode = argc == 4 && std::string(argv[1]) == "--units";
+    if (argc != 3 && !unit_mode) {
+        std::fprintf(stderr, "usage: %s JOB RESULT | %s --units UNITS RESULT\n", argv[0], argv[0]);
+        return 2;
+    }
+    reader r;
+    {
+        std::ifstream in(argv[unit_mode ? 2 : 1], std::ios::binary);
+        r.buf.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    if (unit_mode) {
+        std::ofstream out(argv[3], std::ios::binary);
+        return units(r, out);
+    }
+    if (r.get<std::uint32_t>() != kMagic) {
+        gb_emu::fail("bad job magic");
+    }
+    const std::uint32_t count = r.get<std::uint32_t>();
+    std::ofstream out(argv[2], std::ios::binary);
+    for (std::uint32_t i = 0; i < count; ++i) {
+        const std::uint32_t kernel = r.get<std::uint32_t>();
+        const std::uint32_t dtype = r.get<std::uint32_t>();
+        const std::uint32_t grid_x = r.get<std::uint32_t>();
+        const std::uint32_t grid_y = r.get<std::uint32_t>();
+        const std::uint32_t block_x = r.get<std::uint32_t>();
+        const std::uint32_t warp = r.get<std::uint32_t>();
+        const std::uint32_t vocab = r.get<std::uint32_t>();
+        const std::uint32_t slack = r.get<std::uint32_t>();
+        const std::uint64_t stride = r.get<std::uint64_t>();
+        const std::uint32_t slots = r.get<std::uint32_t>();
+        (void)r.get<std::uint32_t>();
+        const std::uint64_t nbytes = r.get<std::uint64_t>();
+        if (kernel > 1 || dtype > 2 || grid_x == 0 || grid_y == 0 || slots == 0) {
+            gb_emu::fail("bad launch header");
+        }
+
+        guarded logits(nbytes, slack);
+        std::memcpy(logits.as<unsigned char>(), r.take(nbytes), nbytes);
+        guarded params(std::size_t{grid_y} * 64, 0);
+        std::memcpy(params.as<unsigned char>(), r.take(std::size_t{grid_y} * 64), std::size_t{grid_y} * 64);
+        guarded tokens(std::size_t{slots} * 4, 0);
+        guarded status(std::size_t{slots} * 4, 0);
+        for (std::uint32_t s = 0; s < slots; ++s) {
+            tokens.as<gb_i32>()[s] = kUntouched;
+            status.as<gb_i32>()[s] = kUntouched;
+        }
+        guarded partials(std::size_t{grid_x} * grid_y * 8, 0);
+        std::memset(partials.as<unsigned char>(), 0xA5, std::size_t{grid_x} * grid_y * 8);
+        guarded counters(std::size_t{grid_y} * 8, 0);
+        std::memset(counters.as<unsigned char>(), 0, std::size_t{grid_y} * 8);
+
+        const gb_emu::dim3 grid{grid_x, grid_y, 1};
+        const gb_emu::dim3 block{block_x, 1, 1};
+        const auto* prm = params.as<const gb_row_params>();
+        gb_i32* tok = tokens.as<gb_i32>();
+        gb_i32* st = status.as<gb_i32>();
+        gb_u64* part = partials.as<gb_u64>();
+        gb_u32* cnt = counters.as<gb_u32>();
+        if (dtype == 0) {
+            const gumbel_fn fns[2] = {gumbel_argmax_f32, categorical_f32};
+            gb_emu::launch(fns[kernel], grid, block, static_cast<int>(warp), logits.as<const float>(), prm, tok, st,
+                           part, cnt, static_cast<gb_u64>(stride), vocab);
+        } else {
+            const gumbel16_fn fns[2][2] = {{gumbel_argmax_f16, categorical_f16}, {gumbel_argmax_bf16, categorical_bf16}};
+            gb_emu::launch(fns[dtype - 1][kernel], grid, block, static_cast<int>(warp), logits.as<const gb_u16>(), prm,
+                           tok, st, part, cnt, static_cast<gb_u64>(stride), vocab);
+        }
+        if (std::getenv("GB_EMU_TRACE") != nullptr) {
+            std::fprintf(stderr, "launch %u: kernel %u dtype %u grid %ux%u block %u vocab %u\n", i, kernel, dtype,
+                         grid_x, grid_y, block_x, vocab);
+        }
+        out.write(reinterpret_cast<const char*>(tok), std::streamsize{slots} * 4);
+        out.write(reinterpret_cast<const char*>(st), std::streamsize{slots} * 4);
+        out.write(reinterpret_cast<const char*>(cnt), std::streamsize{grid_y} * 8);
+    }
+    if (r.off != r.buf.size()) {
+        gb_emu::fail("trailing bytes in job file");
+    }
+    out.close();
+    return out ? 0 : 1;
+}

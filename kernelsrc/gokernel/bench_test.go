@@ -1,0 +1,85 @@
+package gokernel
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gumbel-go/gumbel/runtime"
+)
+
+// benchVocab is Qwen's vocabulary size.
+const benchVocab = 151936
+
+// llmLogits is one LLM-shaped row: normal(0, 2) with a handful of clear favourites.
+func llmLogits(r *rand.Rand, v int) []float32 {
+	row := make([]float32, v)
+	for i := range row {
+		row[i] = float32(r.NormFloat64() * 2)
+	}
+	for range 5 {
+		row[r.IntN(v)] = 15 + 10*r.Float32()
+	}
+	return row
+}
+
+// BenchmarkKernels reports ns per vocabulary element of one row on the CPU device.
+func BenchmarkKernels(b *testing.B) {
+	workers := testDevice.Info().Multiprocessors
+	r := rand.New(rand.NewPCG(8, 8))
+	cases := []struct {
+		name   string
+		kernel string
+		d      dtype
+		p      refParams
+		split  []int
+	}{
+		{"gumbel/T=1", "gumbel_argmax", f32, refParams{temperature: 1}, []int{1, workers}},
+		{"gumbel/T=1", "gumbel_argmax", f16, refParams{temperature: 1}, []int{1, workers}},
+		{"gumbel/T=1", "gumbel_argmax", bf16, refParams{temperature: 1}, []int{1, workers}},
+		{"gumbel/T=0.1", "gumbel_argmax", f32, refParams{temperature: 0.1}, []int{1}},
+		{"greedy", "gumbel_argmax", f32, refParams{}, []int{1, workers}},
+		{"categorical/none", "categorical", f32, refParams{temperature: 1}, []int{1}},
+		{"categorical/topk50-topp0.9", "categorical", f32, refParams{temperature: 1, topK: 50, topP: 0.9}, []int{1}},
+		{"categorical/topp0.9", "categorical", f32, refParams{temperature: 1, topP: 0.9}, []int{1}},
+	}
+	kernels := Kernels()
+	mod, err := testDevice.Load(&runtime.Program{Name: "bench", Go: kernels})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range cases {
+		for _, s := range c.split {
+			b.Run(fmt.Sprintf("%s/%s/S=%d", c.name, c.d, s), func(b *testing.B) {
+				p := &problem{d: c.d, vocab: benchVocab, stride: benchVocab,
+					rows: [][]float32{llmLogits(r, benchVocab)}, params: []refParams{c.p}}
+				p.params[0].seed = 12345
+				buf := p.layout(s)
+				args := buf.args(p.stride, p.vocab)
+				k, err := mod.Kernel(c.kernel + suffixes[c.d])
+				if err != nil {
+					b.Fatal(err)
+				}
+				grid := runtime.Dim3{X: s, Y: 1, Z: 1}
+				stream := testDevice.DefaultStream()
+				step := uint32(0)
+				cpu0, haveCPU := processCPUTime()
+				for b.Loop() {
+					step++
+					binary.LittleEndian.PutUint32(buf.params[16:], step)
+					if err := stream.Launch(k, grid, runtime.Dim3{X: 1024, Y: 1, Z: 1}, args); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if buf.status[0] != StatusOK {
+					b.Fatalf("status %d", buf.status[0])
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/benchVocab, "ns/elem")
+				if cpu1, ok := processCPUTime(); ok && haveCPU {
+					b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(b.N)/benchVocab, "cpu-ns/elem")
+				}
+			})
+		}
+	}
+}

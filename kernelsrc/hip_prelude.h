@@ -1,0 +1,24 @@
+// HIP prelude: hiprtc compiles this file followed by sampling.cu. It maps the few CUDA
+// built-ins that sampling.cu uses and HIP spells differently; the rest (__umulhi,
+// __umul64hi, __float2ull_rz, __clz, __float_as_uint, __uint_as_float, __threadfence,
+// atomicAdd/Or/Exch, warpSize, __align__, __launch_bounds__, fmaxf, fabsf, logf, log1pf,
+// expf) HIP provides under the CUDA name. sampling.cu uses sm_80's __reduce_max_sync
+// only where __CUDA_ARCH__ says so, which HIP never defines.
+
+// No multiply-add contraction anywhere in the kernels: clang's HIP default is to fuse
+// a * b + c, which would change the contract's separately rounded scores. The runtime
+// passes -ffp-contract=off too; the pragma keeps the source right under any options.
+#pragma clang fp contract(off)
+
+// HIP's own __fmul_rn/__fadd_rn are plain a * b and a + b, compiled inside HIP's headers
+// where contraction is on, so after inlining the pair can still become one fused
+// multiply-add (hiprtc does this for gfx90a). These spellings are compiled here, under
+// contract(off): separately rounded IEEE round-to-nearest operations.
+#define __fmul_rn(a, b) ((float)(a) * (float)(b))
+#define __fadd_rn(a, b) ((float)(a) + (float)(b))
+
+// Warp shuffles: HIP's take no mask (the whole wavefront takes part, as every call in
+// sampling.cu does) and default to width = warpSize (64 on CDNA, 32 on RDNA).
+#define __shfl_down_sync(mask, var, delta) __shfl_down((var), (delta))
+#define __shfl_up_sync(mask, var, delta) __shfl_up((var), (delta))
+#define __shfl_xor_sync(mask, var, lane_mask) __shfl_xor((var), (lane_mask))

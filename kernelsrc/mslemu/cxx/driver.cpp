@@ -1,0 +1,374 @@
+// driver.cpp runs the emulated MSL kernels on cases read from a file and writes what
+// they produced, for mslemu_test.go.
+//
+// Input (little-endian): "MSLEMU01", u32 case count, then per case
+//   u32 kernel (0 gumbel_argmax, 1 categorical), u32 dtype (0 f32, 1 f16, 2 bf16),
+//   u32 T, u32 S (threadgroups per row), u32 n (launch rows), u32 vocab,
+//   u64 row_stride, u32 out_rows (length of tokens and status), u32 max_groups,
+//   u32 yield_percent, u32 simd_width (0 means 32), u64 seed,
+//   u64 logits byte count, the logits, then n RowParams of 64 bytes.
+// Output: "MSLEMU01", then per case out_rows int32 tokens, out_rows int32 status and a
+// u32 count of counter words left non-zero.
+//
+// Probe input: "MSLPROBE", u32 probe, u32 count, then count inputs; the output is
+// "MSLPROBE" and count results (see runProbe). Probes call the kernels' building
+// blocks (probes.inc) directly.
+//
+// tokens and status start as 0x7EEEEEEE so that unwritten slots are visible. Every
+// buffer ends at an inaccessible page, so a read or write past its end kills the
+// process instead of passing unnoticed.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "mslemu.h"
+#include "mslemu_run.h"
+
+struct RowParams;
+
+// The kernels of sampling.metal, as the emulator compiles them.
+void gumbel_argmax_f32(const float*, const RowParams*, int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+                       const ulong&, const uint&, uint2, uint2, uint, uint2, uint, uint, uint, uint);
+void gumbel_argmax_f16(const ushort*, const RowParams*, int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+                       const ulong&, const uint&, uint2, uint2, uint, uint2, uint, uint, uint, uint);
+void gumbel_argmax_bf16(const ushort*, const RowParams*, int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+                        const ulong&, const uint&, uint2, uint2, uint, uint2, uint, uint, uint, uint);
+void categorical_f32(const float*, const RowParams*, int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+                     const ulong&, const uint&, uint2, uint, uint2, uint, uint, uint, uint);
+void categorical_f16(const ushort*, const RowParams*, int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+                     const ulong&, const uint&, uint2, uint, uint2, uint, uint, uint, uint);
+void categorical_bf16(const ushort*, const RowParams*, int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+                      const ulong&, const uint&, uint2, uint, uint2, uint, uint, uint, uint);
+
+namespace mslemu_probe {
+float exponential(uint w, uint tail);
+float noise(uint w, uint tail);
+float log1p(float x);
+float recip(float t);
+uint4 philox(uint4 c, uint k0, uint k1);
+ulong fixed(float w, uint F);
+float f16(ushort h);
+float bf16(ushort b);
+ulong mulhi64(ulong a, ulong b);
+}  // namespace mslemu_probe
+
+namespace {
+
+[[noreturn]] void die(const std::string& msg) {
+    std::fprintf(stderr, "mslemu driver: %s\n", msg.c_str());
+    std::exit(2);
+}
+
+// Guarded is memory whose last byte sits just before an inaccessible page.
+struct Guarded {
+    unsigned char* map = nullptr;
+    size_t mapLen = 0;
+    unsigned char* data = nullptr;
+    size_t size = 0;
+
+    Guarded(size_t n, unsigned char fill) : size(n) {
+        size_t page = size_t(sysconf(_SC_PAGESIZE));
+        size_t pages = (n + page - 1) / page + 1;
+        mapLen = (pages + 1) * page;
+        void* m = mmap(nullptr, mapLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            die("mmap failed");
+        }
+        map = static_cast<unsigned char*>(m);
+        mprotect(map, page, PROT_NONE);
+        mprotect(map + mapLen - page, page, PROT_NONE);
+        data = map + mapLen - page - n;
+        std::memset(data, fill, n);
+    }
+    ~Guarded() { munmap(map, mapLen); }
+    Guarded(const Guarded&) = delete;
+    Guarded& operator=(const Guarded&) = delete;
+};
+
+struct Reader {
+    FILE* f;
+    template <typename T>
+    T get() {
+        T v;
+        if (std::fread(&v, sizeof v, 1, f) != 1) {
+            die("short input");
+        }
+        return v;
+    }
+    void bytes(void* dst, size_t n) {
+        if (n > 0 && std::fread(dst, 1, n, f) != n) {
+            die("short input");
+        }
+    }
+};
+
+struct Launch {
+    uint32_t which, dtype;
+    const void* logits;
+    const RowParams* params;
+    int* tokens;
+    int* status;
+    metal::atomic_uint* partials;
+    metal::atomic_uint* counters;
+    ulong rowStride;
+    uint vocab;
+};
+
+void thunk(void* ctx, const mslemu::ThreadIds& id) {
+    const Launch* l = static_cast<const Launch*>(ctx);
+    uint2 group(id.group[0], id.group[1]);
+    uint2 groups(id.groups[0], id.groups[1]);
+    uint2 size(id.T, 1);
+    switch (l->which * 3 + l->dtype) {
+    case 0:
+        gumbel_argmax_f32(static_cast<const float*>(l->logits), l->params, l->tokens, l->status, l->partials,
+                          l->counters, l->rowStride, l->vocab, group, groups, id.tid, size, id.lane, id.sg, id.width,
+                          id.nsg);
+        break;
+    case 1:
+        gumbel_argmax_f16(static_cast<const ushort*>(l->logits), l->params, l->tokens, l->status, l->partials,
+                          l->counters, l->rowStride, l->vocab, group, groups, id.tid, size, id.lane, id.sg, id.width,
+                          id.nsg);
+        break;
+    case 2:
+        gumbel_argmax_bf16(static_cast<const ushort*>(l->logits), l->params, l->tokens, l->status, l->partials,
+                           l->counters, l->rowStride, l->vocab, group, groups, id.tid, size, id.lane, id.sg, id.width,
+                           id.nsg);
+        break;
+    case 3:
+        categorical_f32(static_cast<const float*>(l->logits), l->params, l->tokens, l->status, l->partials,
+                        l->counters, l->rowStride, l->vocab, group, id.tid, size, id.lane, id.sg, id.width, id.nsg);
+        break;
+    case 4:
+        categorical_f16(static_cast<const ushort*>(l->logits), l->params, l->tokens, l->status, l->partials,
+                        l->counters, l->rowStride, l->vocab, group, id.tid, size, id.lane, id.sg, id.width, id.nsg);
+        break;
+    case 5:
+        categorical_bf16(static_cast<const ushort*>(l->logits), l->params, l->tokens, l->status, l->partials,
+                         l->counters, l->rowStride, l->vocab, group, id.tid, size, id.lane, id.sg, id.width, id.nsg);
+        break;
+    default:
+        die("unknown kernel or dtype");
+    }
+}
+
+template <typename T>
+void put(FILE* out, T v) {
+    std::fwrite(&v, sizeof v, 1, out);
+}
+
+float bitsToFloat(uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
+
+uint32_t floatToBits(float f) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return b;
+}
+
+// runProbe answers one probe:
+//   1 noise:   (u32 w, u32 tail)       -> (f32 exponential, f32 gumbel noise)
+//   2 log1p:   f32 x                   -> f32 log1p_neg_half(x)
+//   3 recip:   f32 t                   -> f32 recip_rn(t)
+//   4 philox:  (u32 ctr[4], u32 key[2]) -> u32[4]
+//   5 fixed:   (f32 w, u32 F)          -> u64 fixed_weight(w, F)
+//   6 decode:  u16 bits                -> (f32 as float16, f32 as bfloat16)
+//   7 mulhi64: (u64 a, u64 b)          -> u64
+//   8 log1p sweep: count triples (u32 first, u32 last, u32 step) of magnitudes' bit
+//     patterns; for each u in the range, x = -u is checked against log1p in double
+//     and in long double, both rounded to float -> per triple u64 checked,
+//     u64 differing from double, u64 differing from long double, u32 largest
+//     difference in units in the last place, u32 first differing pattern (or 0).
+void runProbe(Reader& r, FILE* out) {
+    uint32_t probe = r.get<uint32_t>();
+    uint32_t count = r.get<uint32_t>();
+    std::fwrite("MSLPROBE", 1, 8, out);
+    for (uint32_t i = 0; i < count; ++i) {
+        switch (probe) {
+        case 1: {
+            uint w = r.get<uint32_t>(), tail = r.get<uint32_t>();
+            put(out, floatToBits(mslemu_probe::exponential(w, tail)));
+            put(out, floatToBits(mslemu_probe::noise(w, tail)));
+            break;
+        }
+        case 2:
+            put(out, floatToBits(mslemu_probe::log1p(bitsToFloat(r.get<uint32_t>()))));
+            break;
+        case 3:
+            put(out, floatToBits(mslemu_probe::recip(bitsToFloat(r.get<uint32_t>()))));
+            break;
+        case 4: {
+            uint c[6];
+            for (uint& v : c) {
+                v = r.get<uint32_t>();
+            }
+            uint4 o = mslemu_probe::philox(uint4(c[0], c[1], c[2], c[3]), c[4], c[5]);
+            put(out, o.x);
+            put(out, o.y);
+            put(out, o.z);
+            put(out, o.w);
+            break;
+        }
+        case 5: {
+            float w = bitsToFloat(r.get<uint32_t>());
+            uint F = r.get<uint32_t>();
+            put(out, mslemu_probe::fixed(w, F));
+            break;
+        }
+        case 6: {
+            ushort h = r.get<uint16_t>();
+            put(out, floatToBits(mslemu_probe::f16(h)));
+            put(out, floatToBits(mslemu_probe::bf16(h)));
+            break;
+        }
+        case 7: {
+            ulong a = r.get<uint64_t>(), b = r.get<uint64_t>();
+            put(out, mslemu_probe::mulhi64(a, b));
+            break;
+        }
+        case 8: {
+            uint32_t first = r.get<uint32_t>(), last = r.get<uint32_t>(), step = r.get<uint32_t>();
+            uint64_t checked = 0, vsDouble = 0, vsLong = 0;
+            uint32_t worst = 0, firstBad = 0;
+            for (uint64_t b = first; b <= last; b += step) {
+                float x = -bitsToFloat(uint32_t(b));
+                uint32_t got = floatToBits(mslemu_probe::log1p(x));
+                uint32_t d = floatToBits(float(std::log1p(double(x))));
+                uint32_t l = floatToBits(float(log1pl((long double)(x))));
+                checked++;
+                if (got != d) {
+                    vsDouble++;
+                }
+                if (got != l) {
+                    vsLong++;
+                    if (firstBad == 0) {
+                        firstBad = uint32_t(b);
+                    }
+                    // Same sign: the patterns' distance is the distance in ulps.
+                    worst = std::max(worst, got > l ? got - l : l - got);
+                }
+            }
+            put(out, checked);
+            put(out, vsDouble);
+            put(out, vsLong);
+            put(out, worst);
+            put(out, firstBad);
+            break;
+        }
+        default:
+            die("unknown probe " + std::to_string(probe));
+        }
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 3) {
+        die("usage: driver INPUT OUTPUT");
+    }
+    FILE* in = std::fopen(argv[1], "rb");
+    if (in == nullptr) {
+        die(std::string("cannot open ") + argv[1]);
+    }
+    FILE* out = std::fopen(argv[2], "wb");
+    if (out == nullptr) {
+        die(std::string("cannot create ") + argv[2]);
+    }
+    Reader r{in};
+    char magic[8];
+    r.bytes(magic, 8);
+    if (std::memcmp(magic, "MSLPROBE", 8) == 0) {
+        runProbe(r, out);
+        if (std::fclose(out) != 0) {
+            die("writing the output failed");
+        }
+        return 0;
+    }
+    if (std::memcmp(magic, "MSLEMU01", 8) != 0) {
+        die("bad magic");
+    }
+    std::fwrite("MSLEMU01", 1, 8, out);
+    uint32_t cases = r.get<uint32_t>();
+    for (uint32_t c = 0; c < cases; ++c) {
+        uint32_t which = r.get<uint32_t>();
+        uint32_t dtype = r.get<uint32_t>();
+        uint32_t T = r.get<uint32_t>();
+        uint32_t S = r.get<uint32_t>();
+        uint32_t n = r.get<uint32_t>();
+        uint32_t vocab = r.get<uint32_t>();
+        uint64_t stride = r.get<uint64_t>();
+        uint32_t outRows = r.get<uint32_t>();
+        uint32_t maxGroups = r.get<uint32_t>();
+        uint32_t yieldPercent = r.get<uint32_t>();
+        uint32_t width = r.get<uint32_t>();
+        uint64_t seed = r.get<uint64_t>();
+        uint64_t logitBytes = r.get<uint64_t>();
+        if (which > 1 || dtype > 2 || T == 0 || S == 0 || n == 0) {
+            die("case " + std::to_string(c) + ": bad header");
+        }
+        Guarded logits(logitBytes, 0);
+        r.bytes(logits.data, logitBytes);
+        Guarded params(size_t(n) * 64, 0);
+        r.bytes(params.data, size_t(n) * 64);
+        Guarded tokens(size_t(outRows) * 4, 0);
+        Guarded status(size_t(outRows) * 4, 0);
+        for (uint32_t i = 0; i < outRows; ++i) {
+            int32_t sentinel = 0x7EEEEEEE;
+            std::memcpy(tokens.data + 4 * i, &sentinel, 4);
+            std::memcpy(status.data + 4 * i, &sentinel, 4);
+        }
+        Guarded partials(size_t(n) * S * 8, 0xA5);
+        Guarded counters(size_t(n) * 8, 0);
+
+        Launch l;
+        l.which = which;
+        l.dtype = dtype;
+        l.logits = logits.data;
+        l.params = reinterpret_cast<const RowParams*>(params.data);
+        l.tokens = reinterpret_cast<int*>(tokens.data);
+        l.status = reinterpret_cast<int*>(status.data);
+        l.partials = reinterpret_cast<metal::atomic_uint*>(partials.data);
+        l.counters = reinterpret_cast<metal::atomic_uint*>(counters.data);
+        l.rowStride = stride;
+        l.vocab = vocab;
+
+        mslemu::Dispatch d;
+        d.grid[0] = which == 0 ? S : 1;
+        d.grid[1] = n;
+        d.grid[2] = 1;
+        d.T = T;
+        d.width = width == 0 ? 32 : width;
+        d.fn = thunk;
+        d.ctx = &l;
+        d.seed = seed;
+        d.maxGroups = maxGroups;
+        d.yieldPercent = yieldPercent;
+        mslemu::run(d);
+
+        uint32_t nonzero = 0;
+        for (size_t i = 0; i < size_t(n) * 2; ++i) {
+            uint32_t v;
+            std::memcpy(&v, counters.data + 4 * i, 4);
+            nonzero += v != 0 ? 1 : 0;
+        }
+        std::fwrite(tokens.data, 1, tokens.size, out);
+        std::fwrite(status.data, 1, status.size, out);
+        std::fwrite(&nonzero, 4, 1, out);
+    }
+    if (std::fclose(out) != 0) {
+        die("writing the output failed");
+    }
+    std::fclose(in);
+    return 0;
+}

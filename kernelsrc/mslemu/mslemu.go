@@ -1,0 +1,54 @@
+// Package mslemu executes the Metal edition of the sampling kernels
+// (../sampling.metal) on the CPU, so that its logic is tested without Apple hardware.
+//
+// cxx/mslemu.h maps the MSL that the kernels use onto C++20 (address spaces, attributes,
+// vector types, SIMD-group functions, barriers, atomics, precise math); cxx/mslemu.cpp
+// runs every GPU thread as a fiber under a seeded random scheduler; cxx/driver.cpp reads
+// launch cases from a file, runs them and writes tokens and status back, and answers
+// probes of the kernels' building blocks (cxx/probes.inc). The tests of this package
+// translate sampling.metal (Translate), compile it with g++ through these files (the
+// binary is cached under $GUMBEL_CACHE_DIR or the user cache folder, keyed by every
+// source and the compiler version) and require the Go edition's tokens and status on
+// random inputs, and package philox's noise bit for bit. Without g++ they skip.
+//
+// What the emulation proves: the kernels' control flow, indexing (every buffer, every
+// threadgroup array and every fiber stack ends at a guard page), reductions, radix
+// selections, the split-phase protocol under many interleavings, SIMD widths from 8 to
+// 64, the noise arithmetic and the double-float log1p, as compiled C++ with the same
+// float32 operations. What it cannot prove: that the Metal compiler accepts the source,
+// Apple's precise::log and precise::exp (emulated correctly rounded), weak memory
+// ordering on the GPU, and how the GPU treats float32 subnormals.
+package mslemu
+
+import (
+	"regexp"
+)
+
+// Source files of the emulator, relative to this package's directory.
+var Sources = []string{"cxx/mslemu.h", "cxx/mslemu_run.h", "cxx/mslemu.cpp", "cxx/driver.cpp", "cxx/probes.inc",
+	"cxx/include/metal_stdlib"}
+
+var (
+	tgArray  = regexp.MustCompile(`(?m)^([ \t]*)threadgroup[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*\[([^\]\n]+)\][ \t]*;`)
+	tgScalar = regexp.MustCompile(`(?m)^([ \t]*)threadgroup[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*;`)
+)
+
+// Translate rewrites MSL source for the emulator and returns how many declarations it
+// rewrote. A threadgroup variable declared in a kernel ("threadgroup T name[N];" or
+// "threadgroup T name;") is one object shared by the whole threadgroup, which C++ has
+// no way to say; the rewrite turns it into a reference to storage the emulator keeps per
+// threadgroup. Everything else compiles as it stands under mslemu.h.
+func Translate(src string) (string, int) {
+	n := 0
+	out := tgArray.ReplaceAllStringFunc(src, func(m string) string {
+		n++
+		g := tgArray.FindStringSubmatch(m)
+		return g[1] + "MSL_TG_ARRAY(" + g[2] + ", " + g[3] + ", " + g[4] + ");"
+	})
+	out = tgScalar.ReplaceAllStringFunc(out, func(m string) string {
+		n++
+		g := tgScalar.FindStringSubmatch(m)
+		return g[1] + "MSL_TG_SCALAR(" + g[2] + ", " + g[3] + ");"
+	})
+	return out, n
+}

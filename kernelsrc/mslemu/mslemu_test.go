@@ -1,0 +1,609 @@
+package mslemu
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gumbel-go/gumbel/half"
+	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
+	"github.com/gumbel-go/gumbel/philox"
+	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/cpu"
+)
+
+// cxxFlags compile the emulator: no fused multiply-add may appear where the kernels
+// round twice, exactly as on Metal with contraction off.
+var cxxFlags = []string{"-std=c++20", "-O2", "-ffp-contract=off", "-pthread", "-Wall", "-Wno-attributes",
+	"-Wno-unknown-pragmas", "-Wno-unused-variable", "-Wno-unused-but-set-variable"}
+
+// untouched fills tokens and status slots before a launch, in both editions.
+const untouched = int32(0x7EEEEEEE)
+
+// buildDriver compiles the emulator and the translated sampling.metal, or returns the
+// binary of an earlier identical build from the user cache.
+func buildDriver(t *testing.T) string {
+	t.Helper()
+	cxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("g++ not found: the MSL emulation test needs a C++20 compiler (install g++ 11 or later)")
+	}
+	kernels, n := Translate(kernelsrc.Metal)
+	require.Positive(t, n, "sampling.metal declares threadgroup memory; Translate found none")
+	kernels += "\n#include \"probes.inc\"\n"
+
+	version, err := exec.Command(cxx, "--version").Output()
+	require.NoError(t, err)
+	h := sha256.New()
+	h.Write(version)
+	h.Write([]byte(strings.Join(cxxFlags, " ")))
+	h.Write([]byte(kernels))
+	srcs := map[string][]byte{"kernels.cpp": []byte(kernels)}
+	for _, name := range Sources {
+		b, err := os.ReadFile(name)
+		require.NoError(t, err)
+		h.Write([]byte(name))
+		h.Write(b)
+		srcs[name] = b
+	}
+	key := hex.EncodeToString(h.Sum(nil))[:24]
+
+	dir := cacheDir(t, key)
+	bin := filepath.Join(dir, "driver")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	work := t.TempDir()
+	for name, b := range srcs {
+		p := filepath.Join(work, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, b, 0o644))
+	}
+	cx := filepath.Join(work, "cxx")
+	args := append(append([]string{}, cxxFlags...), "-I", filepath.Join(cx, "include"), "-I", cx,
+		"-o", filepath.Join(work, "driver"),
+		filepath.Join(cx, "driver.cpp"), filepath.Join(cx, "mslemu.cpp"), filepath.Join(work, "kernels.cpp"))
+	out, err := exec.Command(cxx, args...).CombinedOutput()
+	require.NoError(t, err, "compiling the emulated kernels:\n%s", out)
+	// Rename is atomic: a concurrent test run sees the whole binary or none.
+	if err := os.Rename(filepath.Join(work, "driver"), bin); err != nil {
+		return filepath.Join(work, "driver")
+	}
+	return bin
+}
+
+// cacheDir is where the driver built from sources with this key is kept: under
+// $GUMBEL_CACHE_DIR (as the GPU backends' compiled modules), else the user cache
+// folder's gumbel/; "off", or a folder that cannot be made, keeps it for this test only.
+func cacheDir(t *testing.T, key string) string {
+	t.Helper()
+	root := os.Getenv("GUMBEL_CACHE_DIR")
+	if root == "off" {
+		return t.TempDir()
+	}
+	if root == "" {
+		user, err := os.UserCacheDir()
+		if err != nil {
+			return t.TempDir()
+		}
+		root = filepath.Join(user, "gumbel")
+	}
+	dir := filepath.Join(root, "mslemu", key)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return t.TempDir()
+	}
+	return dir
+}
+
+// kernelKind is one of the two kernels of the set.
+type kernelKind uint32
+
+const (
+	gumbelArgmax kernelKind = 0
+	categorical  kernelKind = 1
+)
+
+// launchCase is one launch: logits of outRows rows, n launch rows sampling some of them.
+type launchCase struct {
+	name      string
+	kernel    kernelKind
+	dtype     int // index into kernelsrc.Suffixes
+	T, S      int
+	vocab     int
+	stride    int
+	outRows   int
+	maxGroups int // threadgroups the emulator interleaves at a time
+	yieldPct  int
+	simdWidth int    // 0 means 32, Apple's
+	seed      uint64 // emulator scheduling
+	logits    []byte
+	params    []byte // n RowParams
+}
+
+func (c *launchCase) launchRows() int { return len(c.params) / 64 }
+
+func (c *launchCase) kernelName() string {
+	base := kernelsrc.GumbelArgmax
+	if c.kernel == categorical {
+		base = kernelsrc.Categorical
+	}
+	return base + kernelsrc.Suffixes[c.dtype]
+}
+
+// rowParams is one RowParams record (ABI.md).
+type rowParams struct {
+	row         uint32
+	temperature float32
+	seed, step  uint64
+	topK        uint32
+	topP, minP  float32
+}
+
+func (p rowParams) put(dst []byte) {
+	words := [9]uint32{p.row, math.Float32bits(p.temperature), uint32(p.seed), uint32(p.seed >> 32),
+		uint32(p.step), uint32(p.step >> 32), p.topK, math.Float32bits(p.topP), math.Float32bits(p.minP)}
+	for i, w := range words {
+		binary.LittleEndian.PutUint32(dst[4*i:], w)
+	}
+}
+
+// Row shapes: each returns vocab float32 values (before narrowing to the dtype).
+type rowShape struct {
+	name string
+	make func(r *rand.Rand, v int) []float32
+}
+
+var (
+	negInf = float32(math.Inf(-1))
+	posInf = float32(math.Inf(1))
+	nan    = float32(math.NaN())
+)
+
+var rowShapes = []rowShape{
+	{"llm", func(r *rand.Rand, v int) []float32 {
+		row := make([]float32, v)
+		for i := range row {
+			row[i] = float32(r.NormFloat64() * 2)
+		}
+		for range 1 + r.IntN(3) {
+			row[r.IntN(v)] = 8 + 12*r.Float32()
+		}
+		return row
+	}},
+	{"tied", func(r *rand.Rand, v int) []float32 {
+		row := make([]float32, v)
+		for i := range row {
+			row[i] = float32(r.IntN(5) - 2)
+		}
+		return row
+	}},
+	{"masked", func(r *rand.Rand, v int) []float32 {
+		row := make([]float32, v)
+		for i := range row {
+			row[i] = float32(r.NormFloat64() * 3)
+			if r.IntN(3) == 0 {
+				row[i] = negInf
+			}
+		}
+		return row
+	}},
+	{"far", func(r *rand.Rand, v int) []float32 {
+		row := make([]float32, v)
+		for i := range row {
+			row[i] = -60 * r.Float32()
+		}
+		row[r.IntN(v)] = 0
+		return row
+	}},
+	{"huge", func(r *rand.Rand, v int) []float32 {
+		row := make([]float32, v)
+		for i := range row {
+			row[i] = float32(r.NormFloat64())
+		}
+		for range 1 + r.IntN(3) {
+			row[r.IntN(v)] = float32(math.Copysign(3e38, r.Float64()-0.7))
+		}
+		return row
+	}},
+	{"sole", func(r *rand.Rand, v int) []float32 {
+		row := make([]float32, v)
+		for i := range row {
+			row[i] = negInf
+		}
+		row[r.IntN(v)] = 1
+		row[r.IntN(v)] = 1
+		return row
+	}},
+	{"nan", func(r *rand.Rand, v int) []float32 {
+		row := make([]float32, v)
+		for i := range row {
+			row[i] = float32(r.NormFloat64())
+		}
+		row[r.IntN(v)] = nan
+		return row
+	}},
+	{"posinf", func(r *rand.Rand, v int) []float32 {
+		row := make([]float32, v)
+		for i := range row {
+			row[i] = float32(r.NormFloat64())
+		}
+		row[r.IntN(v)] = posInf
+		return row
+	}},
+	{"flat", func(r *rand.Rand, v int) []float32 {
+		// Mass spread over many tokens, so top-k, top-p and min-p cuts move the draw.
+		row := make([]float32, v)
+		for i := range row {
+			row[i] = 2*r.Float32() - 1
+		}
+		return row
+	}},
+	{"steps", func(r *rand.Rand, v int) []float32 {
+		// A few levels half a nat apart: ties with real mass at every filter bound.
+		row := make([]float32, v)
+		for i := range row {
+			row[i] = 0.5 * float32(r.IntN(6))
+		}
+		return row
+	}},
+	{"zeros", func(r *rand.Rand, v int) []float32 {
+		// The largest logit is a zero, repeated, of one sign per row. (Rows holding
+		// both -0 and +0 are TestSignedZeroGreedy's.)
+		zero := float32(math.Copysign(0, float64(r.IntN(2))-0.5))
+		row := make([]float32, v)
+		for i := range row {
+			row[i] = -float32(r.IntN(3))
+			if row[i] == 0 {
+				row[i] = zero
+			}
+		}
+		return row
+	}},
+	{"allneginf", func(r *rand.Rand, v int) []float32 {
+		row := make([]float32, v)
+		for i := range row {
+			row[i] = negInf
+		}
+		return row
+	}},
+}
+
+// temperatures of Gumbel and categorical rows, and the bad ones (status 3).
+var (
+	goodTemps = []float32{0.25, 0.7, 1, 1.5, 4, 16}
+	badTemps  = []float32{-1, nan, posInf, 1e-40}
+)
+
+// encodeRow narrows a row to the dtype, little-endian, into dst.
+func encodeRow(dtype int, row []float32, dst []byte) {
+	for i, x := range row {
+		switch dtype {
+		case 0:
+			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(x))
+		case 1:
+			binary.LittleEndian.PutUint16(dst[2*i:], half.Float16(x))
+		default:
+			binary.LittleEndian.PutUint16(dst[2*i:], half.BFloat16(x))
+		}
+	}
+}
+
+var vocabs = []int{1, 2, 3, 7, 33, 64, 255, 1000, 4099, 12289}
+
+// newCase builds a launch of n rows. Rows are written with a stride of vocab plus
+// padding, the padding holding NaN, so a kernel that read past vocab would report the
+// row non-finite; launch rows name the rows in a shuffled order and leave one row
+// unnamed.
+func newCase(r *rand.Rand, name string, kernel kernelKind, dtype, T, S, n, vocab int) *launchCase {
+	esize := 4
+	if dtype != 0 {
+		esize = 2
+	}
+	pad := r.IntN(5)
+	c := &launchCase{
+		name: name, kernel: kernel, dtype: dtype, T: T, S: S, vocab: vocab,
+		stride: vocab + pad, outRows: n + 1,
+		maxGroups: 1 + r.IntN(8), yieldPct: r.IntN(40), seed: r.Uint64(),
+	}
+	// The last row ends the buffer (no padding after it), so an overrun hits the
+	// driver's guard page.
+	elems := (c.outRows-1)*c.stride + vocab
+	c.logits = make([]byte, elems*esize)
+	padding := make([]float32, pad)
+	for i := range padding {
+		padding[i] = nan
+	}
+	for row := 0; row < c.outRows; row++ {
+		shape := rowShapes[r.IntN(len(rowShapes))]
+		encodeRow(dtype, shape.make(r, vocab), c.logits[row*c.stride*esize:])
+		if row < c.outRows-1 {
+			encodeRow(dtype, padding, c.logits[(row*c.stride+vocab)*esize:])
+		}
+	}
+	rows := r.Perm(c.outRows)[:n]
+	c.params = make([]byte, 64*n)
+	for y := range n {
+		p := rowParams{row: uint32(rows[y]), seed: r.Uint64(), step: r.Uint64()}
+		switch k := r.IntN(10); {
+		case k == 0:
+			p.temperature = badTemps[r.IntN(len(badTemps))]
+		case k <= 2:
+			p.temperature = 0
+		default:
+			p.temperature = goodTemps[r.IntN(len(goodTemps))]
+		}
+		if kernel == categorical {
+			p.topK = pick[uint32](r, 0, 0, 1, 2, 5, 50, uint32(max(vocab-1, 0)), uint32(vocab), uint32(vocab+3))
+			p.topP = pick[float32](r, 0, 0, 1e-12, 0.01, 0.5, 0.9, 0.999, 1, 1.5)
+			p.minP = pick[float32](r, 0, 0, 0, 1e-30, 0.05, 0.5, 1, 1.5)
+		}
+		p.put(c.params[64*y:])
+	}
+	return c
+}
+
+func pick[T any](r *rand.Rand, values ...T) T { return values[r.IntN(len(values))] }
+
+// writeCases encodes the cases in the driver's input format (see driver.cpp).
+func writeCases(cases []*launchCase) []byte {
+	var b bytes.Buffer
+	le := binary.LittleEndian
+	b.WriteString("MSLEMU01")
+	_ = binary.Write(&b, le, uint32(len(cases)))
+	for _, c := range cases {
+		for _, v := range []uint32{uint32(c.kernel), uint32(c.dtype), uint32(c.T), uint32(c.S),
+			uint32(c.launchRows()), uint32(c.vocab)} {
+			_ = binary.Write(&b, le, v)
+		}
+		_ = binary.Write(&b, le, uint64(c.stride))
+		for _, v := range []uint32{uint32(c.outRows), uint32(c.maxGroups), uint32(c.yieldPct), uint32(c.simdWidth)} {
+			_ = binary.Write(&b, le, v)
+		}
+		_ = binary.Write(&b, le, c.seed)
+		_ = binary.Write(&b, le, uint64(len(c.logits)))
+		b.Write(c.logits)
+		b.Write(c.params)
+	}
+	return b.Bytes()
+}
+
+// result is what one launch left behind.
+type result struct {
+	tokens, status []int32
+	countersLeft   uint32
+}
+
+// readResults decodes the driver's output.
+func readResults(t *testing.T, out []byte, cases []*launchCase) []result {
+	t.Helper()
+	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU01")), "driver output has no header")
+	rd := bytes.NewReader(out[8:])
+	res := make([]result, len(cases))
+	for i, c := range cases {
+		res[i].tokens = make([]int32, c.outRows)
+		res[i].status = make([]int32, c.outRows)
+		require.NoError(t, binary.Read(rd, binary.LittleEndian, res[i].tokens))
+		require.NoError(t, binary.Read(rd, binary.LittleEndian, res[i].status))
+		require.NoError(t, binary.Read(rd, binary.LittleEndian, &res[i].countersLeft))
+	}
+	require.Zero(t, rd.Len(), "driver output has trailing bytes")
+	return res
+}
+
+// runGoEdition runs the case on the Go edition, one block at a time in a shuffled order.
+func runGoEdition(t *testing.T, c *launchCase, kernels map[string]runtime.GoKernel, r *rand.Rand) result {
+	t.Helper()
+	fn := kernels[c.kernelName()]
+	require.NotNil(t, fn, "the Go edition has no kernel %s", c.kernelName())
+	n := c.launchRows()
+	tokens := make([]int32, c.outRows)
+	status := make([]int32, c.outRows)
+	for i := range tokens {
+		tokens[i], status[i] = untouched, untouched
+	}
+	s := 1
+	if c.kernel == gumbelArgmax {
+		s = c.S
+	}
+	partials := make([]uint64, n*s)
+	counters := make([]uint32, 2*n)
+	var a runtime.Args
+	a.Buffer(cpu.Wrap(c.logits)).
+		Buffer(cpu.Wrap(c.params)).
+		Buffer(cpu.Wrap(runtime.BytesOf(tokens))).
+		Buffer(cpu.Wrap(runtime.BytesOf(status))).
+		Buffer(cpu.Wrap(runtime.BytesOf(partials))).
+		Buffer(cpu.Wrap(runtime.BytesOf(counters))).
+		U64(uint64(c.stride)).
+		U32(uint32(c.vocab))
+	require.NoError(t, a.Err())
+	grid := runtime.Dim3{X: s, Y: n, Z: 1}
+	for _, i := range r.Perm(s * n) {
+		fn(&runtime.BlockContext{
+			Block: runtime.Dim3{X: i % s, Y: i / s}, Grid: grid,
+			BlockDim: runtime.Dim3{X: c.T, Y: 1, Z: 1}, Args: &a,
+		})
+	}
+	var left uint32
+	for _, v := range counters {
+		if v != 0 {
+			left++
+		}
+	}
+	return result{tokens: tokens, status: status, countersLeft: left}
+}
+
+// runDriver runs the emulator on the cases.
+func runDriver(t *testing.T, bin string, cases []*launchCase) []result {
+	t.Helper()
+	dir := t.TempDir()
+	in, outPath := filepath.Join(dir, "cases.bin"), filepath.Join(dir, "results.bin")
+	require.NoError(t, os.WriteFile(in, writeCases(cases), 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	msg, err := exec.CommandContext(ctx, bin, in, outPath).CombinedOutput()
+	require.NoError(t, err, "the emulated kernels failed:\n%s", msg)
+	out, err := os.ReadFile(outPath)
+	require.NoError(t, err)
+	return readResults(t, out, cases)
+}
+
+// TestKernelsMatchGoEdition runs sampling.metal in the emulator over every dtype,
+// threadgroups of 32, 256 and 1024 threads, 1, 3 and 16 threadgroups per row and SIMD
+// widths of 32 (and 8, 16, 64 for some launches), on rows
+// with masks, NaN, +Inf, all -Inf, ties and huge values, greedy, Gumbel, categorical
+// (top-k, top-p, min-p) and bad-temperature rows, and requires the Go edition's tokens
+// and status in every slot, and counters left at zero.
+func TestKernelsMatchGoEdition(t *testing.T) {
+	bin := buildDriver(t)
+	r := rand.New(rand.NewPCG(2024, 11))
+	var cases []*launchCase
+	for dtype := range kernelsrc.Suffixes {
+		for _, T := range []int{32, 256, 1024} {
+			for _, S := range []int{1, 3, 16} {
+				v := vocabs[r.IntN(len(vocabs))]
+				name := fmt.Sprintf("gumbel_argmax%s/T=%d/S=%d/V=%d", kernelsrc.Suffixes[dtype], T, S, v)
+				cases = append(cases, newCase(r, name, gumbelArgmax, dtype, T, S, 7, v))
+			}
+			for range 4 {
+				v := vocabs[r.IntN(len(vocabs))]
+				name := fmt.Sprintf("categorical%s/T=%d/V=%d", kernelsrc.Suffixes[dtype], T, v)
+				cases = append(cases, newCase(r, name, categorical, dtype, T, 1, 7, v))
+			}
+		}
+	}
+	// Other SIMD-group widths (Intel and AMD Macs): more SIMD-groups than lanes, other
+	// bin splits in the radix selection.
+	for _, width := range []int{8, 16, 64} {
+		for _, T := range []int{64, 1024} {
+			v := vocabs[r.IntN(len(vocabs))]
+			g := newCase(r, fmt.Sprintf("gumbel_argmax_f32/width=%d/T=%d/S=3/V=%d", width, T, v), gumbelArgmax, 0, T, 3, 7, v)
+			c := newCase(r, fmt.Sprintf("categorical_f32/width=%d/T=%d/V=%d", width, T, v), categorical, 0, T, 1, 7, v)
+			g.simdWidth, c.simdWidth = width, width
+			cases = append(cases, g, c)
+		}
+	}
+	got := runDriver(t, bin, cases)
+	kernels := gokernel.Kernels()
+	var ok [2]int
+	var statusCounts [4]int
+	for i, c := range cases {
+		want := runGoEdition(t, c, kernels, r)
+		assert.Zero(t, got[i].countersLeft, "%s: counters not left at zero", c.name)
+		assert.Zero(t, want.countersLeft, "%s: the Go edition left counters set", c.name)
+		for row := range c.outRows {
+			if !assert.Equal(t, want.status[row], got[i].status[row], "%s: row %d status", c.name, row) ||
+				!assert.Equal(t, want.tokens[row], got[i].tokens[row], "%s: row %d token", c.name, row) {
+				continue
+			}
+			if st := want.status[row]; st >= 0 && st < 4 {
+				statusCounts[st]++
+				ok[c.kernel]++
+			}
+		}
+	}
+	t.Logf("%d launches; rows agreeing: gumbel_argmax %d, categorical %d; by status 0/1/2/3: %v",
+		len(cases), ok[gumbelArgmax], ok[categorical], statusCounts)
+	// Every status must have been exercised, or the inputs missed a path.
+	for st, n := range statusCounts {
+		assert.Positive(t, n, "no row ended with status %d", st)
+	}
+}
+
+// TestSignedZeroGreedy pins the ABI's order on signed zeros: -0 and +0 compare equal, so
+// they tie and the lowest index wins, whatever the split: the -0 at index 1 beats the +0
+// at index 2.
+func TestSignedZeroGreedy(t *testing.T) {
+	bin := buildDriver(t)
+	negZero := float32(math.Copysign(0, -1))
+	row := []float32{-1, negZero, 0, negZero, 0, -2}
+	var cases []*launchCase
+	for _, T := range []int{32, 256} {
+		for _, S := range []int{1, 2, 3} {
+			c := &launchCase{
+				name: fmt.Sprintf("T=%d/S=%d", T, S), kernel: gumbelArgmax, T: T, S: S,
+				vocab: len(row), stride: len(row), outRows: 1, maxGroups: S, yieldPct: 20, seed: uint64(T + S),
+				logits: make([]byte, 4*len(row)), params: make([]byte, 64),
+			}
+			encodeRow(0, row, c.logits)
+			rowParams{}.put(c.params)
+			cases = append(cases, c)
+		}
+	}
+	for i, res := range runDriver(t, bin, cases) {
+		assert.Equal(t, int32(0), res.status[0], "%s: status", cases[i].name)
+		assert.Equal(t, int32(1), res.tokens[0], "%s: -0 at index 1 ties +0 at index 2 and wins by index", cases[i].name)
+	}
+}
+
+// TestTailWordDecidesWinner builds a row whose winner depends on the tail-extension
+// word: element 0 has a main word below 2^12, where the tail word moves the noise by
+// more than 1e-4, and element 1 scores halfway between element 0's noise with its true
+// tail word and with a zero one. Whole-row tests on random inputs almost never see such
+// an element; a kernel that dropped or misread the tail word fails here.
+func TestTailWordDecidesWinner(t *testing.T) {
+	bin := buildDriver(t)
+	var seed uint64
+	var gTrue, gZero float32
+	for s := uint64(1); ; s++ {
+		require.Less(t, s, uint64(1<<26), "no seed with a small main word found")
+		w := philox.Word(s, 0, 0, philox.PurposeGumbel)
+		if w >= 1<<12 {
+			continue
+		}
+		gTrue = philox.Gumbel(w, philox.Word(s, 0, 0, philox.PurposeGumbelTail))
+		gZero = philox.Gumbel(w, 0)
+		if math.Abs(float64(gTrue-gZero)) > 1e-4 {
+			seed = s
+			break
+		}
+	}
+	mid := (gTrue + gZero) / 2
+	g1 := philox.ElementGumbel(seed, 0, 1)
+	wantToken := int32(0)
+	if gTrue < gZero {
+		wantToken = 1
+	}
+	const vocab = 4099
+	row := make([]float32, vocab)
+	for i := range row {
+		row[i] = negInf
+	}
+	row[0], row[1] = 0, mid-g1
+	var cases []*launchCase
+	for _, T := range []int{32, 256, 1024} {
+		for _, S := range []int{1, 3, 16} {
+			c := &launchCase{
+				name: fmt.Sprintf("T=%d/S=%d", T, S), kernel: gumbelArgmax, T: T, S: S,
+				vocab: vocab, stride: vocab, outRows: 1, maxGroups: 4, yieldPct: 10, seed: uint64(T*S + 1),
+				logits: make([]byte, 4*vocab), params: make([]byte, 64),
+			}
+			encodeRow(0, row, c.logits)
+			rowParams{temperature: 1, seed: seed}.put(c.params)
+			cases = append(cases, c)
+		}
+	}
+	kernels := gokernel.Kernels()
+	r := rand.New(rand.NewPCG(1, 1))
+	for i, res := range runDriver(t, bin, cases) {
+		want := runGoEdition(t, cases[i], kernels, r)
+		require.Equal(t, wantToken, want.tokens[0], "the Go edition disagrees with philox")
+		assert.Equal(t, int32(0), res.status[0], "%s: status", cases[i].name)
+		assert.Equal(t, wantToken, res.tokens[0], "%s: the tail word decides this row", cases[i].name)
+	}
+}

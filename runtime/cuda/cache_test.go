@@ -1,0 +1,144 @@
+package cuda
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// corruptFile flips the last byte of a file.
+func corruptFile(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	b[len(b)-1] ^= 0xFF
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+}
+
+func TestCacheKeyCoversEveryInput(t *testing.T) {
+	opts := []string{"--gpu-architecture=sm_90", "--fmad=false"}
+	base := newCacheKey("src", opts, "sm_90", "13.0")
+	assert.Equal(t, base, newCacheKey("src", opts, "sm_90", "13.0"), "the key is deterministic")
+	assert.Len(t, base.String(), 64)
+	variants := map[string]cacheKey{
+		"source":        newCacheKey("src ", opts, "sm_90", "13.0"),
+		"options":       newCacheKey("src", []string{"--gpu-architecture=sm_90", "--fmad=true"}, "sm_90", "13.0"),
+		"option order":  newCacheKey("src", []string{"--fmad=false", "--gpu-architecture=sm_90"}, "sm_90", "13.0"),
+		"option split":  newCacheKey("src", []string{"--gpu-architecture=sm_90--fmad=false"}, "sm_90", "13.0"),
+		"architecture":  newCacheKey("src", opts, "sm_100", "13.0"),
+		"NVRTC version": newCacheKey("src", opts, "sm_90", "12.9"),
+		"no options":    newCacheKey("src", nil, "sm_90", "13.0"),
+	}
+	seen := map[cacheKey]string{base: "base"}
+	for name, k := range variants {
+		if prev, dup := seen[k]; dup {
+			t.Errorf("changing the %s gives the key of %s", name, prev)
+		}
+		seen[k] = name
+	}
+}
+
+func TestCacheEntryRoundTrip(t *testing.T) {
+	k := newCacheKey("src", nil, "sm_90", "13.0")
+	for _, img := range []moduleImage{
+		{data: []byte("\x7fELF cubin bytes")},
+		{data: []byte(".version 8.8\n.target sm_90\x00"), ptx: true},
+	} {
+		got, err := decodeEntry(k, encodeEntry(k, img))
+		require.NoError(t, err)
+		assert.Equal(t, img, got)
+	}
+}
+
+func TestCacheEntryRejectsCorruption(t *testing.T) {
+	k := newCacheKey("src", nil, "sm_90", "13.0")
+	other := newCacheKey("other", nil, "sm_90", "13.0")
+	good := encodeEntry(k, moduleImage{data: []byte("cubin code")})
+	mutate := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	cases := map[string][]byte{
+		"empty":              nil,
+		"truncated header":   good[:20],
+		"truncated code":     good[:len(good)-1],
+		"appended garbage":   append(append([]byte(nil), good...), 0),
+		"bad magic":          mutate(func(b []byte) []byte { b[0] = 'X'; return b }),
+		"future version":     mutate(func(b []byte) []byte { b[8] = 9; return b }),
+		"unknown kind":       mutate(func(b []byte) []byte { b[12] = 7; return b }),
+		"flipped code byte":  mutate(func(b []byte) []byte { b[len(b)-1] ^= 1; return b }),
+		"flipped checksum":   mutate(func(b []byte) []byte { b[60] ^= 1; return b }),
+		"huge length":        mutate(func(b []byte) []byte { b[23] = 0x7f; return b }),
+		"PTX without NUL":    encodeEntry(k, moduleImage{data: []byte(".version 8.8"), ptx: true}),
+		"zero-length code":   encodeEntry(k, moduleImage{data: []byte{}}),
+		"entry of other key": encodeEntry(other, moduleImage{data: []byte("cubin code")}),
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := decodeEntry(k, b)
+			assert.Error(t, err)
+		})
+	}
+}
+
+func TestCacheFiles(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "nested", "cuda")
+	k := newCacheKey("src", nil, "sm_90", "13.0")
+	_, err := readCacheEntry(dir, k)
+	assert.ErrorIs(t, err, errNotCached, "a missing folder is a miss, not an error")
+
+	img := moduleImage{data: []byte("cubin v1")}
+	require.NoError(t, writeCacheEntry(dir, k, img))
+	got, err := readCacheEntry(dir, k)
+	require.NoError(t, err)
+	assert.Equal(t, img, got)
+
+	img2 := moduleImage{data: []byte("cubin v2, longer")}
+	require.NoError(t, writeCacheEntry(dir, k, img2), "an entry is replaced in place")
+	got, err = readCacheEntry(dir, k)
+	require.NoError(t, err)
+	assert.Equal(t, img2, got)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no temporary file is left")
+	assert.Equal(t, k.String()+".bin", entries[0].Name())
+
+	corruptFile(t, filepath.Join(dir, entries[0].Name()))
+	_, err = readCacheEntry(dir, k)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, errNotCached)
+	assert.Contains(t, err.Error(), "checksum")
+
+	blocked := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(blocked, nil, 0o644))
+	assert.Error(t, writeCacheEntry(filepath.Join(blocked, "cuda"), k, img), "an unwritable folder is reported")
+}
+
+func TestCacheDir(t *testing.T) {
+	t.Setenv(EnvCacheDir, "off")
+	assert.Empty(t, cacheDir())
+	t.Setenv(EnvCacheDir, "/somewhere")
+	assert.Equal(t, filepath.Join("/somewhere", "cuda"), cacheDir())
+	t.Setenv(EnvCacheDir, "")
+	t.Setenv("XDG_CACHE_HOME", "/xdg")
+	t.Setenv("HOME", "/home/u")
+	if base, err := os.UserCacheDir(); err == nil {
+		assert.Equal(t, filepath.Join(base, "gumbel", "cuda"), cacheDir())
+	} else {
+		assert.Empty(t, cacheDir())
+	}
+}
+
+func TestMemoryCache(t *testing.T) {
+	c := imageCache{m: map[cacheKey]moduleImage{}}
+	k := newCacheKey("a", nil, "sm_90", "13.0")
+	_, ok := c.get(k)
+	assert.False(t, ok)
+	c.put(k, moduleImage{data: []byte("x")})
+	img, ok := c.get(k)
+	assert.True(t, ok)
+	assert.Equal(t, []byte("x"), img.data)
+	c.forget()
+	_, ok = c.get(k)
+	assert.False(t, ok)
+}

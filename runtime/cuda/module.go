@@ -1,0 +1,308 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/gumbel-go/gumbel/runtime"
+)
+
+// compileTarget is what NVRTC compiles a program for on one device.
+type compileTarget struct {
+	// arch is "sm_XY" (CUBIN, loaded as is) or "compute_XY" (PTX, compiled by the
+	// driver when loaded).
+	arch  string
+	cubin bool
+}
+
+// chooseTarget picks the compile target for a device of compute capability
+// major.minor, given the SM numbers this NVRTC supports (nil: it cannot say) and whether
+// it can emit CUBIN:
+//   - the device's own sm_XY when NVRTC knows it;
+//   - else the newest known sm_XZ of the same major version below the device (a CUBIN
+//     runs on later minor versions of its major);
+//   - else PTX for the newest known architecture below the device, which the driver
+//     compiles for the device (an NVRTC older than the device);
+//   - an error when the device is older than everything NVRTC supports.
+func chooseTarget(major, minor int, archs []int, canCUBIN bool) (compileTarget, error) {
+	cc := major*10 + minor
+	if archs == nil {
+		if canCUBIN {
+			return compileTarget{arch: "sm_" + strconv.Itoa(cc), cubin: true}, nil
+		}
+		return compileTarget{arch: "compute_" + strconv.Itoa(cc)}, nil
+	}
+	sameMajor, below, oldest := -1, -1, -1
+	for _, a := range archs {
+		if oldest < 0 || a < oldest {
+			oldest = a
+		}
+		if a > cc {
+			continue
+		}
+		if a/10 == major && a > sameMajor {
+			sameMajor = a
+		}
+		if a > below {
+			below = a
+		}
+	}
+	switch {
+	case canCUBIN && sameMajor >= 0:
+		return compileTarget{arch: "sm_" + strconv.Itoa(sameMajor), cubin: true}, nil
+	case below >= 0:
+		return compileTarget{arch: "compute_" + strconv.Itoa(below)}, nil
+	case oldest >= 0:
+		return compileTarget{}, fmt.Errorf("the device (sm_%d) is older than every architecture this NVRTC supports (oldest sm_%d)", cc, oldest)
+	}
+	return compileTarget{}, errors.New("this NVRTC reports no supported architecture")
+}
+
+// compileOptions are NVRTC's options for a target. --fmad=false because the kernel ABI
+// rounds the product and the sum of a score separately: a fused multiply-add would give
+// different tokens from the other editions.
+func compileOptions(t compileTarget) []string {
+	return []string{"--gpu-architecture=" + t.arch, "--fmad=false", "-default-device", "--std=c++17"}
+}
+
+// LoadSource says where Load found a module's code.
+type LoadSource uint8
+
+// Where a module's code came from.
+const (
+	// Compiled: NVRTC compiled the source (a cold load).
+	Compiled LoadSource = iota + 1
+	// DiskCache: the code was read from the disk cache.
+	DiskCache
+	// MemoryCache: this process compiled or read it before.
+	MemoryCache
+)
+
+// String returns "compiled", "disk cache" or "memory cache".
+func (s LoadSource) String() string {
+	switch s {
+	case Compiled:
+		return "compiled"
+	case DiskCache:
+		return "disk cache"
+	case MemoryCache:
+		return "memory cache"
+	}
+	return "LoadSource(" + strconv.Itoa(int(s)) + ")"
+}
+
+// LoadStats describes one Load: where the code came from and what each part cost.
+type LoadStats struct {
+	Program string
+	// Target is the compile target, e.g. "sm_90".
+	Target string
+	// Key is the cache key (hex).
+	Key    string
+	Source LoadSource
+	// Compile is NVRTC's time (zero unless Source is Compiled).
+	Compile time.Duration
+	// ModuleLoad is cuModuleLoadData's time (for a PTX target it includes the driver's
+	// compilation).
+	ModuleLoad time.Duration
+	// Total is the whole Load.
+	Total time.Duration
+	// Log is NVRTC's log of a successful compilation (warnings), if any.
+	Log string
+	// CacheErr says why the disk cache could not be read (a corrupt entry, which was
+	// recompiled) or written; nil when it worked or is off.
+	CacheErr error
+}
+
+// LastLoad returns the stats of the device's most recent successful Load.
+func (d *Device) LastLoad() LoadStats {
+	d.statsMu.Lock()
+	defer d.statsMu.Unlock()
+	return d.lastLoad
+}
+
+// Load compiles the program's CUDA edition for this device with NVRTC, or takes it from
+// the in-process or disk cache, and loads it into the device's context.
+func (d *Device) Load(p *runtime.Program) (runtime.Module, error) {
+	if p == nil || p.CUDA == "" {
+		return nil, fmt.Errorf("%w: cuda: Load: the program has no CUDA edition", runtime.ErrInvalidArgument)
+	}
+	if d.closed.Load() {
+		return nil, fmt.Errorf("cuda device %d: %w", d.ordinal, runtime.ErrClosed)
+	}
+	start := time.Now()
+	opts := compileOptions(d.target)
+	key := newCacheKey(p.CUDA, opts, d.target.arch, d.rtc.version())
+	stats := LoadStats{Program: p.Name, Target: d.target.arch, Key: key.String()}
+	img, err := d.image(p, key, opts, &stats)
+	if err != nil {
+		return nil, err
+	}
+	m := &module{dev: d, name: p.Name, kernels: map[string]*kernel{}}
+	loadStart := time.Now()
+	err = d.own(func() (resource, error) {
+		if r := Result(callN(d.drv.cuModuleLoadData, uintptr(unsafe.Pointer(&m.handle)), uintptr(unsafe.Pointer(&img.data[0])))); r != Success {
+			return nil, failed(fmt.Sprintf("cuModuleLoadData(%s, %s)", p.Name, d.target.arch), r)
+		}
+		return m, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	stats.ModuleLoad = time.Since(loadStart)
+	stats.Total = time.Since(start)
+	d.statsMu.Lock()
+	d.lastLoad = stats
+	d.statsMu.Unlock()
+	return m, nil
+}
+
+// compileMu serialises compilations, so that concurrent Loads of one program compile it
+// once (the second finds the first's result in the memory cache).
+var compileMu sync.Mutex
+
+// image returns the program's code for this device's target from the memory cache, the
+// disk cache or NVRTC, in that order, and fills in the stats.
+func (d *Device) image(p *runtime.Program, key cacheKey, opts []string, stats *LoadStats) (moduleImage, error) {
+	if img, ok := memoryCache.get(key); ok {
+		stats.Source = MemoryCache
+		return img, nil
+	}
+	compileMu.Lock()
+	defer compileMu.Unlock()
+	if img, ok := memoryCache.get(key); ok {
+		stats.Source = MemoryCache
+		return img, nil
+	}
+	dir := cacheDir()
+	if dir != "" {
+		img, err := readCacheEntry(dir, key)
+		if err == nil {
+			memoryCache.put(key, img)
+			stats.Source = DiskCache
+			return img, nil
+		}
+		if !errors.Is(err, errNotCached) {
+			stats.CacheErr = err
+		}
+	}
+	t := time.Now()
+	data, log, err := d.rtc.compile(p.Name, p.CUDA, opts, d.target.cubin)
+	stats.Compile = time.Since(t)
+	if err != nil {
+		return moduleImage{}, &runtime.CompileError{Backend: runtime.CUDA, Program: p.Name, Log: log, Err: err}
+	}
+	img := moduleImage{data: data, ptx: !d.target.cubin}
+	stats.Source, stats.Log = Compiled, log
+	memoryCache.put(key, img)
+	if dir != "" {
+		if err := writeCacheEntry(dir, key, img); err != nil {
+			stats.CacheErr = errors.Join(stats.CacheErr, err)
+		}
+	}
+	return img, nil
+}
+
+// module is a loaded CUmodule.
+type module struct {
+	dev     *Device
+	name    string
+	handle  uintptr // CUmodule
+	closed  atomic.Bool
+	mu      sync.Mutex
+	kernels map[string]*kernel
+}
+
+// kernel is one CUfunction of a module.
+type kernel struct {
+	mod        *module
+	name       string
+	fn         uintptr // CUfunction
+	maxThreads int
+	// paramSizes are the byte sizes of the kernel's parameters, for checking launch
+	// arguments; nil when the driver cannot say (before CUDA 12.4).
+	paramSizes []int
+}
+
+// Name returns the kernel's name.
+func (k *kernel) Name() string { return k.name }
+
+// MaxThreadsPerBlock is the largest block this kernel can run with.
+func (k *kernel) MaxThreadsPerBlock() int { return k.maxThreads }
+
+// Kernel returns the kernel of that name (an extern "C" __global__ function), or an
+// error wrapping runtime.ErrNoKernel.
+func (m *module) Kernel(name string) (runtime.Kernel, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed.Load() {
+		return nil, fmt.Errorf("cuda module %s: %w", m.name, runtime.ErrClosed)
+	}
+	if k, ok := m.kernels[name]; ok {
+		return k, nil
+	}
+	k := &kernel{mod: m, name: name}
+	drv := m.dev.drv
+	err := m.dev.withContext(func() error {
+		cname := cString(name)
+		if r := Result(callN(drv.cuModuleGetFunction, uintptr(unsafe.Pointer(&k.fn)), m.handle, uintptr(unsafe.Pointer(&cname[0])))); r != Success {
+			err := failed(fmt.Sprintf("cuModuleGetFunction(%s)", name), r)
+			if r == ErrorNotFound {
+				return fmt.Errorf("%w: %q in module %s: %w", runtime.ErrNoKernel, name, m.name, err)
+			}
+			return err
+		}
+		var v int32
+		if r := Result(callN(drv.cuFuncGetAttribute, uintptr(unsafe.Pointer(&v)), funcAttrMaxThreadsPerBlock, k.fn)); r != Success {
+			return failed(fmt.Sprintf("cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, %s)", name), r)
+		}
+		k.maxThreads = int(v)
+		k.paramSizes = paramSizes(drv, k.fn)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.kernels[name] = k
+	return k, nil
+}
+
+// paramSizes asks the driver for the size of each of a kernel's parameters; nil when it
+// cannot tell. An index past the last parameter gives CUDA_ERROR_INVALID_VALUE.
+func paramSizes(drv *driver, fn uintptr) []int {
+	if drv.cuFuncGetParamInfo == 0 {
+		return nil
+	}
+	sizes := []int{}
+	for i := 0; i <= runtime.MaxArgs; i++ {
+		var off, size uintptr
+		r := Result(callN(drv.cuFuncGetParamInfo, fn, uintptr(i), uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&size))))
+		if r == ErrorInvalidValue {
+			return sizes
+		}
+		if r != Success {
+			return nil
+		}
+		sizes = append(sizes, int(size))
+	}
+	// More parameters than a launch can carry: every launch will be refused by count.
+	return sizes
+}
+
+// Close unloads the module; its kernels can no longer be launched. A second Close does
+// nothing.
+func (m *module) Close() error { return m.dev.disown(m) }
+
+func (m *module) release() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed.Store(true)
+	if r := Result(callN(m.dev.drv.cuModuleUnload, m.handle)); r != Success {
+		return failed("cuModuleUnload", r)
+	}
+	return nil
+}

@@ -1,0 +1,190 @@
+package cuda
+
+import (
+	"fmt"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gumbel-go/gumbel/runtime"
+)
+
+// NVRTCResult is an NVRTC status (nvrtcResult).
+type NVRTCResult int32
+
+// NVRTC statuses the package acts on (nvrtc.h).
+const (
+	NVRTCSuccess          NVRTCResult = 0
+	NVRTCErrorOutOfMemory NVRTCResult = 1
+	NVRTCErrorCompilation NVRTCResult = 6
+)
+
+// nvrtcNamer turns an NVRTCResult into its description; the loaded NVRTC installs one
+// backed by nvrtcGetErrorString.
+var nvrtcNamer atomic.Pointer[func(NVRTCResult) string]
+
+// Error returns NVRTC's description of r, e.g. "NVRTC_ERROR_COMPILATION", or the bare
+// number when no NVRTC can name it.
+func (r NVRTCResult) Error() string {
+	if f := nvrtcNamer.Load(); f != nil {
+		if s := (*f)(r); s != "" {
+			return s
+		}
+	}
+	return "nvrtcResult(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Is maps NVRTC statuses onto the runtime's sentinel errors.
+func (r NVRTCResult) Is(target error) bool {
+	switch target {
+	case runtime.ErrOutOfMemory:
+		return r == NVRTCErrorOutOfMemory
+	case runtime.ErrCompile:
+		return r == NVRTCErrorCompilation
+	}
+	return false
+}
+
+// nvrtc is libnvrtc: its path, version, supported architectures and function pointers.
+type nvrtc struct {
+	path         string
+	major, minor int
+	// archs lists the SM numbers this NVRTC can compile for (e.g. 75, 80, ..., 120);
+	// nil when it cannot say (before CUDA 11.2).
+	archs []int
+
+	nvrtcGetErrorString, nvrtcVersion, nvrtcCreateProgram, nvrtcDestroyProgram uintptr
+	nvrtcCompileProgram, nvrtcGetProgramLogSize, nvrtcGetProgramLog            uintptr
+	nvrtcGetPTXSize, nvrtcGetPTX, nvrtcGetCUBINSize, nvrtcGetCUBIN             uintptr
+	nvrtcGetNumSupportedArchs, nvrtcGetSupportedArchs                          uintptr
+}
+
+func (n *nvrtc) symbols() []symbol {
+	req := func(dst *uintptr, name string) symbol { return symbol{names: []string{name}, dst: dst} }
+	opt := func(dst *uintptr, name string) symbol { return symbol{names: []string{name}, dst: dst, optional: true} }
+	return []symbol{
+		req(&n.nvrtcGetErrorString, "nvrtcGetErrorString"),
+		req(&n.nvrtcVersion, "nvrtcVersion"),
+		req(&n.nvrtcCreateProgram, "nvrtcCreateProgram"),
+		req(&n.nvrtcDestroyProgram, "nvrtcDestroyProgram"),
+		req(&n.nvrtcCompileProgram, "nvrtcCompileProgram"),
+		req(&n.nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize"),
+		req(&n.nvrtcGetProgramLog, "nvrtcGetProgramLog"),
+		req(&n.nvrtcGetPTXSize, "nvrtcGetPTXSize"),
+		req(&n.nvrtcGetPTX, "nvrtcGetPTX"),
+		opt(&n.nvrtcGetCUBINSize, "nvrtcGetCUBINSize"),
+		opt(&n.nvrtcGetCUBIN, "nvrtcGetCUBIN"),
+		opt(&n.nvrtcGetNumSupportedArchs, "nvrtcGetNumSupportedArchs"),
+		opt(&n.nvrtcGetSupportedArchs, "nvrtcGetSupportedArchs"),
+	}
+}
+
+// loadNVRTC finds libnvrtc, binds its functions and asks its version and architectures.
+func loadNVRTC(s runtime.LibrarySearch) (*nvrtc, error) {
+	h, path, err := openFound(s, "nvrtcVersion")
+	if err != nil {
+		return nil, err
+	}
+	n := &nvrtc{path: path}
+	if err := bindSymbols(path, func(name string) uintptr { return lookupSymbol(h, name) }, n.symbols()); err != nil {
+		return nil, err
+	}
+	n.installNamer()
+	var major, minor int32
+	if r := NVRTCResult(callN(n.nvrtcVersion, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor)))); r != NVRTCSuccess {
+		return nil, fmt.Errorf("nvrtcVersion: %w", r)
+	}
+	n.major, n.minor = int(major), int(minor)
+	if n.nvrtcGetNumSupportedArchs != 0 && n.nvrtcGetSupportedArchs != 0 {
+		var count int32
+		if r := NVRTCResult(callN(n.nvrtcGetNumSupportedArchs, uintptr(unsafe.Pointer(&count)))); r == NVRTCSuccess && count > 0 && count < 1024 {
+			archs := make([]int32, count)
+			if r := NVRTCResult(callN(n.nvrtcGetSupportedArchs, uintptr(unsafe.Pointer(&archs[0])))); r == NVRTCSuccess {
+				for _, a := range archs {
+					n.archs = append(n.archs, int(a))
+				}
+			}
+		}
+	}
+	return n, nil
+}
+
+func (n *nvrtc) installNamer() {
+	f := func(r NVRTCResult) string {
+		p := callN(n.nvrtcGetErrorString, uintptr(r))
+		// The result is a pointer to a static C string; reinterpret it without the
+		// uintptr-to-pointer conversion vet rightly distrusts for Go memory.
+		return goString(*(*unsafe.Pointer)(unsafe.Pointer(&p)), 512)
+	}
+	nvrtcNamer.Store(&f)
+}
+
+// version returns "major.minor".
+func (n *nvrtc) version() string { return strconv.Itoa(n.major) + "." + strconv.Itoa(n.minor) }
+
+// compile compiles CUDA C++ source and returns the CUBIN (cubin true) or the
+// NUL-terminated PTX, with the compiler's log. A failed compilation returns an error
+// wrapping the NVRTC status; the caller wraps it in a runtime.CompileError with the log.
+func (n *nvrtc) compile(name, source string, options []string, cubin bool) (image []byte, log string, err error) {
+	if cubin && (n.nvrtcGetCUBINSize == 0 || n.nvrtcGetCUBIN == 0) {
+		return nil, "", fmt.Errorf("%w: NVRTC %s cannot emit CUBIN", runtime.ErrUnavailable, n.version())
+	}
+	// NVRTC reads the strings during the calls below; the pinner keeps them in place
+	// while their addresses sit in the option array, which the GC does not scan.
+	var pin goruntime.Pinner
+	defer pin.Unpin()
+	src, file := cString(source), cString(name+".cu")
+	pin.Pin(&src[0])
+	pin.Pin(&file[0])
+	opts := make([]uintptr, len(options)+1) // +1: never empty, so &opts[0] is valid
+	for i, o := range options {
+		c := cString(o)
+		pin.Pin(&c[0])
+		opts[i] = uintptr(unsafe.Pointer(&c[0]))
+	}
+
+	var prog uintptr
+	if r := NVRTCResult(callN(n.nvrtcCreateProgram, uintptr(unsafe.Pointer(&prog)),
+		uintptr(unsafe.Pointer(&src[0])), uintptr(unsafe.Pointer(&file[0])), 0, 0, 0)); r != NVRTCSuccess {
+		return nil, "", fmt.Errorf("nvrtcCreateProgram(%s): %w", name, r)
+	}
+	defer func() { callN(n.nvrtcDestroyProgram, uintptr(unsafe.Pointer(&prog))) }()
+
+	r := NVRTCResult(callN(n.nvrtcCompileProgram, prog, uintptr(len(options)), uintptr(unsafe.Pointer(&opts[0]))))
+	log = n.programLog(prog)
+	if r != NVRTCSuccess {
+		return nil, log, fmt.Errorf("nvrtcCompileProgram(%s): %w", strings.Join(options, " "), r)
+	}
+
+	sizeFn, getFn, what := n.nvrtcGetPTXSize, n.nvrtcGetPTX, "PTX"
+	if cubin {
+		sizeFn, getFn, what = n.nvrtcGetCUBINSize, n.nvrtcGetCUBIN, "CUBIN"
+	}
+	var size uintptr
+	if r := NVRTCResult(callN(sizeFn, prog, uintptr(unsafe.Pointer(&size)))); r != NVRTCSuccess {
+		return nil, log, fmt.Errorf("nvrtcGet%sSize: %w", what, r)
+	}
+	if size == 0 {
+		return nil, log, fmt.Errorf("nvrtcGet%sSize: NVRTC produced no code", what)
+	}
+	image = make([]byte, size)
+	if r := NVRTCResult(callN(getFn, prog, uintptr(unsafe.Pointer(&image[0])))); r != NVRTCSuccess {
+		return nil, log, fmt.Errorf("nvrtcGet%s: %w", what, r)
+	}
+	return image, log, nil
+}
+
+// programLog returns the compiler's log, without the trailing NUL.
+func (n *nvrtc) programLog(prog uintptr) string {
+	var size uintptr
+	if NVRTCResult(callN(n.nvrtcGetProgramLogSize, prog, uintptr(unsafe.Pointer(&size)))) != NVRTCSuccess || size <= 1 {
+		return ""
+	}
+	buf := make([]byte, size)
+	if NVRTCResult(callN(n.nvrtcGetProgramLog, prog, uintptr(unsafe.Pointer(&buf[0])))) != NVRTCSuccess {
+		return ""
+	}
+	return strings.TrimSpace(string(trimNUL(buf)))
+}

@@ -1,0 +1,308 @@
+package hip
+
+import (
+	"errors"
+	"fmt"
+	goruntime "runtime"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gumbel-go/gumbel/runtime"
+)
+
+func init() {
+	runtime.Register(runtime.HIP, 20, func(ordinal int) (runtime.Device, error) { return Open(ordinal) }, probe)
+}
+
+// Device is one HIP device. [Open] returns it as a runtime.Device; assert it to *Device
+// for the HIP-specific getters.
+type Device struct {
+	drv *driver
+	rtc *compiler
+
+	ordinal         int
+	props           deviceProps
+	info            runtime.DeviceInfo
+	defaultStream   *stream
+	pinned          pinnedSet
+	closing, closed atomic.Bool
+}
+
+// deviceProps is what the runtime tells about a device.
+type deviceProps struct {
+	name string
+	// archName is gcnArchName, the processor with its feature settings, e.g.
+	// "gfx90a:sramecc+:xnack-".
+	archName        string
+	multiprocessors int
+	maxThreads      int
+	warpSize        int
+	maxBlock        [3]int
+	maxGrid         [3]int
+	totalMemory     uint64
+}
+
+// target is the processor code is compiled for: gcnArchName without its feature
+// settings, so the code object says "any" for xnack and sramecc and loads whichever
+// mode the device runs in.
+func (p deviceProps) target() string { return processorOf(p.archName) }
+
+// processorOf returns the processor of a target id: "gfx90a" for
+// "gfx90a:sramecc+:xnack-".
+func processorOf(target string) string {
+	p, _, _ := strings.Cut(target, ":")
+	return p
+}
+
+// info is the runtime.DeviceInfo of a device with these properties.
+func (p deviceProps) info(libraries []string) runtime.DeviceInfo {
+	return runtime.DeviceInfo{
+		Backend:            runtime.HIP,
+		Name:               p.name,
+		Arch:               p.target(),
+		Multiprocessors:    p.multiprocessors,
+		MaxThreadsPerBlock: p.maxThreads,
+		WarpSize:           p.warpSize,
+		TotalMemory:        p.totalMemory,
+		Libraries:          libraries,
+	}
+}
+
+// Open opens HIP device number ordinal. It returns an error wrapping
+// runtime.ErrUnavailable when there is no usable HIP runtime, hiprtc or device of that
+// number.
+func Open(ordinal int) (runtime.Device, error) {
+	drv, err := initialized()
+	if err != nil {
+		return nil, err
+	}
+	rtc, err := loadedCompiler()
+	if err != nil {
+		return nil, fmt.Errorf("%w: hip: kernels cannot be compiled without hiprtc: %w", runtime.ErrUnavailable, err)
+	}
+	d, err := open(drv, rtc, ordinal)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func open(drv *driver, rtc *compiler, ordinal int) (*Device, error) {
+	count, err := drv.deviceCount()
+	if err != nil {
+		return nil, err
+	}
+	if ordinal < 0 || ordinal >= count {
+		return nil, fmt.Errorf("%w: no HIP device %d (%d present)", runtime.ErrUnavailable, ordinal, count)
+	}
+	props, err := drv.deviceProps(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{drv: drv, rtc: rtc, ordinal: ordinal, props: props}
+	d.info = props.info([]string{drv.path, rtc.path})
+	err = d.withDevice(func() error {
+		s, err := d.newStreamLocked()
+		if err != nil {
+			return err
+		}
+		s.isDefault = true
+		d.defaultStream = s
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// deviceCount returns the number of HIP devices.
+func (drv *driver) deviceCount() (int, error) {
+	var n int32
+	if r := Result(callN(drv.hipGetDeviceCount, uintptr(unsafe.Pointer(&n)))); r != Success {
+		err := failed("hipGetDeviceCount", r)
+		if r == ErrorNoDevice {
+			err = fmt.Errorf("%w: %w", runtime.ErrUnavailable, err)
+		}
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// deviceProps asks the runtime about device ordinal.
+func (drv *driver) deviceProps(ordinal int) (deviceProps, error) {
+	var p deviceProps
+	var dev int32 // hipDevice_t
+	if r := Result(callN(drv.hipDeviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(ordinal))); r != Success {
+		return p, failed(fmt.Sprintf("hipDeviceGet(%d)", ordinal), r)
+	}
+	var name [256]byte
+	if r := Result(callN(drv.hipDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(dev))); r != Success {
+		return p, failed("hipDeviceGetName", r)
+	}
+	p.name = cut(name[:])
+	attrs := []struct {
+		attr int
+		dst  *int
+	}{
+		{attrMultiprocessorCount, &p.multiprocessors},
+		{attrMaxThreadsPerBlock, &p.maxThreads},
+		{attrWarpSize, &p.warpSize},
+		{attrMaxBlockDimX, &p.maxBlock[0]},
+		{attrMaxBlockDimX + 1, &p.maxBlock[1]},
+		{attrMaxBlockDimX + 2, &p.maxBlock[2]},
+		{attrMaxGridDimX, &p.maxGrid[0]},
+		{attrMaxGridDimX + 1, &p.maxGrid[1]},
+		{attrMaxGridDimX + 2, &p.maxGrid[2]},
+	}
+	for _, a := range attrs {
+		var v int32
+		if r := Result(callN(drv.hipDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a.attr), uintptr(ordinal))); r != Success {
+			return p, failed(fmt.Sprintf("hipDeviceGetAttribute(%d, device %d)", a.attr, ordinal), r)
+		}
+		*a.dst = int(v)
+	}
+	if drv.hipDeviceTotalMem != 0 {
+		var total uintptr
+		if r := Result(callN(drv.hipDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(dev))); r != Success {
+			return p, failed("hipDeviceTotalMem", r)
+		}
+		p.totalMemory = uint64(total)
+	}
+	arch, err := drv.archName(ordinal)
+	if err != nil {
+		return p, err
+	}
+	p.archName = arch
+	return p, nil
+}
+
+// archName reads gcnArchName from the device properties. hipDeviceGetAttribute cannot
+// return it, and the properties struct has two layouts, so the call goes to the edition
+// whose layout is known and the name is checked before it is believed.
+func (drv *driver) archName(ordinal int) (string, error) {
+	buf := make([]byte, devicePropBufferSize)
+	call, fn, off := "hipGetDevicePropertiesR0600", drv.hipGetDevicePropertiesR0600, gcnArchNameOffsetR0600
+	if fn == 0 {
+		call, fn, off = "hipGetDeviceProperties", drv.hipGetDeviceProperties, gcnArchNameOffsetR0000
+	}
+	if r := Result(callN(fn, uintptr(unsafe.Pointer(&buf[0])), uintptr(ordinal))); r != Success {
+		return "", failed(fmt.Sprintf("%s(device %d)", call, ordinal), r)
+	}
+	name := cut(buf[off : off+gcnArchNameSize])
+	if !targetPattern.MatchString(name) {
+		return "", fmt.Errorf("%w: hip: %s(device %d) gave gcnArchName %q, not a gfx target (HIP runtime %s, an unknown struct layout?)",
+			runtime.ErrUnavailable, call, ordinal, name, versionString(drv.version))
+	}
+	return name, nil
+}
+
+// cut returns the bytes of b before its first NUL, as a string.
+func cut(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}
+
+// probe reports the devices and libraries without keeping anything open.
+func probe() runtime.ProbeResult {
+	res := runtime.ProbeResult{Backend: runtime.HIP}
+	drv, err := loadedDriver()
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	res.Libraries = append(res.Libraries, drv.path+" (HIP "+versionString(drv.version)+")")
+	if rtc, err := loadedCompiler(); err == nil {
+		res.Libraries = append(res.Libraries, rtc.path+" (hiprtc "+rtc.version()+")")
+	} else {
+		res.Err = err
+	}
+	if _, err := initialized(); err != nil {
+		res.Err = errors.Join(res.Err, err)
+		return res
+	}
+	count, err := drv.deviceCount()
+	if err != nil {
+		res.Err = errors.Join(res.Err, err)
+		return res
+	}
+	for i := 0; i < count; i++ {
+		p, err := drv.deviceProps(i)
+		if err != nil {
+			res.Err = errors.Join(res.Err, err)
+			continue
+		}
+		res.Devices = append(res.Devices, p.info([]string{drv.path}))
+	}
+	if len(res.Devices) == 0 && res.Err == nil {
+		res.Err = fmt.Errorf("%w: the HIP runtime reports no device", runtime.ErrUnavailable)
+	}
+	return res
+}
+
+// withDevice runs f with the goroutine locked to its OS thread and the device current on
+// that thread (hipSetDevice is per thread, and a goroutine may run on any thread between
+// two calls), for set-up calls; the per-step calls use hotCall.
+func (d *Device) withDevice(f func() error) error {
+	if d.closed.Load() {
+		return fmt.Errorf("hip device %d: %w", d.ordinal, runtime.ErrClosed)
+	}
+	return d.onThread(f)
+}
+
+// onThread is withDevice without the closed check, for releasing what the device made:
+// HIP keeps memory, streams and modules valid after the device is closed, so their Free
+// and Close still work.
+func (d *Device) onThread(f func() error) error {
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	if r := Result(callN(d.drv.hipSetDevice, uintptr(d.ordinal))); r != Success {
+		return failed(fmt.Sprintf("hipSetDevice(%d)", d.ordinal), r)
+	}
+	return f()
+}
+
+// Info describes the device.
+func (d *Device) Info() runtime.DeviceInfo {
+	info := d.info
+	info.Libraries = append([]string(nil), d.info.Libraries...)
+	return info
+}
+
+// Ordinal returns the device number Open was given.
+func (d *Device) Ordinal() int { return d.ordinal }
+
+// Target returns the processor programs are compiled for, e.g. "gfx90a".
+func (d *Device) Target() string { return d.props.target() }
+
+// ArchName returns the device's gcnArchName: the processor with its feature settings,
+// e.g. "gfx90a:sramecc+:xnack-".
+func (d *Device) ArchName() string { return d.props.archName }
+
+// RuntimeVersion returns the HIP runtime's version, e.g. "6.2.41133".
+func (d *Device) RuntimeVersion() string { return versionString(d.drv.version) }
+
+// HIPRTCVersion returns the version hiprtc reports, e.g. "6.2".
+func (d *Device) HIPRTCVersion() string { return d.rtc.version() }
+
+// DefaultStream returns the device's own stream: a non-blocking stream the device
+// created, so it does not serialise with the NULL stream. Its Close does nothing; the
+// device closes it.
+func (d *Device) DefaultStream() runtime.Stream { return d.defaultStream }
+
+// Close releases the default stream. Buffers, streams, events and modules must not be
+// used after it, but their Free and Close still release them. A second Close does
+// nothing.
+func (d *Device) Close() error {
+	if !d.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	err := d.onThread(func() error { return d.defaultStream.release() })
+	d.closed.Store(true)
+	return err
+}

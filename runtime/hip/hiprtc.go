@@ -1,0 +1,213 @@
+package hip
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gumbel-go/gumbel/runtime"
+)
+
+// RTCResult is a hiprtc status (hiprtcResult).
+type RTCResult int32
+
+// hiprtc statuses the package acts on (hiprtc.h).
+const (
+	RTCSuccess          RTCResult = 0
+	RTCErrorOutOfMemory RTCResult = 1
+	RTCErrorCompilation RTCResult = 6
+)
+
+// rtcNamer turns an RTCResult into its description; the loaded hiprtc installs one
+// backed by hiprtcGetErrorString.
+var rtcNamer atomic.Pointer[func(RTCResult) string]
+
+// Error returns hiprtc's description of r, e.g. "HIPRTC_ERROR_COMPILATION", or the bare
+// number when no hiprtc can name it.
+func (r RTCResult) Error() string {
+	if f := rtcNamer.Load(); f != nil {
+		if s := (*f)(r); s != "" {
+			return s
+		}
+	}
+	return "hiprtcResult(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Is maps hiprtc statuses onto the runtime's sentinel errors.
+func (r RTCResult) Is(target error) bool {
+	switch target {
+	case runtime.ErrOutOfMemory:
+		return r == RTCErrorOutOfMemory
+	case runtime.ErrCompile:
+		return r == RTCErrorCompilation
+	}
+	return false
+}
+
+// compiler is hiprtc: where its functions came from, its version and the function
+// pointers.
+type compiler struct {
+	// path is the library the functions came from: libhiprtc, or libamdhip64 on ROCm
+	// before 5.3, which had no libhiprtc.
+	path         string
+	major, minor int
+
+	hiprtcGetErrorString, hiprtcVersion, hiprtcCreateProgram, hiprtcDestroyProgram uintptr
+	hiprtcCompileProgram, hiprtcGetProgramLogSize, hiprtcGetProgramLog             uintptr
+	hiprtcGetCodeSize, hiprtcGetCode                                               uintptr
+}
+
+func (c *compiler) symbols() []symbol {
+	req := func(dst *uintptr, name string) symbol { return symbol{name: name, dst: dst} }
+	return []symbol{
+		req(&c.hiprtcGetErrorString, "hiprtcGetErrorString"),
+		req(&c.hiprtcVersion, "hiprtcVersion"),
+		req(&c.hiprtcCreateProgram, "hiprtcCreateProgram"),
+		req(&c.hiprtcDestroyProgram, "hiprtcDestroyProgram"),
+		req(&c.hiprtcCompileProgram, "hiprtcCompileProgram"),
+		req(&c.hiprtcGetProgramLogSize, "hiprtcGetProgramLogSize"),
+		req(&c.hiprtcGetProgramLog, "hiprtcGetProgramLog"),
+		req(&c.hiprtcGetCodeSize, "hiprtcGetCodeSize"),
+		req(&c.hiprtcGetCode, "hiprtcGetCode"),
+	}
+}
+
+// loadCompiler finds hiprtc and binds its functions. When s finds no libhiprtc (and names
+// no explicit path), the functions are looked up in the HIP runtime that hipRuntime
+// loads, where ROCm kept them before 5.3.
+func loadCompiler(s runtime.LibrarySearch, hipRuntime func() (*driver, error)) (*compiler, error) {
+	lib, path, err := s.Find(openLibrary)
+	if err != nil {
+		if s.EnvVar != "" && strings.TrimSpace(os.Getenv(s.EnvVar)) != "" {
+			return nil, err
+		}
+		drv, derr := hipRuntime()
+		if derr != nil {
+			return nil, fmt.Errorf("%w; nor is there a HIP runtime to take it from: %w", err, derr)
+		}
+		lib, path = drv.lib, drv.path
+	}
+	c := &compiler{path: path}
+	if berr := bindSymbols(lib, path, c.symbols()); berr != nil {
+		if err != nil {
+			return nil, fmt.Errorf("%w; %w", err, berr)
+		}
+		return nil, berr
+	}
+	c.installNamer()
+	var major, minor int32
+	if r := RTCResult(callN(c.hiprtcVersion, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor)))); r != RTCSuccess {
+		return nil, fmt.Errorf("%w: hiprtcVersion: %w", runtime.ErrUnavailable, r)
+	}
+	c.major, c.minor = int(major), int(minor)
+	return c, nil
+}
+
+func (c *compiler) installNamer() {
+	f := func(r RTCResult) string { return cString(callN(c.hiprtcGetErrorString, uintptr(r)), 512) }
+	rtcNamer.Store(&f)
+}
+
+// version returns "major.minor" as hiprtc reports it.
+func (c *compiler) version() string { return strconv.Itoa(c.major) + "." + strconv.Itoa(c.minor) }
+
+// hiprtc is loaded once per process, apart from the HIP runtime: compiling needs no
+// device, and CI compiles on machines without one.
+var hiprtc struct {
+	once sync.Once
+	c    *compiler
+	err  error
+	// mu serialises compilations: older hiprtc releases share LLVM state between
+	// programs.
+	mu sync.Mutex
+}
+
+// loadedCompiler loads hiprtc once.
+func loadedCompiler() (*compiler, error) {
+	hiprtc.once.Do(func() {
+		if platformErr != nil {
+			hiprtc.err = platformErr
+			return
+		}
+		hiprtc.c, hiprtc.err = loadCompiler(hiprtcSearch(), loadedDriver)
+	})
+	return hiprtc.c, hiprtc.err
+}
+
+// HIPRTCVersion returns the version of the hiprtc this process uses and the library it
+// came from; the error wraps runtime.ErrUnavailable when there is none.
+func HIPRTCVersion() (version, library string, err error) {
+	c, err := loadedCompiler()
+	if err != nil {
+		return "", "", err
+	}
+	return c.version(), c.path, nil
+}
+
+// compile compiles HIP C++ source with the given options and returns the code object and
+// the compiler's log. A failed compilation returns an error wrapping the hiprtc status;
+// the caller wraps it in a runtime.CompileError with the log.
+func (c *compiler) compile(name, source string, options []string) (image []byte, log string, err error) {
+	hiprtc.mu.Lock()
+	defer hiprtc.mu.Unlock()
+	// hiprtc reads the strings during the calls below; the pinner keeps them in place
+	// while their addresses sit in the option array, which the GC does not scan.
+	var pin goruntime.Pinner
+	defer pin.Unpin()
+	src, file := cBytes(source), cBytes(name+".hip")
+	pin.Pin(&src[0])
+	pin.Pin(&file[0])
+	opts := make([]uintptr, len(options)+1) // +1: never empty, so &opts[0] is valid
+	for i, o := range options {
+		b := cBytes(o)
+		pin.Pin(&b[0])
+		opts[i] = uintptr(unsafe.Pointer(&b[0]))
+	}
+
+	var prog uintptr
+	if r := RTCResult(callN(c.hiprtcCreateProgram, uintptr(unsafe.Pointer(&prog)),
+		uintptr(unsafe.Pointer(&src[0])), uintptr(unsafe.Pointer(&file[0])), 0, 0, 0)); r != RTCSuccess {
+		return nil, "", fmt.Errorf("hiprtcCreateProgram(%s): %w", name, r)
+	}
+	defer func() { callN(c.hiprtcDestroyProgram, uintptr(unsafe.Pointer(&prog))) }()
+
+	r := RTCResult(callN(c.hiprtcCompileProgram, prog, uintptr(len(options)), uintptr(unsafe.Pointer(&opts[0]))))
+	log = c.programLog(prog)
+	if r != RTCSuccess {
+		return nil, log, fmt.Errorf("hiprtcCompileProgram(%s): %w", strings.Join(options, " "), r)
+	}
+	var size uintptr
+	if r := RTCResult(callN(c.hiprtcGetCodeSize, prog, uintptr(unsafe.Pointer(&size)))); r != RTCSuccess {
+		return nil, log, fmt.Errorf("hiprtcGetCodeSize: %w", r)
+	}
+	if size == 0 {
+		return nil, log, errors.New("hiprtcGetCodeSize: hiprtc produced no code")
+	}
+	image = make([]byte, size)
+	if r := RTCResult(callN(c.hiprtcGetCode, prog, uintptr(unsafe.Pointer(&image[0])))); r != RTCSuccess {
+		return nil, log, fmt.Errorf("hiprtcGetCode: %w", r)
+	}
+	return image, log, nil
+}
+
+// programLog returns the compiler's log, without the trailing NUL.
+func (c *compiler) programLog(prog uintptr) string {
+	var size uintptr
+	if RTCResult(callN(c.hiprtcGetProgramLogSize, prog, uintptr(unsafe.Pointer(&size)))) != RTCSuccess || size <= 1 {
+		return ""
+	}
+	buf := make([]byte, size)
+	if RTCResult(callN(c.hiprtcGetProgramLog, prog, uintptr(unsafe.Pointer(&buf[0])))) != RTCSuccess {
+		return ""
+	}
+	if i := strings.IndexByte(string(buf), 0); i >= 0 {
+		buf = buf[:i]
+	}
+	return strings.TrimSpace(string(buf))
+}

@@ -1,0 +1,112 @@
+package hip
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"sort"
+	"strings"
+
+	"github.com/gumbel-go/gumbel/runtime"
+)
+
+// Environment variables that name the libraries explicitly; when one is set, nothing else
+// is tried for that library.
+const (
+	EnvHIPLibrary    = "GUMBEL_HIP_LIBRARY"
+	EnvHIPRTCLibrary = "GUMBEL_HIPRTC_LIBRARY"
+)
+
+// hipSearch says where the HIP runtime (libamdhip64) lives.
+func hipSearch() runtime.LibrarySearch {
+	s := runtime.LibrarySearch{What: "the HIP runtime (libamdhip64)", EnvVar: EnvHIPLibrary, Dirs: libraryDirs()}
+	switch goruntime.GOOS {
+	case "linux":
+		s.Names = []string{"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"}
+	case "windows":
+		s.Names = []string{"amdhip64_7.dll", "amdhip64_6.dll", "amdhip64.dll"}
+	}
+	return s
+}
+
+// hiprtcSearch says where hiprtc lives. Before ROCm 5.3 it had no library of its own: its
+// functions were exported by libamdhip64, which loadHIPRTC falls back to.
+func hiprtcSearch() runtime.LibrarySearch {
+	s := runtime.LibrarySearch{What: "the HIP run-time compiler (libhiprtc)", EnvVar: EnvHIPRTCLibrary, Dirs: libraryDirs()}
+	switch goruntime.GOOS {
+	case "linux":
+		s.Names = []string{"libhiprtc.so.7", "libhiprtc.so.6", "libhiprtc.so.5", "libhiprtc.so"}
+	case "windows":
+		// The HIP SDK for Windows names hiprtc after its major and minor version.
+		for _, v := range []string{"0705", "0704", "0703", "0702", "0701", "0700",
+			"0605", "0604", "0603", "0602", "0601", "0600", "0507", "0505"} {
+			s.Names = append(s.Names, "hiprtc"+v+".dll")
+		}
+		s.Names = append(s.Names, "hiprtc.dll")
+	}
+	return s
+}
+
+// libraryDirs lists the folders ROCm installs into, for when the system loader does not
+// know them.
+func libraryDirs() []string {
+	var dirs []string
+	add := func(d string) {
+		if d != "" {
+			dirs = append(dirs, d)
+		}
+	}
+	switch goruntime.GOOS {
+	case "linux":
+		for _, env := range []string{"ROCM_PATH", "HIP_PATH"} {
+			if p := os.Getenv(env); p != "" {
+				add(filepath.Join(p, "lib"))
+			}
+		}
+		add("/opt/rocm/lib")
+		add("/opt/rocm/lib64")
+		// Side-by-side installs (/opt/rocm-6.2.0/lib), newest first.
+		dirs = append(dirs, globDescending("/opt/rocm-*/lib")...)
+	case "windows":
+		if p := os.Getenv("HIP_PATH"); p != "" {
+			add(filepath.Join(p, "bin"))
+		}
+		dirs = append(dirs, globDescending(`C:\Program Files\AMD\ROCm\*\bin`)...)
+	}
+	return dirs
+}
+
+// globDescending returns the matches of a pattern, the highest version (by name) first.
+func globDescending(pattern string) []string {
+	m, err := filepath.Glob(pattern)
+	if err != nil {
+		return nil
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(m)))
+	return m
+}
+
+// symbol binds one C function to the field that holds its address.
+type symbol struct {
+	name string
+	dst  *uintptr
+	// optional symbols may be missing; their field stays 0.
+	optional bool
+}
+
+// bindSymbols resolves every symbol in lib. A missing required symbol is an error naming
+// all that are missing.
+func bindSymbols(lib uintptr, what string, syms []symbol) error {
+	var missing []string
+	for _, s := range syms {
+		*s.dst = lookupSymbol(lib, s.name)
+		if *s.dst == 0 && !s.optional {
+			missing = append(missing, s.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: %s lacks %s (too old, or not the right library)", runtime.ErrUnavailable, what, strings.Join(missing, ", "))
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// LibrarySearch describes where to look for one shared library: an explicit path from an
+// environment variable, then names the system loader resolves (versioned sonames first),
+// then well-known folders.
+type LibrarySearch struct {
+	// What names the library in errors, e.g. "libcuda".
+	What string
+	// EnvVar holds an explicit path; when set, nothing else is tried.
+	EnvVar string
+	// Names are handed to the system loader in order (e.g. "libcuda.so.1").
+	Names []string
+	// Dirs are folders to try each name in when the loader finds none.
+	Dirs []string
+	// Reject reports paths that must never be loaded (e.g. CUDA's stub library).
+	Reject func(path string) bool
+}
+
+// Candidates lists what to try, in order: the explicit path alone when EnvVar is set;
+// otherwise each name, then each name inside each folder.
+func (s LibrarySearch) Candidates() []string {
+	if s.EnvVar != "" {
+		if p := strings.TrimSpace(os.Getenv(s.EnvVar)); p != "" {
+			return []string{p}
+		}
+	}
+	var out []string
+	out = append(out, s.Names...)
+	for _, d := range s.Dirs {
+		for _, n := range s.Names {
+			out = append(out, filepath.Join(d, n))
+		}
+	}
+	return out
+}
+
+// Find calls load on each candidate until one succeeds, skipping rejected paths, and
+// returns the handle and the candidate that worked; the error lists every attempt.
+func (s LibrarySearch) Find(load func(path string) (uintptr, error)) (uintptr, string, error) {
+	var tried []string
+	for _, c := range s.Candidates() {
+		if s.Reject != nil && s.Reject(c) {
+			tried = append(tried, c+": refused")
+			continue
+		}
+		h, err := load(c)
+		if err == nil && h != 0 {
+			return h, c, nil
+		}
+		switch {
+		case err == nil:
+			tried = append(tried, c+": loader returned no handle")
+		case strings.Contains(err.Error(), c):
+			// dlopen's message already names the path.
+			tried = append(tried, err.Error())
+		default:
+			tried = append(tried, c+": "+err.Error())
+		}
+	}
+	hint := ""
+	if s.EnvVar != "" {
+		hint = " (set " + s.EnvVar + " to its path)"
+	}
+	return 0, "", fmt.Errorf("%w: %s not found%s; tried %s", ErrUnavailable, s.What, hint, strings.Join(tried, "; "))
+}

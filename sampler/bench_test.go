@@ -1,0 +1,56 @@
+package sampler
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gumbel-go/gumbel/runtime"
+)
+
+// BenchmarkSample times one sampling step (parameter upload, launches, token copy and
+// wait) on the CPU device with the logits already in device memory, at Qwen's
+// vocabulary. ns/element is the time per vocabulary element per row.
+func BenchmarkSample(b *testing.B) {
+	dev := openCPU(b)
+	routes := []struct {
+		name   string
+		params Params
+		gumbel Switch
+	}{
+		{"greedy", Params{}, On},
+		{"gumbel", Params{Temperature: 0.8}, On},
+		{"categorical", Params{Temperature: 0.8}, Off},
+		{"topk50_topp0.9", Params{Temperature: 0.8, TopK: 50, TopP: 0.9}, On},
+	}
+	for _, r := range routes {
+		for _, batch := range []int{1, 8} {
+			b.Run(fmt.Sprintf("route=%s/batch=%d", r.name, batch), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(1, uint64(batch)))
+				logits := randomLogits(rng, batch, bigVocab, 2)
+				buf := upload(b, dev, runtime.BytesOf(logits))
+				params := make([]Params, batch)
+				for i := range params {
+					params[i] = r.params
+					params[i].RequestID = uint64(i)
+				}
+				s := newSampler(b, dev, Options{Gumbel: r.gumbel, Seed: 1})
+				lg := Logits{Data: buf, Rows: batch, Vocab: bigVocab}
+				var res Result
+				if err := s.Sample(lg, params, &res); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					for j := range params {
+						params[j].Step = uint64(i)
+					}
+					if err := s.Sample(lg, params, &res); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch*bigVocab), "ns/element")
+			})
+		}
+	}
+}

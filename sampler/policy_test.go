@@ -1,0 +1,67 @@
+package sampler
+
+import (
+	"testing"
+
+	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/stretchr/testify/assert"
+)
+
+func TestBlocksPerRow(t *testing.T) {
+	cpu8 := DefaultSplitPolicy(runtime.DeviceInfo{Backend: runtime.CPU, Multiprocessors: 8})
+	h200 := DefaultSplitPolicy(runtime.DeviceInfo{Backend: runtime.CUDA, Multiprocessors: 132})
+	tests := []struct {
+		name        string
+		policy      SplitPolicy
+		rows, vocab int
+		want        int
+	}{
+		{"zero policy never splits", SplitPolicy{}, 1, 151936, 1},
+		{"cpu: one row, big vocab: one block per worker", cpu8, 1, 151936, 8},
+		{"cpu: blocks of at least 16K elements", cpu8, 1, 5 * 16384, 5},
+		{"cpu: small vocab", cpu8, 1, 32767, 1},
+		{"cpu: smallest split vocab", cpu8, 1, 32768, 2},
+		{"cpu: two rows share the workers", cpu8, 2, 151936, 4},
+		{"cpu: three rows round up", cpu8, 3, 151936, 3},
+		{"cpu: batch fills the workers", cpu8, 8, 151936, 1},
+		{"cpu: batch larger than the workers", cpu8, 100, 151936, 1},
+		{"gpu: one row", h200, 1, 151936, 74},
+		{"gpu: sixteen rows", h200, 16, 151936, 17},
+		{"gpu: batch fills the device", h200, 132, 151936, 1},
+		{"gpu: small vocab", h200, 1, 16383, 1},
+		{"gpu: large vocab hits the cap", h200, 1, 1 << 30, 264},
+		{"cap per row", SplitPolicy{TargetBlocks: 1000, MaxBlocksPerRow: 7}, 1, 1000, 7},
+		{"no more blocks than elements", SplitPolicy{TargetBlocks: 1000}, 1, 10, 10},
+		{"no rows", cpu8, 0, 151936, 1},
+		{"negative rows", cpu8, -3, 151936, 1},
+		{"no vocab", SplitPolicy{TargetBlocks: 10}, 1, 0, 1},
+		{"negative fields impose nothing", SplitPolicy{MinVocab: -1, MaxRows: -1, TargetBlocks: 6, MinElementsPerBlock: -1, MaxBlocksPerRow: -1}, 2, 100, 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, tc.policy.BlocksPerRow(tc.rows, tc.vocab))
+		})
+	}
+}
+
+func TestDefaultSplitPolicy(t *testing.T) {
+	tests := []struct {
+		name string
+		info runtime.DeviceInfo
+		want SplitPolicy
+	}{
+		{"cpu", runtime.DeviceInfo{Backend: runtime.CPU, Multiprocessors: 4},
+			SplitPolicy{MinVocab: 32768, MaxRows: 4, TargetBlocks: 4, MinElementsPerBlock: 16384, MaxBlocksPerRow: 4}},
+		{"cpu with unknown workers", runtime.DeviceInfo{Backend: runtime.CPU},
+			SplitPolicy{MinVocab: 32768, MaxRows: 1, TargetBlocks: 1, MinElementsPerBlock: 16384, MaxBlocksPerRow: 1}},
+		{"cuda", runtime.DeviceInfo{Backend: runtime.CUDA, Multiprocessors: 132},
+			SplitPolicy{MinVocab: 16384, MaxRows: 132, TargetBlocks: 264, MinElementsPerBlock: 2048, MaxBlocksPerRow: 1024}},
+		{"metal", runtime.DeviceInfo{Backend: runtime.Metal, Multiprocessors: 10},
+			SplitPolicy{MinVocab: 16384, MaxRows: 10, TargetBlocks: 20, MinElementsPerBlock: 2048, MaxBlocksPerRow: 1024}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, DefaultSplitPolicy(tc.info))
+		})
+	}
+}

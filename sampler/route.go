@@ -1,0 +1,112 @@
+package sampler
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/gumbel-go/gumbel/philox"
+)
+
+// RowParamsSize is the size in bytes of one RowParams record of the kernel ABI
+// (kernelsrc/ABI.md): 16 little-endian 32-bit words.
+const RowParamsSize = 64
+
+// maxVocab bounds the vocabulary: the ABI passes V as u32 and indices as int32 tokens.
+const maxVocab = 1 << 31
+
+// RouteOf returns the route of a row whose vocabulary size is not known: temperature 0
+// or TopK 1 is greedy; a sampled row with no filter is Gumbel-max while the Gumbel
+// switch is on; anything else is categorical. Without a vocabulary every TopK > 1
+// counts as a filter; Sample routes with [Sampler.RouteFor], where TopK >= Vocab is
+// off as well.
+func (s *Sampler) RouteOf(p Params) Route {
+	return s.RouteFor(p, maxVocab)
+}
+
+// RouteFor returns the route of a row of a vocab-element batch, the route Sample gives
+// it. TopK >= vocab, TopP 0 or 1 and MinP 0 count as off. A temperature so small that
+// its reciprocal overflows float32 (below about 2.9e-39) is greedy too: it is greedy's
+// limit, and the kernels scale by that reciprocal.
+func (s *Sampler) RouteFor(p Params, vocab int) Route {
+	return route(p, vocab, s.set.Gumbel)
+}
+
+func route(p Params, vocab int, gumbel bool) Route {
+	if p.Temperature == 0 || p.TopK == 1 || math.IsInf(float64(1/p.Temperature), 0) {
+		return RouteGreedy
+	}
+	if gumbel && !filtered(p, vocab) {
+		return RouteGumbel
+	}
+	return RouteCategorical
+}
+
+// filtered reports whether any of top-k, top-p and min-p is on for a row of vocab
+// elements.
+func filtered(p Params, vocab int) bool {
+	return topKOn(p.TopK, vocab) || topPOn(p.TopP) || p.MinP != 0
+}
+
+func topKOn(k, vocab int) bool { return k > 0 && k < vocab }
+func topPOn(p float32) bool    { return p != 0 && p != 1 }
+
+// checkParams returns row's error when its parameters are out of range, or nil.
+// Every field is checked, used by the row's route or not, so a bad value never
+// hides behind another setting.
+func checkParams(row int, p Params) error {
+	t := float64(p.Temperature)
+	switch {
+	case math.IsNaN(t) || math.IsInf(t, 0) || t < 0:
+		return fmt.Errorf("row %d: temperature %v: %w", row, p.Temperature, ErrTemperature)
+	case p.TopK < 0:
+		return fmt.Errorf("row %d: top-k %d: %w", row, p.TopK, ErrTopK)
+	case !(p.TopP >= 0 && p.TopP <= 1):
+		return fmt.Errorf("row %d: top-p %v: %w", row, p.TopP, ErrTopP)
+	case !(p.MinP >= 0 && p.MinP <= 1):
+		return fmt.Errorf("row %d: min-p %v: %w", row, p.MinP, ErrMinP)
+	}
+	return nil
+}
+
+// rowSeed is the seed a row samples with: its own, or one derived from the sampler
+// seed and its request id (never from its position in the batch).
+func rowSeed(samplerSeed uint64, p Params) uint64 {
+	if p.HasSeed {
+		return p.Seed
+	}
+	return philox.RowSeed(samplerSeed, p.RequestID)
+}
+
+// putRowParams writes the RowParams record of logits row `row` into dst (at least
+// RowParamsSize bytes), in the form its route's kernel expects: greedy rows carry
+// temperature 0; filters that are off, and every filter of a gumbel_argmax row, are
+// written as the ABI's off values (top_k 0, top_p 1, min_p 0).
+func putRowParams(dst []byte, row int, r Route, p Params, vocab int, seed uint64) {
+	dst = dst[:RowParamsSize]
+	le := binary.LittleEndian
+	temperature := p.Temperature
+	if r == RouteGreedy {
+		temperature = 0
+	}
+	// Filters reach the categorical kernel only; gumbel_argmax rows carry them off.
+	var topK uint32
+	topP, minP := float32(1), float32(0)
+	if r == RouteCategorical {
+		if topKOn(p.TopK, vocab) {
+			topK = uint32(p.TopK)
+		}
+		if topPOn(p.TopP) {
+			topP = p.TopP
+		}
+		minP = p.MinP
+	}
+	le.PutUint32(dst[0:], uint32(row))
+	le.PutUint32(dst[4:], math.Float32bits(temperature))
+	le.PutUint64(dst[8:], seed)
+	le.PutUint64(dst[16:], p.Step)
+	le.PutUint32(dst[24:], topK)
+	le.PutUint32(dst[28:], math.Float32bits(topP))
+	le.PutUint32(dst[32:], math.Float32bits(minP))
+	clear(dst[36:])
+}

@@ -1,0 +1,359 @@
+package statistical
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gumbel-go/gumbel/philox"
+	"github.com/gumbel-go/gumbel/sampler"
+)
+
+// Alpha is the default acceptance threshold: a case fails when its p-value is below it.
+// See the package documentation for why 1e-6.
+const Alpha = 1e-6
+
+// Vocabulary sizes of the suite. SmallVocab keeps a million draws per case affordable on
+// the CPU device; LargeVocab is Qwen2's vocabulary, where 24-bit noise ties and capped
+// noise bite.
+const (
+	SmallVocab = 128
+	LargeVocab = 151936
+)
+
+// Temperatures every shape is sampled at.
+var Temperatures = []float32{0.5, 1.0, 1.5}
+
+// Size chooses how many draws the suite makes.
+type Size uint8
+
+// Sizes.
+const (
+	// SizeCI is the CPU suite of `go test`: a million draws for the small-vocabulary
+	// cases, a few thousand for the large ones, a reduced temperature grid for the
+	// filtered cases.
+	SizeCI Size = iota
+	// SizeFull is the GPU suite: every shape at every temperature, at least a million
+	// draws per case.
+	SizeFull
+)
+
+// String returns "ci" or "full".
+func (s Size) String() string {
+	if s == SizeFull {
+		return "full"
+	}
+	return "ci"
+}
+
+// Draw counts of each size. The CI figures are planned from the CPU device's measured
+// cost on a two-core machine (CPU time, not wall time, since the device spreads rows
+// over both cores): a Gumbel-max draw of a 128-token row costs about 3.3 µs (26 ns per
+// element), a categorical one 4 to 5 µs, a filtered one 5 to 9 µs (top-k on a flat row
+// is the slowest); one draw of a 151936-token row costs about 2.5 ms on the Gumbel path
+// and 4.4 ms on the categorical path. With these counts the CI suite needs about 90
+// CPU-seconds.
+const (
+	// CISmallDraws is the draw count of the small-vocabulary Gumbel-max cases in
+	// SizeCI, the path this module is about.
+	CISmallDraws = 1_000_000
+	// CISmallCategoricalDraws is the draw count of the small-vocabulary categorical and
+	// filtered cases in SizeCI: a quarter of the Gumbel cases', which halves the
+	// smallest shift of a token's probability they can see.
+	CISmallCategoricalDraws = 250_000
+	// CILargeDraws is the draw count of the large-vocabulary Gumbel-max cases in SizeCI.
+	CILargeDraws = 4_096
+	// CILargeCategoricalDraws is the draw count of the large-vocabulary categorical
+	// case in SizeCI.
+	CILargeCategoricalDraws = 2_048
+	// FullDraws is the draw count of every case of SizeFull but one.
+	FullDraws = 1_000_000
+	// FullFlatLargeDraws is the draw count of the flat large-vocabulary Gumbel-max case
+	// of SizeFull. A sampler with 24-bit uniforms and lowest-index ties moves about
+	// 4.5e-3 x (11 - 2i)/100 of the mass into decile i: a non-centrality of 6.8e-6 per
+	// draw, so 2e7 draws give 135, far above the 72 that p < 1e-6 on 9 degrees of
+	// freedom needs for 99% power. A million draws would give 6.8 and could never catch
+	// it (TestTieBiasDrawCount).
+	FullFlatLargeDraws = 20_000_000
+)
+
+// DefaultSeed seeds the suite when Config.Seed is zero.
+const DefaultSeed uint64 = 0x67756d62656c // "gumbel"
+
+// Config chooses the suite.
+type Config struct {
+	// Size picks the draw counts and the case grid.
+	Size Size
+	// Seed is the base seed; each case derives its own from it and its name. Zero
+	// means DefaultSeed.
+	Seed uint64
+	// Alpha is the acceptance threshold; zero means [Alpha].
+	Alpha float64
+	// DrawScale multiplies every draw count (for a quick look: 0.01); zero means 1.
+	DrawScale float64
+}
+
+// Shape is the form of a case's logits row.
+type Shape uint8
+
+// Shapes.
+const (
+	// Peaked: one token holds most of the mass, the rest Gaussian noise.
+	Peaked Shape = iota
+	// Flat: every logit equal. Ties everywhere: a biased tie-break shows.
+	Flat
+	// Bimodal: two bumps of likely tokens over Gaussian noise.
+	Bimodal
+	// Masked: Gaussian logits with about a third of the entries -Inf, including the
+	// first and last index and both neighbours of the top token.
+	Masked
+	// DiffuseTail: one dominant token, a few body tokens 2 to 8 nats below it, and every
+	// other token 20 to 30 nats below it (in units of logit/T), holding more than 1e-4 of
+	// the mass together: the tail a sampler with capped noise never draws.
+	DiffuseTail
+)
+
+// String returns the shape's name.
+func (s Shape) String() string {
+	switch s {
+	case Peaked:
+		return "peaked"
+	case Flat:
+		return "flat"
+	case Bimodal:
+		return "bimodal"
+	case Masked:
+		return "masked"
+	case DiffuseTail:
+		return "tail"
+	}
+	return "shape(?)"
+}
+
+// Binning is how draws are grouped for the chi-square test.
+type Binning uint8
+
+// Binnings.
+const (
+	// BinTokens: a bin per token whose expected count is at least MinExpected; lighter
+	// tokens pooled by whole nats below the top token (log(p_top/p)).
+	BinTokens Binning = iota
+	// BinDeciles: ten bins of consecutive indices (index*10/V), where a lowest-index
+	// tie-break shifts mass.
+	BinDeciles
+)
+
+// String returns "tokens" or "deciles".
+func (b Binning) String() string {
+	if b == BinDeciles {
+		return "deciles"
+	}
+	return "tokens"
+}
+
+// Case is one chi-square experiment.
+type Case struct {
+	// Name is unique within a suite, e.g. "bimodal/V128/T1.0/topk50-topp0.9".
+	Name  string
+	Shape Shape
+	// Route is the route every draw must take.
+	Route sampler.Route
+	// Gumbel is the sampler's Gumbel switch for this case: off for the kill-switch
+	// cases.
+	Gumbel      bool
+	Temperature float32
+	TopK        int
+	TopP        float32
+	MinP        float32
+	Binning     Binning
+	// Draws is the number of tokens drawn.
+	Draws int
+	// Seed is the seed of every row; draw number d uses step d.
+	Seed uint64
+	// Logits is the row every draw samples, len = vocabulary size.
+	Logits []float32
+	// Alpha is the acceptance threshold.
+	Alpha float64
+	// Detects says, for cases drawn too few times to catch every bias the suite is
+	// about, what they can still catch. Empty otherwise.
+	Detects string
+}
+
+// Vocab returns the vocabulary size.
+func (c *Case) Vocab() int { return len(c.Logits) }
+
+// Params returns the sampler parameters of draw number step.
+func (c *Case) Params(step uint64) sampler.Params {
+	return sampler.Params{
+		Temperature: c.Temperature,
+		TopK:        c.TopK,
+		TopP:        c.TopP,
+		MinP:        c.MinP,
+		Seed:        c.Seed,
+		HasSeed:     true,
+		Step:        step,
+	}
+}
+
+// Options returns the sampler options of the case: the Gumbel switch set explicitly (never
+// from the environment, so the case means the same everywhere) and the split phase on.
+func (c *Case) Options() sampler.Options {
+	sw := sampler.Off
+	if c.Gumbel {
+		sw = sampler.On
+	}
+	return sampler.Options{Seed: c.Seed, Gumbel: sw, Split: sampler.On}
+}
+
+// path describes how a case samples: its route and filter.
+type path struct {
+	label  string
+	gumbel bool
+	route  sampler.Route
+	topK   int
+	topP   float32
+	minP   float32
+}
+
+var (
+	pathGumbel      = path{label: "gumbel", gumbel: true, route: sampler.RouteGumbel}
+	pathCategorical = path{label: "categorical", gumbel: false, route: sampler.RouteCategorical}
+	pathTopKTopP    = path{label: "topk50-topp0.9", gumbel: true, route: sampler.RouteCategorical, topK: 50, topP: 0.9}
+	pathMinP        = path{label: "minp0.05", gumbel: true, route: sampler.RouteCategorical, minP: 0.05}
+)
+
+// Cases returns the suite of a configuration, in a fixed order.
+func Cases(cfg Config) []Case {
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = DefaultSeed
+	}
+	alpha := cfg.Alpha
+	if alpha == 0 {
+		alpha = Alpha
+	}
+	scale := cfg.DrawScale
+	if scale <= 0 {
+		scale = 1
+	}
+	draws := func(n int) int { return max(1, int(math.Round(float64(n)*scale))) }
+
+	var out []Case
+	add := func(shape Shape, vocab int, t float32, p path, binning Binning, n int, detects string) {
+		name := fmt.Sprintf("%s/V%d/T%.1f/%s", shape, vocab, t, p.label)
+		if binning == BinDeciles {
+			name += "/deciles"
+		}
+		out = append(out, Case{
+			Name:        name,
+			Shape:       shape,
+			Route:       p.route,
+			Gumbel:      p.gumbel,
+			Temperature: t,
+			TopK:        p.topK,
+			TopP:        p.topP,
+			MinP:        p.minP,
+			Binning:     binning,
+			Draws:       draws(n),
+			Seed:        philox.SplitMix64(seed ^ hashName(name)),
+			Logits:      Logits(shape, vocab, t),
+			Alpha:       alpha,
+			Detects:     detects,
+		})
+	}
+
+	small := []Shape{Peaked, Flat, Bimodal, Masked}
+	full := cfg.Size == SizeFull
+	smallDraws, categoricalDraws := CISmallDraws, CISmallCategoricalDraws
+	if full {
+		smallDraws, categoricalDraws = FullDraws, FullDraws
+	}
+	for _, shape := range small {
+		for _, t := range Temperatures {
+			add(shape, SmallVocab, t, pathGumbel, BinTokens, smallDraws, "")
+			add(shape, SmallVocab, t, pathCategorical, BinTokens, categoricalDraws, "")
+		}
+	}
+	// The filtered (categorical) kernel is the slow one on the CPU: the CI grid samples
+	// every shape with top-k + top-p at T = 1 and varies the temperature on the bimodal
+	// shape only, where the filters cut the most.
+	for _, shape := range small {
+		for _, t := range Temperatures {
+			if full || t == 1 || shape == Bimodal {
+				add(shape, SmallVocab, t, pathTopKTopP, BinTokens, categoricalDraws, "")
+			}
+		}
+	}
+	for _, shape := range []Shape{Bimodal, Masked} {
+		for _, t := range Temperatures {
+			if full || t == 1 || (shape == Bimodal && t == 1.5) {
+				add(shape, SmallVocab, t, pathMinP, BinTokens, categoricalDraws, "")
+			}
+		}
+	}
+
+	if full {
+		add(Flat, LargeVocab, 1, pathGumbel, BinDeciles, FullFlatLargeDraws, "")
+		add(Flat, LargeVocab, 1, pathCategorical, BinDeciles, FullDraws, "")
+		for _, t := range Temperatures {
+			add(DiffuseTail, LargeVocab, t, pathGumbel, BinTokens, FullDraws, "")
+			add(DiffuseTail, LargeVocab, t, pathCategorical, BinTokens, FullDraws, "")
+		}
+		return out
+	}
+	add(Flat, LargeVocab, 1, pathGumbel, BinDeciles, CILargeDraws,
+		detectsDeciles(draws(CILargeDraws), alpha))
+	add(DiffuseTail, LargeVocab, 1, pathGumbel, BinTokens, CILargeDraws, "")
+	add(DiffuseTail, LargeVocab, 1, pathCategorical, BinTokens, CILargeCategoricalDraws, "")
+	for i := range out {
+		if out[i].Shape == DiffuseTail {
+			out[i].Detects = detectsTail(&out[i], alpha)
+		}
+	}
+	return out
+}
+
+// detectsDeciles states the smallest decile-mass shift a flat decile case of n draws
+// catches half the time: moving delta from one decile to another gives the
+// non-centrality n·(delta²/0.1 + delta²/0.1).
+func detectsDeciles(n int, alpha float64) string {
+	lambda := DetectableNoncentrality(9, alpha, 0.5)
+	delta := math.Sqrt(lambda / (20 * float64(n)))
+	return fmt.Sprintf("%d draws catch (with probability 1/2) a shift of %.2g of the mass from one index decile to another (%.0f%% of a decile); "+
+		"the 24-bit tie bias (about 4e-4) needs the full size", n, delta, delta/0.1*100)
+}
+
+// detectsTail states what a diffuse-tail case of n draws catches half the time. Pooling
+// the row into the dominant token and the rest, a shift delta of the dominant token's
+// probability p has non-centrality n·delta²/(p(1-p)); losing the whole tail (mass tail)
+// removes n·tail expected draws from bins that hold about that many.
+func detectsTail(c *Case, alpha float64) string {
+	probs, err := Expected(c)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	top, tail := 0.0, 0.0
+	for _, p := range probs {
+		top = max(top, p)
+	}
+	for _, p := range probs {
+		if p > 0 && math.Log(top/p) >= tailNats {
+			tail += p
+		}
+	}
+	n := float64(c.Draws)
+	lambda := DetectableNoncentrality(1, alpha, 0.5)
+	delta := math.Sqrt(lambda * top * (1 - top) / n)
+	return fmt.Sprintf("%d draws catch (with probability 1/2) a shift of %.2g in the dominant token's mass; "+
+		"the tail's %.2g of the mass is %.2g expected draws, too few to see it lost: that needs the full size",
+		c.Draws, delta, tail, n*tail)
+}
+
+// hashName is FNV-1a of a case name, so each case's seed depends on its name only.
+func hashName(s string) uint64 {
+	h := uint64(0xcbf29ce484222325)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 0x100000001b3
+	}
+	return h
+}

@@ -1,0 +1,167 @@
+package statistical
+
+import (
+	"math"
+	"testing"
+
+	"github.com/gumbel-go/gumbel/sampler"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestCasesAreWellFormed(t *testing.T) {
+	for _, size := range []Size{SizeCI, SizeFull} {
+		t.Run(size.String(), func(t *testing.T) {
+			cases := Cases(Config{Size: size})
+			names := map[string]bool{}
+			seeds := map[uint64]bool{}
+			paths := map[string]bool{}
+			for _, c := range cases {
+				assert.False(t, names[c.Name], "duplicate case %s", c.Name)
+				names[c.Name] = true
+				assert.False(t, seeds[c.Seed], "%s: seed shared with another case", c.Name)
+				seeds[c.Seed] = true
+				assert.Equal(t, Alpha, c.Alpha, c.Name)
+
+				probs, err := Expected(&c)
+				require.NoError(t, err, "%s: its filter boundaries must be clear of float32 rounding", c.Name)
+				require.Len(t, probs, c.Vocab())
+
+				p := c.Params(7)
+				assert.Equal(t, uint64(7), p.Step)
+				assert.True(t, p.HasSeed)
+				filtered := c.TopK > 0 || c.TopP > 0 || c.MinP > 0
+				killSwitch := c.Route == sampler.RouteCategorical && !filtered
+				assert.Equal(t, !killSwitch, c.Options().Gumbel == sampler.On,
+					"%s: the Gumbel switch is off only for the kill-switch cases", c.Name)
+				switch {
+				case filtered:
+					paths["filtered"] = true
+					assert.Equal(t, sampler.RouteCategorical, c.Route, c.Name)
+				case c.Route == sampler.RouteCategorical:
+					paths["categorical"] = true
+				default:
+					paths["gumbel"] = true
+				}
+				if size == SizeFull {
+					assert.GreaterOrEqual(t, c.Draws, 1_000_000, c.Name)
+					assert.Empty(t, c.Detects, c.Name)
+				}
+				if size == SizeCI && c.Vocab() == LargeVocab {
+					assert.NotEmpty(t, c.Detects, "%s: a reduced case must say what it can still detect", c.Name)
+					t.Logf("%s: %s", c.Name, c.Detects)
+				}
+			}
+			assert.Len(t, paths, 3)
+			for _, want := range []string{
+				"flat/V151936/T1.0/gumbel/deciles", "tail/V151936/T1.0/gumbel", "tail/V151936/T1.0/categorical",
+				"peaked/V128/T0.5/gumbel", "bimodal/V128/T1.5/categorical", "masked/V128/T1.0/topk50-topp0.9",
+				"bimodal/V128/T1.0/minp0.05",
+			} {
+				assert.True(t, names[want], "missing %s", want)
+			}
+			if size == SizeFull {
+				for _, shape := range []Shape{Peaked, Flat, Bimodal, Masked, DiffuseTail} {
+					for _, temp := range Temperatures {
+						found := false
+						for _, c := range cases {
+							found = found || (c.Shape == shape && c.Temperature == temp)
+						}
+						assert.True(t, found, "full suite lacks %v at T %v", shape, temp)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestFilteredCasesCut(t *testing.T) {
+	filteredCases, oneToken := 0, 0
+	for _, c := range Cases(Config{Size: SizeFull}) {
+		if c.TopK == 0 && c.TopP == 0 && c.MinP == 0 {
+			continue
+		}
+		filtered, err := Expected(&c)
+		require.NoError(t, err)
+		plain, err := Probabilities(c.Logits, c.Temperature, Filter{})
+		require.NoError(t, err)
+		filteredCases++
+		cut := 0
+		for i := range plain {
+			if plain[i] > 0 && filtered[i] == 0 {
+				cut++
+			}
+		}
+		if c.Shape == Flat {
+			// Every logit ties with the k-th: top-k and top-p keep them all.
+			assert.Zero(t, cut, c.Name)
+			continue
+		}
+		assert.Positive(t, cut, "%s: the filter must remove tokens", c.Name)
+		kept := 0
+		for _, p := range filtered {
+			if p > 0 {
+				kept++
+			}
+		}
+		if kept == 1 {
+			// Top-p 0.9 of a row whose top token holds more: a fine check that no
+			// second token slips in, but it tests no proportions.
+			oneToken++
+		}
+	}
+	assert.LessOrEqual(t, oneToken*10, filteredCases, "most filtered cases must leave a choice")
+}
+
+func TestDiffuseTailShape(t *testing.T) {
+	for _, temp := range Temperatures {
+		logits := Logits(DiffuseTail, LargeVocab, temp)
+		probs, err := Probabilities(logits, temp, Filter{})
+		require.NoError(t, err)
+		top := 0.0
+		for _, p := range probs {
+			top = max(top, p)
+		}
+		tailTokens, tailMass := 0, 0.0
+		for _, p := range probs {
+			nats := math.Log(top / p)
+			if nats >= tailNats-1e-3 {
+				assert.LessOrEqual(t, nats, tailNatsMax+1e-3)
+				tailTokens++
+				tailMass += p
+			}
+		}
+		assert.GreaterOrEqual(t, tailTokens, 100_000, "T %v", temp)
+		assert.GreaterOrEqual(t, tailMass, 1e-4, "T %v", temp)
+		assert.Greater(t, top, 0.8, "T %v: one dominant token", temp)
+		t.Logf("T %v: %d tail tokens hold %.3g of the mass; the top token %.4f", temp, tailTokens, tailMass, top)
+	}
+}
+
+func TestMaskedShape(t *testing.T) {
+	x := Logits(Masked, SmallVocab, 1)
+	neg := float32(math.Inf(-1))
+	top := argmax(x)
+	assert.Equal(t, neg, x[0])
+	assert.Equal(t, neg, x[len(x)-1])
+	assert.Equal(t, neg, x[top-1])
+	assert.Equal(t, neg, x[top+1])
+	masked := 0
+	for _, v := range x {
+		if v == neg {
+			masked++
+		}
+	}
+	assert.InDelta(t, len(x)/3, masked, float64(len(x))/8)
+}
+
+func TestLogitsAreDeterministic(t *testing.T) {
+	for _, shape := range []Shape{Peaked, Flat, Bimodal, Masked, DiffuseTail} {
+		assert.Equal(t, Logits(shape, 1000, 1.5), Logits(shape, 1000, 1.5), shape.String())
+	}
+	a, b := Cases(Config{}), Cases(Config{Seed: 2})
+	require.Equal(t, len(a), len(b))
+	assert.NotEqual(t, a[0].Seed, b[0].Seed, "the base seed reaches the cases")
+	scaled := Cases(Config{DrawScale: 0.01})
+	assert.Equal(t, a[0].Draws/100, scaled[0].Draws)
+}
