@@ -1,16 +1,26 @@
 // gumbel sampling kernels, CUDA edition (also compiled for HIP through hip_prelude.h).
 //
 // The contract is kernelsrc/ABI.md; the Go edition (kernelsrc/gokernel) is the reference
-// these kernels match token for token. The source is compiled at run time by NVRTC or
-// hiprtc, which offer no standard headers, so it defines its own fixed-width types and
-// decodes f16/bf16 bit patterns with integer operations.
+// these kernels match token for token (kernelsrc/emu runs this file on the CPU to prove
+// it). The source is compiled at run time by NVRTC or hiprtc, which offer no standard
+// headers, so it defines its own fixed-width types and decodes f16/bf16 bit patterns with
+// integer operations. It compiles as C++03 and later.
 //
 // Numerics: every float operation whose rounding the contract fixes is written with
 // __fmul_rn/__fadd_rn (never contracted into a multiply-add, whatever the compiler
 // options), and logf/log1pf/expf are the accurate library functions, not intrinsics.
 //
-// Block shape: any blockDim.x that is a multiple of the warp size, up to 1024. Shared
-// arrays are sized for 1024 / 32 = 32 warps, the most any supported device can have.
+// Block shape: any blockDim.x that is a multiple of the warp size, up to 1024 (and at most
+// warpSize warps, which every real device satisfies). Shared arrays are sized for
+// 1024 / 32 = 32 warps. Each thread takes four consecutive elements per step (one Philox
+// block), with one 16-byte (f32) or 8-byte (f16, bf16) load where the row is aligned
+// (checked once per row) and scalar loads otherwise; the next group is loaded before the
+// current one is processed.
+//
+// gumbel_argmax skips work that cannot change the winner, exactly: a warp agrees each
+// step on a lower bound of the row's winning score; a group whose largest x·invT plus
+// MaxGumbel is below it skips Philox, and an element whose x·invT plus a bound on its
+// noise read from the Philox word alone is below it skips its two logarithms.
 
 typedef unsigned int gb_u32;
 typedef unsigned long long gb_u64;

@@ -25,19 +25,19 @@ type SplitPolicy struct {
 	MaxBlocksPerRow int
 }
 
-// Thresholds of the GPU policy.
-//
-// INITIAL GUESS, to be replaced by H200 measurements (the lead measures
-// BenchmarkSample and the bench/ sweeps on the H200 and updates these numbers and this
-// comment). The reasoning behind the guess: a 1024-thread block per SM pair of
-// residency slots (2048 threads per SM on Hopper and Ampere), so two blocks per SM
-// fill the chip; a block should get at least two elements per thread before its
-// partial and reduction overhead pays for itself; a row smaller than 16K elements is
-// done by one block in about the time of a launch.
+// Thresholds of the GPU policy, chosen from a sweep of blocks per row (1 to 256) over
+// vocab {8K, 16K, 32K, 64K, 152K} x batch {1 ... 128} on an NVIDIA H200 (132 SMs;
+// docs/benchmark_results/gumbel-sampling-h200-2026-11-30.md, bench.TestGPUSplitSweep).
+// The sampling kernel runs one 1024-thread block per SM, and the fastest split was,
+// at every vocabulary from 8K up, the one that gives the launch about one block per
+// SM: batch 1 -> 128 blocks per row, 4 -> 32, 8 -> 16, 16 -> 8, 32 -> 4, 64 -> 2,
+// 128 -> 1 (a second wave of blocks costs more than it spreads). Splitting paid even at
+// V = 8192 (7.4 µs against 8.6 at batch 1); pieces under about 1024 elements (one per
+// thread) stopped paying.
 const (
-	gpuMinVocab            = 16384
-	gpuBlocksPerSM         = 2
-	gpuMinElementsPerBlock = 2048
+	gpuMinVocab            = 4096
+	gpuBlocksPerSM         = 1
+	gpuMinElementsPerBlock = 1024
 	gpuMaxBlocksPerRow     = 1024
 )
 
@@ -74,13 +74,16 @@ func DefaultSplitPolicy(info runtime.DeviceInfo) SplitPolicy {
 
 // BlocksPerRow returns how many blocks each of rows rows of vocab elements gets: one
 // when the vocabulary is small or the batch alone fills the device; otherwise enough
-// to reach TargetBlocks in all, within MinElementsPerBlock and MaxBlocksPerRow. The
+// to reach TargetBlocks in all without passing it, within MinElementsPerBlock and MaxBlocksPerRow. The
 // answer is at least 1 and at most vocab.
 func (p SplitPolicy) BlocksPerRow(rows, vocab int) int {
 	if rows < 1 || vocab < 1 || vocab < p.MinVocab || (p.MaxRows > 0 && rows >= p.MaxRows) {
 		return 1
 	}
-	s := (max(p.TargetBlocks, 1) + rows - 1) / rows
+	// Round down: blocks past TargetBlocks form a second wave that finishes later
+	// than the first (measured: batch 64 at V = 152K took 43 µs with 2 blocks per row
+	// on 132 SMs and 52 µs with 4).
+	s := max(p.TargetBlocks, 1) / rows
 	if p.MinElementsPerBlock > 0 {
 		s = min(s, vocab/p.MinElementsPerBlock)
 	}

@@ -1,9 +1,11 @@
 // cuda_emu.h runs CUDA kernel source on the CPU, so that sampling.cu can be checked
 // against the Go edition without a GPU. Each CUDA thread of a block is a std::thread;
-// __syncthreads is a std::barrier over the block, warp shuffles go through per-warp slots
-// between two barriers of the warp, and atomics are std::atomic_ref. The blocks of a grid
-// run one after another (a __shared__ variable is a function-local static, shared by the
-// threads of the running block), which is one of the orders a GPU may choose.
+// __syncthreads is a std::barrier over the block, a warp shuffle is a barrier phase of
+// the warp's threads around per-warp slots, and atomics are std::atomic_ref. The blocks of
+// a grid run one after another (a __shared__ variable is a function-local static, shared
+// by the threads of the running block), which is one of the orders a GPU may choose. The
+// warp size is a launch parameter: 32 and 64 as on real GPUs, or narrower to keep the
+// emulation cheap. __CUDA_ARCH__ is 900, so the H200's code paths run.
 //
 // The float32 logf, log1pf and expf are rounded from the double-precision functions, as
 // the Go reference (package philox) does, so that tokens agree bit for bit; the GPU's own
@@ -35,7 +37,8 @@ struct dim3 {
 // array of shuffle k+2 only after every lane has arrived at shuffle k+1, that is, after
 // every lane has read the values of shuffle k.
 struct warp_state {
-    explicit warp_state(int lanes) : bar(lanes), slots{std::vector<std::uint32_t>(lanes), std::vector<std::uint32_t>(lanes)} {}
+    explicit warp_state(int lanes)
+        : bar(lanes), slots{std::vector<std::uint32_t>(lanes), std::vector<std::uint32_t>(lanes)} {}
     std::barrier<> bar;
     std::vector<std::uint32_t> slots[2];
 };

@@ -6,5 +6,8 @@
 // launch shape and filter, and requires the tokens, statuses and counters that the Go
 // edition (package gokernel, run by the CPU device) produces, bit for bit.
 //
-// The package has no Go API: everything is in its test.
+// With the gpu build tag, the same workload (plus full-size vocabularies) runs on a real
+// NVIDIA GPU through the CUDA backend: see gpu_test.go for the command.
+//
+// The package has no Go API: everything is in its tests.
 package emu

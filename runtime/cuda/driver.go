@@ -114,7 +114,7 @@ type driver struct {
 	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventSynchronize           uintptr
 	cuEventElapsedTime                                                         uintptr
 	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncGetAttribute  uintptr
-	cuFuncGetParamInfo, cuLaunchKernel                                         uintptr
+	cuFuncGetParamInfo, cuFuncGetParamCount, cuLaunchKernel                    uintptr
 }
 
 // symbols lists the driver functions gumbel binds. The _v2 names are the ones cuda.h
@@ -158,6 +158,7 @@ func (d *driver) symbols() []symbol {
 		req(&d.cuModuleGetFunction, "cuModuleGetFunction"),
 		req(&d.cuFuncGetAttribute, "cuFuncGetAttribute"),
 		opt(&d.cuFuncGetParamInfo, "cuFuncGetParamInfo"),
+		opt(&d.cuFuncGetParamCount, "cuFuncGetParamCount"),
 		req(&d.cuLaunchKernel, "cuLaunchKernel"),
 	}
 }

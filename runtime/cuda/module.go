@@ -272,16 +272,26 @@ func (m *module) Kernel(name string) (runtime.Kernel, error) {
 }
 
 // paramSizes asks the driver for the size of each of a kernel's parameters; nil when it
-// cannot tell. An index past the last parameter gives CUDA_ERROR_INVALID_VALUE.
+// cannot tell. With cuFuncGetParamCount (CUDA 12.8 and later) every query succeeds;
+// older drivers are probed until an index past the last parameter gives
+// CUDA_ERROR_INVALID_VALUE (which compute-sanitizer lists as an API error).
 func paramSizes(drv *driver, fn uintptr) []int {
 	if drv.cuFuncGetParamInfo == 0 {
 		return nil
 	}
+	limit := runtime.MaxArgs + 1
+	if drv.cuFuncGetParamCount != 0 {
+		var count uintptr
+		if Result(callN(drv.cuFuncGetParamCount, fn, uintptr(unsafe.Pointer(&count)))) != Success {
+			return nil
+		}
+		limit = int(min(count, uintptr(runtime.MaxArgs+1)))
+	}
 	sizes := []int{}
-	for i := 0; i <= runtime.MaxArgs; i++ {
+	for i := 0; i < limit; i++ {
 		var off, size uintptr
 		r := Result(callN(drv.cuFuncGetParamInfo, fn, uintptr(i), uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&size))))
-		if r == ErrorInvalidValue {
+		if r == ErrorInvalidValue && drv.cuFuncGetParamCount == 0 {
 			return sizes
 		}
 		if r != Success {
