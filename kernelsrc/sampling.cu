@@ -566,47 +566,117 @@ __device__ __forceinline__ float gb_max4(const float v[4]) {
     return fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
 }
 
+// Variants of gumbel_argmax, chosen at compile time (NVRTC -D options, e.g. through the
+// CUDA backend's GUMBEL_NVRTC_OPTIONS) so that they can be timed against each other. Every
+// setting computes the same tokens; kernelsrc/emu runs each of them.
+//   GB_GROUPS      groups of four elements a thread takes per loop trip (1 to 4): their
+//                  Philox chains are interleaved, so that independent multiplies overlap,
+//                  and the warp agrees on its bound once per trip, not once per group.
+//   GB_PREFETCH    1: the next trip's groups are loaded before this trip's work; 0: each
+//                  trip loads its own groups first (fewer registers, less in flight).
+//   GB_BLOCK_BOUND 1: the warps of a block share their lower bound of the winning score
+//                  through one shared word, so a strong logit seen by any warp lets every
+//                  warp skip logarithms; 0: each warp knows only its own bound.
+//   GB_MIN_BLOCKS  the second argument of gumbel_argmax's __launch_bounds__: blocks of
+//                  1024 threads that must fit on one multiprocessor together (2 caps the
+//                  registers at 32 per thread; check the compiler's spill report).
+// The defaults are the variant that compiles without spills (NVRTC 11.8, sm_90: 55
+// registers; GB_GROUPS=2 reaches 64 and spills 48 bytes with prefetch, 4 without).
+#ifndef GB_GROUPS
+#define GB_GROUPS 1
+#endif
+#ifndef GB_PREFETCH
+#define GB_PREFETCH 1
+#endif
+#ifndef GB_BLOCK_BOUND
+#define GB_BLOCK_BOUND 1
+#endif
+#ifndef GB_MIN_BLOCKS
+#define GB_MIN_BLOCKS 1
+#endif
+#if GB_GROUPS < 1 || GB_GROUPS > 4
+#error "GB_GROUPS must be 1, 2, 3 or 4"
+#endif
+
+// gb_load_groups reads a thread's G groups g, g + stride, ... (see gb_load_group).
+template <int KIND, int G>
+__device__ __forceinline__ void gb_load_groups(const typename gb_io<KIND>::elem* row, gb_u32 g,
+                                               gb_u32 stride, gb_u32 end, bool vec, float x[G][4],
+                                               gb_u32 n[G]) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        n[i] = gb_load_group<KIND>(row, g + (gb_u32)i * stride, end, vec, x[i]);
+    }
+}
+
 // gb_scan_greedy folds the chunk [start, end) into the thread's best key: score = x. A
-// thread meets its elements in index order, so a group only matters when its largest
-// value beats the best so far strictly, and then its first element of that value wins
-// (-0 equals +0, as their order keys do). -Inf never becomes a best: a row whose finite
-// logits are all missing ends with status 2 (NaN and +Inf: status 1) whatever the key.
+// thread meets its groups in index order (the groups of one trip too), so a group only
+// matters when its largest value beats the best so far strictly, and then its first
+// element of that value wins (-0 equals +0, as their order keys do). -Inf never becomes
+// a best: a row whose finite logits are all missing ends with status 2 (NaN and +Inf:
+// status 1) whatever the key.
 template <int KIND>
 __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem* row, gb_u32 start,
                                                gb_u32 end, bool vec, gb_u64& tkey, gb_u32& flags) {
     const gb_u32 stride = 4u * blockDim.x;
+    const gb_u32 trip = GB_GROUPS * stride;
     float tbest = -gb_inf();
     gb_u32 g = start + 4u * threadIdx.x;
-    float cur[4];
-    gb_u32 n = gb_load_group<KIND>(row, g, end, vec, cur);
-    while (g < end) {
-        float nxt[4];
-        gb_u32 nn = gb_load_group<KIND>(row, g + stride, end, vec, nxt);
-        flags |= gb_group_flags(cur, n);
-        const float mx = gb_max4(cur); // elements past end read as -Inf
-        if (mx > tbest) {
-            gb_u32 j = 3u;
-            j = cur[2] == mx ? 2u : j;
-            j = cur[1] == mx ? 1u : j;
-            j = cur[0] == mx ? 0u : j;
-            tbest = mx;
-            tkey = gb_pack(mx, g + j);
-        }
+    float cur[GB_GROUPS][4];
+    gb_u32 n[GB_GROUPS];
+#if GB_PREFETCH
+    gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
+#endif
+    for (; g < end; g += trip) {
+#if GB_PREFETCH
+        float nxt[GB_GROUPS][4];
+        gb_u32 nn[GB_GROUPS];
+        gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
+#else
+        gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
+#endif
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            cur[k] = nxt[k];
+        for (int i = 0; i < GB_GROUPS; ++i) {
+            flags |= gb_group_flags(cur[i], n[i]);
+            const float mx = gb_max4(cur[i]); // elements past end read as -Inf
+            if (mx > tbest) {
+                gb_u32 j = 3u;
+                j = cur[i][2] == mx ? 2u : j;
+                j = cur[i][1] == mx ? 1u : j;
+                j = cur[i][0] == mx ? 0u : j;
+                tbest = mx;
+                tkey = gb_pack(mx, g + (gb_u32)i * stride + j);
+            }
         }
-        n = nn;
-        g += stride;
+#if GB_PREFETCH
+#pragma unroll
+        for (int i = 0; i < GB_GROUPS; ++i) {
+            n[i] = nn[i];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                cur[i][k] = nxt[i][k];
+            }
+        }
+#endif
     }
 }
 
 // gb_cheap_bound is gb_gumbel_bound without its leading-zero count for the words nearly
-// every element has: w >= 2^31 (at most 0.37) and w >= 2^24 (at most 8 ln 2 + 1e-3);
-// only the rare smaller words pay for the exact bound.
+// every element has, in steps that each hold at least the largest gb_gumbel_bound of
+// their range: w >= 2^31 (0.37), w >= 2^30 (2 ln 2 + 1e-3), w >= 2^28 (4 ln 2 + 1e-3),
+// w >= 2^24 (8 ln 2 + 1e-3); only the rare smaller words pay for the exact bound. The
+// steps between 2^24 and 2^31 matter once the bound has risen past the body of the row:
+// a single step there (8 ln 2 for all of them) leaves about 1% of the elements needing
+// their logarithms, and in a warp of 32 lanes that is a branch taken most of the time.
 __device__ __forceinline__ float gb_cheap_bound(gb_u32 w) {
     if (w >= 0x80000000u) {
         return 0.37f;
+    }
+    if (w >= 0x40000000u) {
+        return 1.3873f; // 2 ln 2 = 1.3863
+    }
+    if (w >= 0x10000000u) {
+        return 2.7736f; // 4 ln 2 = 2.7726
     }
     if (w >= GB_TAIL_THRESHOLD) {
         return 5.5462f; // 8 ln 2 = 5.5452
@@ -614,65 +684,171 @@ __device__ __forceinline__ float gb_cheap_bound(gb_u32 w) {
     return gb_gumbel_bound(w);
 }
 
-// gb_scan_gumbel folds the chunk [start, end) into the thread's best key with Gumbel
-// noise. Each iteration first agrees across the warp on a lower bound of the row's
-// winning score: the best score a lane has reached, or fl(x·invT + MinGumbel) of any
-// element seen, which that element's score cannot fall below. A group of four whose
-// fl(max x·invT + MaxGumbel) is below it skips Philox; an element whose
-// fl(x·invT + bound(w)) is below it skips its logarithms. Neither changes the result: a
-// skipped score is provably below the winner's. The trip count is the same for every
-// thread of the block, as the warp reduction requires.
-template <int KIND>
-__device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem* row, gb_u32 start,
-                                               gb_u32 end, bool vec, float invT,
-                                               const gb_row_params& p, gb_u64& tkey, gb_u32& flags) {
-    const gb_u32 stride = 4u * blockDim.x;
-    float tbest = -gb_inf(); // the thread's best score: the score of tkey
-    gb_u32 g = start + 4u * threadIdx.x;
-    float cur[4];
-    gb_u32 n = gb_load_group<KIND>(row, g, end, vec, cur);
-    for (gb_u32 g0 = start; g0 < end; g0 += stride) {
-        float nxt[4];
-        gb_u32 nn = gb_load_group<KIND>(row, g + stride, end, vec, nxt);
-        flags |= gb_group_flags(cur, n);
-        float xs[4]; // -Inf for -Inf logits and for elements past end
+// gb_philox_groups runs the Philox blocks of G groups (counters c0[i], the rest shared)
+// round by round together: the chains are independent, so their multiplies overlap
+// instead of each waiting on the one before.
+template <int G>
+__device__ __forceinline__ void gb_philox_groups(const gb_u32 c0[G], gb_u32 c1, gb_u32 c2, gb_u32 c3,
+                                                 gb_u32 k0, gb_u32 k1, gb_u32 out[G][4]) {
+    gb_u32 s[G][4];
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        s[i][0] = c0[i];
+        s[i][1] = c1;
+        s[i][2] = c2;
+        s[i][3] = c3;
+    }
+#pragma unroll
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            gb_u32 hi0 = __umulhi(0xD2511F53u, s[i][0]);
+            gb_u32 lo0 = 0xD2511F53u * s[i][0];
+            gb_u32 hi1 = __umulhi(0xCD9E8D57u, s[i][2]);
+            gb_u32 lo1 = 0xCD9E8D57u * s[i][2];
+            s[i][0] = hi1 ^ s[i][1] ^ k0;
+            s[i][1] = lo1;
+            s[i][2] = hi0 ^ s[i][3] ^ k1;
+            s[i][3] = lo0;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            xs[j] = __fmul_rn(cur[j], invT);
+            out[i][j] = s[i][j];
         }
-        const float mx = gb_max4(xs);
-        const float wlower = gb_warp_max_f32_all(fmaxf(tbest, __fadd_rn(mx, GB_MIN_GUMBEL)));
-        if (n != 0u && !(__fadd_rn(mx, GB_MAX_GUMBEL) < wlower)) {
-            gb_u32 w[4];
-            gb_philox(g >> 2, p.step_lo, p.step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
-            bool need[4];
+    }
+}
+
+// gb_share_bound returns the larger of a lane's bound and the block's shared one, and
+// raises the shared one (lane 0, only when it grows). Lanes may read different shared
+// values as other warps raise it: each is a lower bound of the row's winning score
+// whichever they read, and nothing collective depends on it.
+__device__ __forceinline__ float gb_share_bound(float wlower, gb_u32* s_bound) {
+    const gb_u32 k = gb_orderkey(wlower);
+    const gb_u32 seen = *(volatile gb_u32*)s_bound;
+    if (k > seen) {
+        if (gb_lane() == 0u) {
+            atomicMax(s_bound, k);
+        }
+        return wlower;
+    }
+    return gb_orderkey_inverse(seen);
+}
+
+// gb_scan_gumbel folds the chunk [start, end) into the thread's best key with Gumbel
+// noise. Each trip first agrees across the warp (and, with GB_BLOCK_BOUND, the block) on
+// a lower bound of the row's winning score: the best score a lane has reached, or
+// fl(x·invT + MinGumbel) of any element seen, which that element's score cannot fall
+// below. A group of four whose fl(max x·invT + MaxGumbel) is below it skips Philox; an
+// element whose fl(x·invT + bound(w)) is below it skips its logarithms. Neither changes
+// the result: a skipped score is provably below the winner's. The trip count is the same
+// for every thread of the block, as the warp reduction requires.
+template <int KIND>
+__device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem* row, gb_u32 start,
+                                               gb_u32 end, bool vec, float invT, const gb_row_params& p,
+                                               gb_u32* s_bound, gb_u64& tkey, gb_u32& flags) {
+    const gb_u32 stride = 4u * blockDim.x;
+    const gb_u32 trip = GB_GROUPS * stride;
+    float tbest = -gb_inf(); // the thread's best score: the score of tkey
+    gb_u32 g = start + 4u * threadIdx.x;
+    float cur[GB_GROUPS][4];
+    gb_u32 n[GB_GROUPS];
+#if GB_PREFETCH
+    gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
+#endif
+    for (gb_u32 g0 = start; g0 < end; g0 += trip) {
+#if GB_PREFETCH
+        float nxt[GB_GROUPS][4];
+        gb_u32 nn[GB_GROUPS];
+        gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
+#else
+        gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
+#endif
+        float xs[GB_GROUPS][4]; // -Inf for -Inf logits and for elements past end
+        float mx[GB_GROUPS];
+        float lower = tbest;
+#pragma unroll
+        for (int i = 0; i < GB_GROUPS; ++i) {
+            flags |= gb_group_flags(cur[i], n[i]);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                xs[i][j] = __fmul_rn(cur[i][j], invT);
+            }
+            mx[i] = gb_max4(xs[i]);
+            lower = fmaxf(lower, __fadd_rn(mx[i], GB_MIN_GUMBEL));
+        }
+        float wlower = gb_warp_max_f32_all(lower);
+#if GB_BLOCK_BOUND
+        wlower = gb_share_bound(wlower, s_bound);
+#else
+        (void)s_bound;
+#endif
+        bool run[GB_GROUPS];
+        bool any_run = false;
+#pragma unroll
+        for (int i = 0; i < GB_GROUPS; ++i) {
+            run[i] = n[i] != 0u && !(__fadd_rn(mx[i], GB_MAX_GUMBEL) < wlower);
+            any_run = any_run || run[i];
+        }
+        if (any_run) {
+            gb_u32 c0[GB_GROUPS];
+#pragma unroll
+            for (int i = 0; i < GB_GROUPS; ++i) {
+                c0[i] = (g + (gb_u32)i * stride) >> 2;
+            }
+            gb_u32 w[GB_GROUPS][4];
+            gb_philox_groups<GB_GROUPS>(c0, p.step_lo, p.step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
+            bool need[GB_GROUPS][4];
             bool any_tail = false;
 #pragma unroll
-            for (gb_u32 j = 0; j < 4u; ++j) {
-                // A -Inf logit scores -Inf: it is computed only while nothing better is
-                // known, and then its noise cannot change that.
-                need[j] = j < n && !(__fadd_rn(xs[j], gb_cheap_bound(w[j])) < wlower);
-                any_tail = any_tail || (need[j] && w[j] < GB_TAIL_THRESHOLD);
+            for (int i = 0; i < GB_GROUPS; ++i) {
+#pragma unroll
+                for (gb_u32 j = 0; j < 4u; ++j) {
+                    // A -Inf logit scores -Inf: it is computed only while nothing better
+                    // is known, and then its noise cannot change that.
+                    need[i][j] = run[i] && j < n[i] && !(__fadd_rn(xs[i][j], gb_cheap_bound(w[i][j])) < wlower);
+                    any_tail = any_tail || (need[i][j] && w[i][j] < GB_TAIL_THRESHOLD);
+                }
             }
-            gb_u32 t[4] = {0u, 0u, 0u, 0u};
+            gb_u32 t[GB_GROUPS][4];
             if (any_tail) {
-                gb_philox(g >> 2, p.step_lo, p.step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi, t);
+                gb_philox_groups<GB_GROUPS>(c0, p.step_lo, p.step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo,
+                                            p.seed_hi, t);
+            } else {
+#pragma unroll
+                for (int i = 0; i < GB_GROUPS; ++i) {
+                    t[i][0] = t[i][1] = t[i][2] = t[i][3] = 0u;
+                }
             }
 #pragma unroll
-            for (gb_u32 j = 0; j < 4u; ++j) {
-                if (need[j]) {
-                    float s = __fadd_rn(xs[j], gb_gumbel(w[j], t[j]));
-                    tkey = gb_max_u64(tkey, gb_pack(s, g + j));
-                    tbest = fmaxf(tbest, s);
+            for (int i = 0; i < GB_GROUPS; ++i) {
+#pragma unroll
+                for (gb_u32 j = 0; j < 4u; ++j) {
+                    if (need[i][j]) {
+                        float s = __fadd_rn(xs[i][j], gb_gumbel(w[i][j], t[i][j]));
+                        tkey = gb_max_u64(tkey, gb_pack(s, g + (gb_u32)i * stride + j));
+                        tbest = fmaxf(tbest, s);
+                    }
                 }
             }
         }
+#if GB_PREFETCH
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            cur[j] = nxt[j];
+        for (int i = 0; i < GB_GROUPS; ++i) {
+            n[i] = nn[i];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                cur[i][k] = nxt[i][k];
+            }
         }
-        n = nn;
-        g += stride;
+#endif
+        g += trip;
     }
 }
 
@@ -684,6 +860,7 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     __shared__ gb_u64 s_key[GB_MAX_WARPS];
     __shared__ gb_u32 s_flags[GB_MAX_WARPS];
     __shared__ gb_u32 s_last;
+    __shared__ gb_u32 s_bound; // GB_BLOCK_BOUND: the order key of the block's lower bound
 
     const gb_u32 y = blockIdx.y;
     const gb_u32 nblocks = gridDim.x;
@@ -713,7 +890,14 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     if (p.temperature == 0.0f) {
         gb_scan_greedy<KIND>(row, start, end, vec, tkey, flags);
     } else {
-        gb_scan_gumbel<KIND>(row, start, end, vec, 1.0f / p.temperature, p, tkey, flags);
+#if GB_BLOCK_BOUND
+        // The branch is the same for the whole block (one row per block).
+        if (threadIdx.x == 0u) {
+            s_bound = 0u; // below the key of every float, -Inf included
+        }
+        __syncthreads();
+#endif
+        gb_scan_gumbel<KIND>(row, start, end, vec, 1.0f / p.temperature, p, &s_bound, tkey, flags);
     }
     gb_block_reduce_key(tkey, flags, s_key, s_flags);
 
@@ -1127,15 +1311,15 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     const T *__restrict__ logits, const gb_row_params *__restrict__ params, gb_i32 *tokens,    \
         gb_i32 *status, gb_u64 *partials, gb_u32 *counters, gb_u64 row_stride, gb_u32 vocab
 
-extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) gumbel_argmax_f32(GB_ARGS(float)) {
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, GB_MIN_BLOCKS) gumbel_argmax_f32(GB_ARGS(float)) {
     gb_gumbel_argmax<GB_F32>(logits, params, tokens, status, partials, counters, row_stride, vocab);
 }
 
-extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) gumbel_argmax_f16(GB_ARGS(gb_u16)) {
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, GB_MIN_BLOCKS) gumbel_argmax_f16(GB_ARGS(gb_u16)) {
     gb_gumbel_argmax<GB_F16>(logits, params, tokens, status, partials, counters, row_stride, vocab);
 }
 
-extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) gumbel_argmax_bf16(GB_ARGS(gb_u16)) {
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, GB_MIN_BLOCKS) gumbel_argmax_bf16(GB_ARGS(gb_u16)) {
     gb_gumbel_argmax<GB_BF16>(logits, params, tokens, status, partials, counters, row_stride, vocab);
 }
 

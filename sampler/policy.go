@@ -41,6 +41,16 @@ const (
 	gpuMaxBlocksPerRow     = 1024
 )
 
+// Thresholds of the HIP policy: the tuning measured on an AMD RX 7900 XTX (96 CUs,
+// RDNA3, wave32) that the HIP backend starts from (not re-measured here: no AMD GPU):
+// 128 blocks of 1024 threads per row, one block per row when V < 4096 or the batch
+// exceeds 64 rows.
+const (
+	hipMinVocab     = 4096
+	hipMaxSplitRows = 64
+	hipBlocksPerRow = 128
+)
+
 // Thresholds of the CPU device policy: one block per worker goroutine (more blocks only
 // queue behind each other), no block under about 16K elements (below that the
 // goroutine hand-off and the partial pass cost more than the noise of the elements
@@ -51,7 +61,8 @@ const (
 )
 
 // DefaultSplitPolicy returns the split policy for a device: the CPU device's from its
-// worker count, every GPU's from its multiprocessor count.
+// worker count, HIP's from the RX 7900 XTX tuning, every other GPU's from its
+// multiprocessor count.
 func DefaultSplitPolicy(info runtime.DeviceInfo) SplitPolicy {
 	units := max(info.Multiprocessors, 1)
 	if info.Backend == runtime.CPU {
@@ -61,6 +72,15 @@ func DefaultSplitPolicy(info runtime.DeviceInfo) SplitPolicy {
 			TargetBlocks:        units,
 			MinElementsPerBlock: cpuMinElementsPerBlock,
 			MaxBlocksPerRow:     units,
+		}
+	}
+	if info.Backend == runtime.HIP {
+		return SplitPolicy{
+			MinVocab:            hipMinVocab,
+			MaxRows:             hipMaxSplitRows + 1,
+			TargetBlocks:        hipBlocksPerRow * hipMaxSplitRows,
+			MinElementsPerBlock: gpuMinElementsPerBlock,
+			MaxBlocksPerRow:     hipBlocksPerRow,
 		}
 	}
 	return SplitPolicy{

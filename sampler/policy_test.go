@@ -10,6 +10,7 @@ import (
 func TestBlocksPerRow(t *testing.T) {
 	cpu8 := DefaultSplitPolicy(runtime.DeviceInfo{Backend: runtime.CPU, Multiprocessors: 8})
 	h200 := DefaultSplitPolicy(runtime.DeviceInfo{Backend: runtime.CUDA, Multiprocessors: 132})
+	hip := DefaultSplitPolicy(runtime.DeviceInfo{Backend: runtime.HIP, Multiprocessors: 96})
 	tests := []struct {
 		name        string
 		policy      SplitPolicy
@@ -36,6 +37,10 @@ func TestBlocksPerRow(t *testing.T) {
 		{"gpu: 8K vocab still splits, 1024 elements a block", h200, 1, 8192, 8},
 		{"gpu: large vocab: one block per SM", h200, 1, 1 << 30, 132},
 		{"cap of 1024 blocks per row", SplitPolicy{TargetBlocks: 5000, MaxBlocksPerRow: gpuMaxBlocksPerRow}, 1, 1 << 30, 1024},
+		{"hip: 128 blocks per row", hip, 8, 151936, 128},
+		{"hip: 64 rows still split", hip, 64, 151936, 128},
+		{"hip: 65 rows take one block each", hip, 65, 151936, 1},
+		{"hip: V below 4096", hip, 1, 4095, 1},
 		{"cap per row", SplitPolicy{TargetBlocks: 1000, MaxBlocksPerRow: 7}, 1, 1000, 7},
 		{"no more blocks than elements", SplitPolicy{TargetBlocks: 1000}, 1, 10, 10},
 		{"no rows", cpu8, 0, 151936, 1},
@@ -62,6 +67,8 @@ func TestDefaultSplitPolicy(t *testing.T) {
 			SplitPolicy{MinVocab: 32768, MaxRows: 1, TargetBlocks: 1, MinElementsPerBlock: 16384, MaxBlocksPerRow: 1}},
 		{"cuda", runtime.DeviceInfo{Backend: runtime.CUDA, Multiprocessors: 132},
 			SplitPolicy{MinVocab: 4096, MaxRows: 132, TargetBlocks: 132, MinElementsPerBlock: 1024, MaxBlocksPerRow: 1024}},
+		{"hip: the RX 7900 XTX tuning", runtime.DeviceInfo{Backend: runtime.HIP, Multiprocessors: 96},
+			SplitPolicy{MinVocab: 4096, MaxRows: 65, TargetBlocks: 8192, MinElementsPerBlock: 1024, MaxBlocksPerRow: 128}},
 		{"metal", runtime.DeviceInfo{Backend: runtime.Metal, Multiprocessors: 10},
 			SplitPolicy{MinVocab: 4096, MaxRows: 10, TargetBlocks: 10, MinElementsPerBlock: 1024, MaxBlocksPerRow: 1024}},
 	}

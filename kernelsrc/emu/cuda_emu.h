@@ -176,6 +176,15 @@ inline T atomicOr(T* p, T v) {
     return std::atomic_ref<T>(*p).fetch_or(v);
 }
 template <typename T>
+inline T atomicMax(T* p, T v) {
+    // std::atomic_ref has no fetch_max before C++26.
+    std::atomic_ref<T> a(*p);
+    T old = a.load();
+    while (old < v && !a.compare_exchange_weak(old, v)) {
+    }
+    return old;
+}
+template <typename T>
 inline T atomicExch(T* p, T v) {
     return std::atomic_ref<T>(*p).exchange(v);
 }

@@ -3,7 +3,9 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,11 +65,20 @@ func chooseTarget(major, minor int, archs []int, canCUBIN bool) (compileTarget, 
 	return compileTarget{}, errors.New("this NVRTC reports no supported architecture")
 }
 
+// EnvNVRTCOptions holds extra NVRTC options, separated by spaces, appended after the
+// defaults (so a later option can override an earlier one where NVRTC allows it). They
+// take part in the module cache key. It exists to time kernel variants chosen by -D
+// macros in one process, e.g. GUMBEL_NVRTC_OPTIONS="-DGB_GROUPS=2"; options that change
+// the arithmetic (such as --fmad=true) break the kernel ABI.
+const EnvNVRTCOptions = "GUMBEL_NVRTC_OPTIONS"
+
 // compileOptions are NVRTC's options for a target. --fmad=false because the kernel ABI
 // rounds the product and the sum of a score separately: a fused multiply-add would give
-// different tokens from the other editions.
+// different tokens from the other editions. The environment is read on every call, not
+// once, so a process can load the same program under several settings.
 func compileOptions(t compileTarget) []string {
-	return []string{"--gpu-architecture=" + t.arch, "--fmad=false", "-default-device", "--std=c++17"}
+	opts := []string{"--gpu-architecture=" + t.arch, "--fmad=false", "-default-device", "--std=c++17"}
+	return append(opts, strings.Fields(os.Getenv(EnvNVRTCOptions))...)
 }
 
 // LoadSource says where Load found a module's code.
@@ -143,6 +154,9 @@ func (d *Device) Load(p *runtime.Program) (runtime.Module, error) {
 		return nil, err
 	}
 	m := &module{dev: d, name: p.Name, kernels: map[string]*kernel{}}
+	if !img.ptx {
+		m.cubin = img.data
+	}
 	loadStart := time.Now()
 	err = d.own(func() (resource, error) {
 		if r := Result(callN(d.drv.cuModuleLoadData, uintptr(unsafe.Pointer(&m.handle)), uintptr(unsafe.Pointer(&img.data[0])))); r != Success {
@@ -215,6 +229,9 @@ type module struct {
 	closed  atomic.Bool
 	mu      sync.Mutex
 	kernels map[string]*kernel
+	// cubin is the module's CUBIN (nil for PTX), read for its kernels' parameter
+	// counts.
+	cubin []byte
 }
 
 // kernel is one CUfunction of a module.
@@ -261,7 +278,11 @@ func (m *module) Kernel(name string) (runtime.Kernel, error) {
 			return failed(fmt.Sprintf("cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, %s)", name), r)
 		}
 		k.maxThreads = int(v)
-		k.paramSizes = paramSizes(drv, k.fn)
+		count, ok := cubinParamCount(m.cubin, name)
+		if !ok {
+			count = -1
+		}
+		k.paramSizes = paramSizes(drv, k.fn, count)
 		return nil
 	})
 	if err != nil {
@@ -272,26 +293,30 @@ func (m *module) Kernel(name string) (runtime.Kernel, error) {
 }
 
 // paramSizes asks the driver for the size of each of a kernel's parameters; nil when it
-// cannot tell. With cuFuncGetParamCount (CUDA 12.8 and later) every query succeeds;
-// older drivers are probed until an index past the last parameter gives
-// CUDA_ERROR_INVALID_VALUE (which compute-sanitizer lists as an API error).
-func paramSizes(drv *driver, fn uintptr) []int {
+// cannot tell. count is the number of parameters when known (from the CUBIN, or from
+// cuFuncGetParamCount where the driver has it), else -1: then indices are probed until
+// one past the last gives CUDA_ERROR_INVALID_VALUE, a failing call that compute-sanitizer
+// lists as an API error, so it is the last resort (a PTX image on an old driver).
+func paramSizes(drv *driver, fn uintptr, count int) []int {
 	if drv.cuFuncGetParamInfo == 0 {
 		return nil
 	}
-	limit := runtime.MaxArgs + 1
-	if drv.cuFuncGetParamCount != 0 {
-		var count uintptr
-		if Result(callN(drv.cuFuncGetParamCount, fn, uintptr(unsafe.Pointer(&count)))) != Success {
+	if count < 0 && drv.cuFuncGetParamCount != 0 {
+		var n uintptr
+		if Result(callN(drv.cuFuncGetParamCount, fn, uintptr(unsafe.Pointer(&n)))) != Success {
 			return nil
 		}
-		limit = int(min(count, uintptr(runtime.MaxArgs+1)))
+		count = int(n)
+	}
+	limit := runtime.MaxArgs + 1
+	if count >= 0 {
+		limit = min(count, runtime.MaxArgs+1)
 	}
 	sizes := []int{}
 	for i := 0; i < limit; i++ {
 		var off, size uintptr
 		r := Result(callN(drv.cuFuncGetParamInfo, fn, uintptr(i), uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&size))))
-		if r == ErrorInvalidValue && drv.cuFuncGetParamCount == 0 {
+		if r == ErrorInvalidValue && count < 0 {
 			return sizes
 		}
 		if r != Success {

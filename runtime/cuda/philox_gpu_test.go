@@ -98,3 +98,32 @@ func TestGPUPhiloxMatchesGo(t *testing.T) {
 		words, noiseIdentical, noiseTotal, 100*float64(noiseIdentical)/float64(noiseTotal), maxDiff, worstRatio)
 	assert.LessOrEqual(t, worstRatio, 1.0, "CUDA noise farther from philox.Gumbel than last-place rounding explains")
 }
+
+// TestGPUCubinParamCounts checks the parameter counts read from the CUBIN against the
+// driver's own answer (probing cuFuncGetParamInfo past the end), for every sampling
+// kernel: ABI.md gives each eight parameters.
+func TestGPUCubinParamCounts(t *testing.T) {
+	d := openGPU(t)
+	mod, err := d.Load(kernelsrc.Sampling())
+	require.NoError(t, err)
+	m := mod.(*module)
+	require.NotNil(t, m.cubin, "the H200 target compiles to a CUBIN")
+	for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical} {
+		for _, suffix := range kernelsrc.Suffixes {
+			name := base + suffix
+			kk, err := mod.Kernel(name)
+			require.NoError(t, err)
+			k := kk.(*kernel)
+			n, ok := cubinParamCount(m.cubin, name)
+			require.True(t, ok, name)
+			assert.Equal(t, 8, n, name)
+			var probed []int
+			require.NoError(t, d.withContext(func() error {
+				probed = paramSizes(d.drv, k.fn, -1)
+				return nil
+			}))
+			assert.Equal(t, probed, k.paramSizes, name)
+			assert.Equal(t, []int{8, 8, 8, 8, 8, 8, 8, 4}, k.paramSizes, name)
+		}
+	}
+}
