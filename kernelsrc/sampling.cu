@@ -580,6 +580,16 @@ __device__ __forceinline__ float gb_max4(const float v[4]) {
 //   GB_MIN_BLOCKS  the second argument of gumbel_argmax's __launch_bounds__: blocks of
 //                  1024 threads that must fit on one multiprocessor together (2 caps the
 //                  registers at 32 per thread; check the compiler's spill report).
+//   GB_TILE_BOUND  1: before any noise, the block reduces the largest x·invT of its whole
+//                  chunk (one extra read of the chunk beyond the first trip's groups, which
+//                  stay in registers), so the bound every warp starts from is
+//                  fl(max x·invT + MinGumbel) of the block, not of what it has seen so far:
+//                  in a block holding a strong logit only the strong elements need their
+//                  logarithms, from the first trip on. Needs GB_BLOCK_BOUND. 0: off.
+//   GB_LOG_LOOP    1: a lane runs the logarithms of its elements that need them in a loop
+//                  over exactly those elements (lowest first), so a warp pays one pass of
+//                  log1pf+logf per element its busiest lane needs, not one per position j
+//                  that any lane needs. 0: one guarded evaluation per position.
 // The defaults are the variant that compiles without spills (NVRTC 11.8, sm_90: 55
 // registers; GB_GROUPS=2 reaches 64 and spills 48 bytes with prefetch, 4 without).
 #ifndef GB_GROUPS
@@ -593,6 +603,15 @@ __device__ __forceinline__ float gb_max4(const float v[4]) {
 #endif
 #ifndef GB_MIN_BLOCKS
 #define GB_MIN_BLOCKS 1
+#endif
+#ifndef GB_TILE_BOUND
+#define GB_TILE_BOUND 0
+#endif
+#ifndef GB_LOG_LOOP
+#define GB_LOG_LOOP 0
+#endif
+#if GB_TILE_BOUND && !GB_BLOCK_BOUND
+#error "GB_TILE_BOUND needs GB_BLOCK_BOUND"
 #endif
 #if GB_GROUPS < 1 || GB_GROUPS > 4
 #error "GB_GROUPS must be 1, 2, 3 or 4"
@@ -741,6 +760,36 @@ __device__ __forceinline__ float gb_share_bound(float wlower, gb_u32* s_bound) {
     return gb_orderkey_inverse(seen);
 }
 
+// gb_tile_bound raises the block's shared bound to fl(fl(m·invT) + MinGumbel), m the
+// largest logit of the chunk, and returns it to every thread (block-wide: one barrier).
+// The element holding m scores at least that much (its noise is at least MinGumbel and
+// rounding is monotone), so it is a lower bound of the block's winning score, and
+// fl(max x·invT) = fl(m·invT) because multiplying by invT > 0 and rounding are monotone.
+// The thread's first G groups (first, already loaded) count without a second read; the
+// rest of its groups are read here and again by the scan (from cache, mostly).
+template <int KIND, int G>
+__device__ __forceinline__ float gb_tile_bound(const typename gb_io<KIND>::elem* row, gb_u32 g, gb_u32 end,
+                                               bool vec, float invT, const float first[G][4],
+                                               gb_u32* s_bound) {
+    const gb_u32 stride = 4u * blockDim.x;
+    float m = -gb_inf();
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        m = fmaxf(m, gb_max4(first[i]));
+    }
+    for (gb_u32 q = g + (gb_u32)G * stride; q < end; q += stride) {
+        float x[4];
+        gb_load_group<KIND>(row, q, end, vec, x); // missing elements read as -Inf
+        m = fmaxf(m, gb_max4(x));
+    }
+    const float lower = gb_warp_max_f32_all(__fadd_rn(__fmul_rn(m, invT), GB_MIN_GUMBEL));
+    if (gb_lane() == 0u) {
+        atomicMax(s_bound, gb_orderkey(lower));
+    }
+    __syncthreads();
+    return gb_orderkey_inverse(*(volatile gb_u32*)s_bound);
+}
+
 // gb_scan_gumbel folds the chunk [start, end) into the thread's best key with Gumbel
 // noise. Each trip first agrees across the warp (and, with GB_BLOCK_BOUND, the block) on
 // a lower bound of the row's winning score: the best score a lane has reached, or
@@ -762,6 +811,14 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
 #if GB_PREFETCH
     gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
 #endif
+#if GB_TILE_BOUND
+#if !GB_PREFETCH
+    gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
+#endif
+    // Every score this block computes, and its winner's, is at least tile: the per-trip
+    // bounds of the groups' own maxima below add nothing to it.
+    const float tile = gb_tile_bound<KIND, GB_GROUPS>(row, g, end, vec, invT, cur, s_bound);
+#endif
     for (gb_u32 g0 = start; g0 < end; g0 += trip) {
 #if GB_PREFETCH
         float nxt[GB_GROUPS][4];
@@ -772,7 +829,11 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
 #endif
         float xs[GB_GROUPS][4]; // -Inf for -Inf logits and for elements past end
         float mx[GB_GROUPS];
+#if GB_TILE_BOUND
+        float lower = fmaxf(tbest, tile);
+#else
         float lower = tbest;
+#endif
 #pragma unroll
         for (int i = 0; i < GB_GROUPS; ++i) {
             flags |= gb_group_flags(cur[i], n[i]);
@@ -781,7 +842,9 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                 xs[i][j] = __fmul_rn(cur[i][j], invT);
             }
             mx[i] = gb_max4(xs[i]);
+#if !GB_TILE_BOUND
             lower = fmaxf(lower, __fadd_rn(mx[i], GB_MIN_GUMBEL));
+#endif
         }
         float wlower = gb_warp_max_f32_all(lower);
 #if GB_BLOCK_BOUND
@@ -826,6 +889,40 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                     t[i][0] = t[i][1] = t[i][2] = t[i][3] = 0u;
                 }
             }
+#if GB_LOG_LOOP
+            // Bit 4i+j: element j of group i needs its logarithms. The operands of the
+            // lowest such element are picked by comparisons (no indexed register arrays,
+            // which would go to local memory); the max of keys is order-free.
+            gb_u32 mask = 0u;
+#pragma unroll
+            for (int i = 0; i < GB_GROUPS; ++i) {
+#pragma unroll
+                for (gb_u32 j = 0; j < 4u; ++j) {
+                    mask |= need[i][j] ? 1u << (4u * (gb_u32)i + j) : 0u;
+                }
+            }
+            while (mask != 0u) {
+                const gb_u32 low = mask & (0u - mask);
+                float xk = 0.0f;
+                gb_u32 wk = 0u, tk = 0u, ik = 0u;
+#pragma unroll
+                for (int i = 0; i < GB_GROUPS; ++i) {
+#pragma unroll
+                    for (gb_u32 j = 0; j < 4u; ++j) {
+                        if (low == 1u << (4u * (gb_u32)i + j)) {
+                            xk = xs[i][j];
+                            wk = w[i][j];
+                            tk = t[i][j];
+                            ik = g + (gb_u32)i * stride + j;
+                        }
+                    }
+                }
+                mask ^= low;
+                const float s = __fadd_rn(xk, gb_gumbel(wk, tk));
+                tkey = gb_max_u64(tkey, gb_pack(s, ik));
+                tbest = fmaxf(tbest, s);
+            }
+#else
 #pragma unroll
             for (int i = 0; i < GB_GROUPS; ++i) {
 #pragma unroll
@@ -837,6 +934,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                     }
                 }
             }
+#endif
         }
 #if GB_PREFETCH
 #pragma unroll

@@ -129,6 +129,24 @@ func runGo(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) outc
 // so that the comparison cannot pass by testing nothing.
 func compareWithGo(t *testing.T, what string, ls []*launch, got []outcome) {
 	t.Helper()
+	seen, kinds := matchGo(t, ls, got)
+	// The comparison means something only if every outcome and every path occurred.
+	t.Logf("%s: %d launches; rows by status (ok, NaN/+Inf, no finite, bad params): %v; sampled rows by path: %v",
+		what, len(ls), seen, kinds)
+	for s, n := range seen {
+		require.Positive(t, n, "no row ended with status %d", s)
+	}
+	require.GreaterOrEqual(t, 2*seen[0], seen[0]+seen[1]+seen[2]+seen[3], "fewer than half the rows sampled a token")
+	for _, k := range []string{"greedy", "gumbel split", "gumbel", "categorical", "top-k", "top-p", "min-p", "top-k+top-p+min-p"} {
+		require.Positive(t, kinds[k], "no row sampled a token on the %s path", k)
+	}
+}
+
+// matchGo runs every launch through the Go edition on the CPU device and asserts that got
+// matches it (tokens, statuses, untouched slots, zeroed counters); it returns the Go
+// edition's rows by status and its sampled rows by path.
+func matchGo(t *testing.T, ls []*launch, got []outcome) (seen [4]int, kinds map[string]int) {
+	t.Helper()
 	dev, err := cpu.Open()
 	require.NoError(t, err)
 	defer dev.Close()
@@ -136,8 +154,7 @@ func compareWithGo(t *testing.T, what string, ls []*launch, got []outcome) {
 	require.NoError(t, err)
 	defer mod.Close()
 
-	var seen [4]int
-	kinds := map[string]int{}
+	kinds = map[string]int{}
 	for i, l := range ls {
 		want := runGo(t, dev, mod, l)
 		for y, p := range l.params {
@@ -154,16 +171,7 @@ func compareWithGo(t *testing.T, what string, ls []*launch, got []outcome) {
 		assert.Equal(t, want.status, got[i].status, "%s: status", l.name)
 		assert.Equal(t, make([]uint32, 2*len(l.params)), got[i].counters, "%s: counters left non-zero", l.name)
 	}
-	// The comparison means something only if every outcome and every path occurred.
-	t.Logf("%s: %d launches; rows by status (ok, NaN/+Inf, no finite, bad params): %v; sampled rows by path: %v",
-		what, len(ls), seen, kinds)
-	for s, n := range seen {
-		require.Positive(t, n, "no row ended with status %d", s)
-	}
-	require.GreaterOrEqual(t, 2*seen[0], seen[0]+seen[1]+seen[2]+seen[3], "fewer than half the rows sampled a token")
-	for _, k := range []string{"greedy", "gumbel split", "gumbel", "categorical", "top-k", "top-p", "min-p", "top-k+top-p+min-p"} {
-		require.Positive(t, kinds[k], "no row sampled a token on the %s path", k)
-	}
+	return seen, kinds
 }
 
 // rowKind names the path a sampled row took, for the coverage check.

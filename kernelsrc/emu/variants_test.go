@@ -22,6 +22,11 @@ var gumbelVariants = []struct {
 	{"three groups", []string{"-DGB_GROUPS=3"}},
 	{"four groups, no prefetch", []string{"-DGB_GROUPS=4", "-DGB_PREFETCH=0"}},
 	{"four groups, prefetch, warp bound", []string{"-DGB_GROUPS=4", "-DGB_BLOCK_BOUND=0"}},
+	{"tile bound", []string{"-DGB_TILE_BOUND=1"}},
+	{"log loop", []string{"-DGB_LOG_LOOP=1"}},
+	{"tile bound, log loop", []string{"-DGB_TILE_BOUND=1", "-DGB_LOG_LOOP=1"}},
+	{"tile bound, log loop, two groups", []string{"-DGB_TILE_BOUND=1", "-DGB_LOG_LOOP=1", "-DGB_GROUPS=2"}},
+	{"tile bound, four groups, no prefetch", []string{"-DGB_TILE_BOUND=1", "-DGB_GROUPS=4", "-DGB_PREFETCH=0"}},
 }
 
 // TestGumbelVariantsMatchGoEdition runs the comparison workload under every variant (the
@@ -50,4 +55,7 @@ func TestGumbelVariantMacrosReachTheSource(t *testing.T) {
 		require.Error(t, err, "GB_GROUPS=%s compiled", groups)
 		require.Contains(t, log, "GB_GROUPS must be 1, 2, 3 or 4")
 	}
+	_, log, err := buildDriver(t, "-DGB_TILE_BOUND=1", "-DGB_BLOCK_BOUND=0")
+	require.Error(t, err, "GB_TILE_BOUND without GB_BLOCK_BOUND compiled")
+	require.Contains(t, log, "GB_TILE_BOUND needs GB_BLOCK_BOUND")
 }
