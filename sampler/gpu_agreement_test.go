@@ -4,31 +4,14 @@ package sampler_test
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"testing"
 
+	"github.com/gumbel-go/gumbel/bench"
 	"github.com/gumbel-go/gumbel/runtime/cpu"
 	"github.com/gumbel-go/gumbel/sampler"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// llmRows returns LLM-shaped logits: a normal body (sd 2.5) and a few strong tokens per
-// row, different in every row.
-func llmRows(rows, vocab int, seed uint64) []float32 {
-	rng := rand.New(rand.NewPCG(seed, 77))
-	out := make([]float32, rows*vocab)
-	for r := range rows {
-		row := out[r*vocab : (r+1)*vocab]
-		for i := range row {
-			row[i] = float32(rng.NormFloat64() * 2.5)
-		}
-		for range 8 {
-			row[rng.IntN(vocab)] = float32(12 + 6*rng.Float64())
-		}
-	}
-	return out
-}
 
 // TestGPUAgreementRate draws over 1e5 tokens from LLM-shaped logits on the GPU and on the
 // CPU device with equal seeds and steps, and measures how often they agree. The editions
@@ -63,7 +46,7 @@ func TestGPUAgreementRate(t *testing.T) {
 		}
 		gs := gpuSampler(t, dev, opts)
 		cs := gpuSampler(t, cpuDev, opts)
-		logits := llmRows(rows, c.vocab, uint64(ci))
+		logits := bench.LLMLogits(rows, c.vocab, uint64(ci))
 		params := make([]sampler.Params, rows)
 		var gr, cr sampler.Result
 		n, same := 0, 0

@@ -3,19 +3,19 @@
 package hip
 
 import (
-	"errors"
 	"fmt"
 	goruntime "runtime"
 
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
 )
 
 // platformErr says why HIP cannot run here: AMD ships the HIP runtime for Linux and
 // Windows only.
 var platformErr = fmt.Errorf("%w: HIP has no runtime on %s", runtime.ErrUnavailable, goruntime.GOOS)
 
-// openLibrary never loads anything here.
-func openLibrary(string) (uintptr, error) { return 0, errors.New("not supported") }
-
-// lookupSymbol never finds anything here.
-func lookupSymbol(uintptr, string) uintptr { return 0 }
+// The loader of this platform (runtime/internal/dynlib): it loads nothing.
+var (
+	openLibrary  = dynlib.Open
+	lookupSymbol = dynlib.Symbol
+)

@@ -1,6 +1,6 @@
 //go:build linux
 
-package cuda
+package dynlib
 
 import (
 	"bufio"
@@ -11,17 +11,15 @@ import (
 	"github.com/ebitengine/purego"
 )
 
-// platformErr is nil where CUDA can run.
-var platformErr error
-
-// openLibrary loads a shared library by name or path. RTLD_LOCAL keeps the driver's
-// symbols out of the process's global namespace.
-func openLibrary(path string) (uintptr, error) {
+// Open loads a shared library by name or path. RTLD_LOCAL keeps the library's symbols
+// (a driver's, or the LLVM inside a run-time compiler) out of the process's global
+// namespace.
+func Open(path string) (uintptr, error) {
 	return purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
 }
 
-// lookupSymbol returns the address of an exported function, or 0 when it is missing.
-func lookupSymbol(lib uintptr, name string) uintptr {
+// Symbol returns the address of an exported function, or 0 when it is missing.
+func Symbol(lib uintptr, name string) uintptr {
 	p, err := purego.Dlsym(lib, name)
 	if err != nil {
 		return 0
@@ -29,10 +27,10 @@ func lookupSymbol(lib uintptr, name string) uintptr {
 	return p
 }
 
-// loadedPath returns the file the loader mapped for a library that exports the function
+// LoadedPath returns the file the loader mapped for the library that holds the function
 // at addr: the loader may resolve a bare soname through LD_LIBRARY_PATH to a path the
-// candidate list never named (such as the toolkit's stub libcuda). Empty when unknown.
-func loadedPath(addr uintptr) string {
+// caller never named (such as the CUDA toolkit's stub libcuda). Empty when unknown.
+func LoadedPath(addr uintptr) string {
 	f, err := os.Open("/proc/self/maps")
 	if err != nil {
 		return ""

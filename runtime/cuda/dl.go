@@ -1,0 +1,15 @@
+//go:build linux || windows
+
+package cuda
+
+import "github.com/gumbel-go/gumbel/runtime/internal/dynlib"
+
+// platformErr is nil where CUDA can run.
+var platformErr error
+
+// The loader of this platform (runtime/internal/dynlib).
+var (
+	openLibrary  = dynlib.Open
+	lookupSymbol = dynlib.Symbol
+	loadedPath   = dynlib.LoadedPath
+)
