@@ -80,7 +80,8 @@ func Markdown(ms []Measurement) string {
 		}
 	}
 	var sb strings.Builder
-	write := func(title string, val func(Measurement) string, ratios bool) {
+	write := func(title string, val func(Measurement) string, ratioOf func(Measurement) float64) {
+		ratios := ratioOf != nil
 		fmt.Fprintf(&sb, "\n%s\n\n| dtype | vocab | batch |", title)
 		for _, r := range routes {
 			fmt.Fprintf(&sb, " %s |", r)
@@ -108,27 +109,46 @@ func Markdown(ms []Measurement) string {
 			}
 			if ratios {
 				fmt.Fprintf(&sb, " %s | %s | %s |",
-					ratio(c, Categorical, GumbelSplit), ratio(c, GumbelSplit, Greedy), ratio(c, GumbelOne, GumbelSplit))
+					ratioBy(c, Categorical, GumbelSplit, ratioOf), ratioBy(c, GumbelSplit, Greedy, ratioOf), ratioBy(c, GumbelOne, GumbelSplit, ratioOf))
 			}
 			sb.WriteString("\n")
 		}
 	}
 	write("Device time per sampling step (µs, median; events around back-to-back launches)",
-		func(m Measurement) string { return fmt.Sprintf("%.2f", m.DeviceUs) }, true)
+		func(m Measurement) string { return fmt.Sprintf("%.2f", m.DeviceUs) }, func(m Measurement) float64 { return m.DeviceUs })
+	if hasGraph(ms) {
+		write("Device time per step replayed from a CUDA graph (µs, median; launch overhead removed)",
+			func(m Measurement) string { return fmt.Sprintf("%.2f", m.GraphUs) }, func(m Measurement) float64 { return m.GraphUs })
+	}
 	write("Host-observed latency of one Sample call, tokens on the host (µs, median)",
-		func(m Measurement) string { return fmt.Sprintf("%.1f", m.HostUs) }, false)
+		func(m Measurement) string { return fmt.Sprintf("%.1f", m.HostUs) }, nil)
 	write("Go heap allocations per Sample call (mean)",
-		func(m Measurement) string { return fmt.Sprintf("%.2f", m.AllocsPerCall) }, false)
+		func(m Measurement) string { return fmt.Sprintf("%.2f", m.AllocsPerCall) }, nil)
 	return sb.String()
 }
 
+func hasGraph(ms []Measurement) bool {
+	for _, m := range ms {
+		if m.GraphUs > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// ratio is the ratio of two routes' device times in one cell, as "1.23x".
 func ratio(c map[Route]Measurement, num, den Route) string {
+	return ratioBy(c, num, den, func(m Measurement) float64 { return m.DeviceUs })
+}
+
+// ratioBy is the ratio of two routes' values of one measure in one cell.
+func ratioBy(c map[Route]Measurement, num, den Route, of func(Measurement) float64) string {
 	a, okA := c[num]
 	b, okB := c[den]
-	if !okA || !okB || b.DeviceUs <= 0 {
+	if !okA || !okB || of(b) <= 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.2fx", a.DeviceUs/b.DeviceUs)
+	return fmt.Sprintf("%.2fx", of(a)/of(b))
 }
 
 // SweepPoint is the device time of gumbel_argmax at one split.

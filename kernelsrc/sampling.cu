@@ -777,6 +777,8 @@ __device__ __forceinline__ float gb_tile_bound(const typename gb_io<KIND>::elem*
     for (int i = 0; i < G; ++i) {
         m = fmaxf(m, gb_max4(first[i]));
     }
+    // Unrolled so that several loads are in flight: nothing else hides their latency here.
+#pragma unroll 4
     for (gb_u32 q = g + (gb_u32)G * stride; q < end; q += stride) {
         float x[4];
         gb_load_group<KIND>(row, q, end, vec, x); // missing elements read as -Inf

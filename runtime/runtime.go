@@ -208,3 +208,19 @@ func BytesOf[T ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~int32 | ~int64 | ~float32
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
 }
+
+// GraphCapturer is implemented by streams that can record the work queued on them into a
+// graph and replay it with one launch (CUDA graphs). Between BeginCapture and EndCapture
+// the stream records instead of running; only launches (no copies to or from Go memory,
+// no synchronisation) may be queued meanwhile.
+type GraphCapturer interface {
+	BeginCapture() error
+	EndCapture() (Graph, error)
+}
+
+// Graph is recorded work that can be replayed on a stream.
+type Graph interface {
+	// Launch queues one replay of the graph on s.
+	Launch(s Stream) error
+	Close() error
+}

@@ -104,17 +104,19 @@ type driver struct {
 	path    string
 	version int
 
-	cuInit, cuDriverGetVersion, cuGetErrorName, cuGetErrorString               uintptr
-	cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute       uintptr
-	cuDeviceTotalMem, cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease      uintptr
-	cuCtxSetCurrent                                                            uintptr
-	cuMemAlloc, cuMemFree, cuMemHostAlloc, cuMemFreeHost, cuMemGetAddressRange uintptr
-	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemsetD8Async                      uintptr
-	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamGetCtx       uintptr
-	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventSynchronize           uintptr
-	cuEventElapsedTime                                                         uintptr
-	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncGetAttribute  uintptr
-	cuFuncGetParamInfo, cuFuncGetParamCount, cuLaunchKernel                    uintptr
+	cuInit, cuDriverGetVersion, cuGetErrorName, cuGetErrorString                uintptr
+	cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute        uintptr
+	cuDeviceTotalMem, cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease       uintptr
+	cuCtxSetCurrent                                                             uintptr
+	cuMemAlloc, cuMemFree, cuMemHostAlloc, cuMemFreeHost, cuMemGetAddressRange  uintptr
+	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemsetD8Async                       uintptr
+	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamGetCtx        uintptr
+	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventSynchronize            uintptr
+	cuEventElapsedTime                                                          uintptr
+	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncGetAttribute   uintptr
+	cuFuncGetParamInfo, cuFuncGetParamCount, cuLaunchKernel                     uintptr
+	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch uintptr
+	cuGraphExecDestroy, cuGraphDestroy                                          uintptr
 }
 
 // symbols lists the driver functions gumbel binds. The _v2 names are the ones cuda.h
@@ -159,6 +161,12 @@ func (d *driver) symbols() []symbol {
 		req(&d.cuFuncGetAttribute, "cuFuncGetAttribute"),
 		opt(&d.cuFuncGetParamInfo, "cuFuncGetParamInfo"),
 		opt(&d.cuFuncGetParamCount, "cuFuncGetParamCount"),
+		opt(&d.cuStreamBeginCapture, "cuStreamBeginCapture_v2"),
+		opt(&d.cuStreamEndCapture, "cuStreamEndCapture"),
+		opt(&d.cuGraphInstantiate, "cuGraphInstantiateWithFlags"),
+		opt(&d.cuGraphLaunch, "cuGraphLaunch"),
+		opt(&d.cuGraphExecDestroy, "cuGraphExecDestroy"),
+		opt(&d.cuGraphDestroy, "cuGraphDestroy"),
 		req(&d.cuLaunchKernel, "cuLaunchKernel"),
 	}
 }

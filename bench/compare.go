@@ -1,0 +1,182 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/gumbel-go/gumbel/sampler"
+)
+
+// ourColumns are gumbel's routes that a peer comparison shows: the sampler, the floor
+// (greedy) and the filtered route the sort-based peers are measured against.
+var ourColumns = []Route{GumbelSplit, Greedy, TopKTopP}
+
+// LoadMeasurements reads measurements written as JSON, either a bare array or an object
+// with a "measurements" array (what `gumbel bench --json` and bench/peers/torch_peers.py
+// write). Fields it does not know, such as the peer script's "graph", are ignored.
+func LoadMeasurements(path string) ([]Measurement, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var ms []Measurement
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		err = json.Unmarshal(trimmed, &ms)
+	} else {
+		var report struct {
+			Measurements *[]Measurement `json:"measurements"`
+		}
+		err = json.Unmarshal(trimmed, &report)
+		if err == nil && report.Measurements == nil {
+			err = fmt.Errorf("no \"measurements\" array")
+		}
+		if err == nil {
+			ms = *report.Measurements
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for i := range ms {
+		if err := ms[i].validate(); err != nil {
+			return nil, fmt.Errorf("%s: measurement %d: %w", path, i, err)
+		}
+	}
+	return ms, nil
+}
+
+// validate checks a loaded measurement and sets DType, which JSON does not carry, from
+// DTypeName.
+func (m *Measurement) validate() error {
+	if m.Route == "" {
+		return fmt.Errorf("no route")
+	}
+	if m.Vocab <= 0 || m.Batch <= 0 {
+		return fmt.Errorf("%s: vocab %d, batch %d: both must be positive", m.Route, m.Vocab, m.Batch)
+	}
+	i := slices.IndexFunc([]sampler.DType{sampler.Float32, sampler.Float16, sampler.BFloat16},
+		func(d sampler.DType) bool { return d.String() == m.DTypeName })
+	if i < 0 {
+		return fmt.Errorf("%s: dtype %q: want float32, float16 or bfloat16", m.Route, m.DTypeName)
+	}
+	m.DType = []sampler.DType{sampler.Float32, sampler.Float16, sampler.BFloat16}[i]
+	for _, v := range []float64{m.DeviceUs, m.HostUs, m.AllocsPerCall} {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return fmt.Errorf("%s: times and allocations must be finite and non-negative", m.Route)
+		}
+	}
+	return nil
+}
+
+// filteredPeer reports whether a peer route applies top-k/top-p filtering, so that it is
+// compared with gumbel's filtered route rather than with plain Gumbel sampling.
+func filteredPeer(r Route) bool {
+	s := strings.ToLower(string(r))
+	return strings.Contains(s, "topk") || strings.Contains(s, "topp")
+}
+
+// Compare renders gumbel's measurements against a peer's as markdown: one table per
+// dtype, rows vocab x batch, columns the device µs of gumbel-split, greedy and
+// topk50-topp0.9 and of every peer route, then for each peer its time over gumbel's
+// (peer / gumbel-split; peer / topk50-topp0.9 for filtering peers). Ratios above 1 mean
+// gumbel is faster. A missing cell reads "–".
+func Compare(ours, peers []Measurement) string {
+	type cellKey struct{ vocab, batch int }
+	var dtypes []string
+	rows := map[string][]cellKey{}
+	type tableKey struct {
+		dtype        string
+		vocab, batch int
+	}
+	cells := map[tableKey]map[Route]Measurement{}
+	add := func(m Measurement) {
+		if !slices.Contains(dtypes, m.DTypeName) {
+			dtypes = append(dtypes, m.DTypeName)
+		}
+		k := tableKey{m.DTypeName, m.Vocab, m.Batch}
+		if cells[k] == nil {
+			cells[k] = map[Route]Measurement{}
+			rows[m.DTypeName] = append(rows[m.DTypeName], cellKey{m.Vocab, m.Batch})
+		}
+		cells[k][m.Route] = m
+	}
+	for _, m := range ours {
+		if slices.Contains(ourColumns, m.Route) {
+			add(m)
+		}
+	}
+	var peerRoutes []Route
+	for _, m := range peers {
+		if slices.Contains(Routes, m.Route) {
+			continue // one of ours in the peer file: not a peer
+		}
+		if !slices.Contains(peerRoutes, m.Route) {
+			peerRoutes = append(peerRoutes, m.Route)
+		}
+		add(m)
+	}
+
+	var sb strings.Builder
+	sb.WriteString("Device time per sampling step (µs, median) of gumbel and its peers; " +
+		"ratios are peer / gumbel, above 1 means gumbel is faster.\n")
+	for _, dt := range dtypes {
+		fmt.Fprintf(&sb, "\n%s\n\n| vocab | batch |", dt)
+		for _, r := range ourColumns {
+			fmt.Fprintf(&sb, " %s |", r)
+		}
+		for _, r := range peerRoutes {
+			fmt.Fprintf(&sb, " %s |", r)
+		}
+		for _, r := range peerRoutes {
+			fmt.Fprintf(&sb, " %s / %s |", r, peerBase(r))
+		}
+		sb.WriteString("\n|---:|---:|" + strings.Repeat("---:|", len(ourColumns)+2*len(peerRoutes)) + "\n")
+		ks := rows[dt]
+		slices.SortFunc(ks, func(a, b cellKey) int {
+			if a.vocab != b.vocab {
+				return a.vocab - b.vocab
+			}
+			return a.batch - b.batch
+		})
+		for _, ck := range ks {
+			c := cells[tableKey{dt, ck.vocab, ck.batch}]
+			fmt.Fprintf(&sb, "| %d | %d |", ck.vocab, ck.batch)
+			for _, r := range slices.Concat(ourColumns, peerRoutes) {
+				if m, ok := c[r]; ok {
+					fmt.Fprintf(&sb, " %.2f |", m.DeviceUs)
+				} else {
+					sb.WriteString(" – |")
+				}
+			}
+			for _, r := range peerRoutes {
+				fmt.Fprintf(&sb, " %s |", speedRatio(c, r, peerBase(r)))
+			}
+			sb.WriteString("\n")
+		}
+	}
+	return sb.String()
+}
+
+// peerBase is the gumbel route a peer is measured against.
+func peerBase(r Route) Route {
+	if filteredPeer(r) {
+		return TopKTopP
+	}
+	return GumbelSplit
+}
+
+// speedRatio formats the device time of route num over that of den in one cell.
+func speedRatio(c map[Route]Measurement, num, den Route) string {
+	a, okA := c[num]
+	b, okB := c[den]
+	if !okA || !okB || a.DeviceUs <= 0 || b.DeviceUs <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2fx", a.DeviceUs/b.DeviceUs)
+}

@@ -1,0 +1,106 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gumbel-go/gumbel/runtime"
+)
+
+// captureModeRelaxed is CU_STREAM_CAPTURE_MODE_RELAXED: the capture does not forbid
+// other threads' unsafe calls, which the per-call thread locking of this package could
+// otherwise trip over (a goroutine's calls may come from different OS threads).
+const captureModeRelaxed = 2
+
+var _ runtime.GraphCapturer = (*stream)(nil)
+
+// errNoGraphs reports a driver without the graph API (before CUDA 11.4).
+var errNoGraphs = fmt.Errorf("%w: this CUDA driver has no graph capture (cuStreamBeginCapture_v2, cuGraphInstantiateWithFlags)", runtime.ErrUnavailable)
+
+// BeginCapture starts recording the stream's work into a graph (relaxed mode): the
+// launches queued until EndCapture are recorded, not run.
+func (s *stream) BeginCapture() error {
+	drv := s.dev.drv
+	if drv.cuStreamBeginCapture == 0 || drv.cuStreamEndCapture == 0 || drv.cuGraphInstantiate == 0 ||
+		drv.cuGraphLaunch == 0 || drv.cuGraphExecDestroy == 0 || drv.cuGraphDestroy == 0 {
+		return errNoGraphs
+	}
+	if err := s.begin(); err != nil {
+		return s.opErr("BeginCapture", err)
+	}
+	defer s.end()
+	s.sys[0], s.sys[1] = s.handle, captureModeRelaxed
+	if r := s.call(drv.cuStreamBeginCapture, 2); r != Success {
+		return failed("cuStreamBeginCapture_v2", r)
+	}
+	return nil
+}
+
+// EndCapture stops recording and instantiates the graph.
+func (s *stream) EndCapture() (runtime.Graph, error) {
+	drv := s.dev.drv
+	if drv.cuStreamEndCapture == 0 {
+		return nil, errNoGraphs
+	}
+	g := &graph{dev: s.dev}
+	err := s.dev.own(func() (resource, error) {
+		if r := Result(callN(drv.cuStreamEndCapture, s.handle, uintptr(unsafe.Pointer(&g.graph)))); r != Success {
+			return nil, failed("cuStreamEndCapture", r)
+		}
+		if r := Result(callN(drv.cuGraphInstantiate, uintptr(unsafe.Pointer(&g.exec)), g.graph, 0)); r != Success {
+			callN(drv.cuGraphDestroy, g.graph)
+			return nil, failed("cuGraphInstantiateWithFlags", r)
+		}
+		return g, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// graph is an instantiated CUDA graph.
+type graph struct {
+	hotCall
+	dev    *Device
+	graph  uintptr // CUgraph
+	exec   uintptr // CUgraphExec
+	closed atomic.Bool
+}
+
+// Launch queues one replay of the graph on stream st (a stream of the same device).
+func (g *graph) Launch(st runtime.Stream) error {
+	s, ok := st.(*stream)
+	if !ok || s.dev != g.dev {
+		return fmt.Errorf("%w: cuda graph: Launch on a stream of another device or backend", runtime.ErrInvalidArgument)
+	}
+	if g.closed.Load() {
+		return fmt.Errorf("cuda graph: Launch: %w", runtime.ErrClosed)
+	}
+	if err := s.begin(); err != nil {
+		return s.opErr("graph Launch", err)
+	}
+	defer s.end()
+	s.sys[0], s.sys[1] = g.exec, s.handle
+	if r := s.call(g.dev.drv.cuGraphLaunch, 2); r != Success {
+		return failed("cuGraphLaunch", r)
+	}
+	return nil
+}
+
+// Close releases the graph. A second Close does nothing.
+func (g *graph) Close() error { return g.dev.disown(g) }
+
+func (g *graph) release() error {
+	g.closed.Store(true)
+	var err error
+	if r := Result(callN(g.dev.drv.cuGraphExecDestroy, g.exec)); r != Success {
+		err = failed("cuGraphExecDestroy", r)
+	}
+	if r := Result(callN(g.dev.drv.cuGraphDestroy, g.graph)); r != Success {
+		err = errors.Join(err, failed("cuGraphDestroy", r))
+	}
+	return err
+}
