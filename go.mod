@@ -9,6 +9,7 @@ require (
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/term v0.44.0
 	gonum.org/v1/gonum v0.17.0
+	gonum.org/v1/plot v0.17.0
 )
 
 require (
@@ -25,5 +26,4 @@ require (
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sys v0.46.0 // indirect
 	golang.org/x/text v0.34.0 // indirect
-	gonum.org/v1/plot v0.17.0 // indirect
 )

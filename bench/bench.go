@@ -52,8 +52,8 @@ type Measurement struct {
 	// Repeats back-to-back launches of the step's kernels, divided by Repeats.
 	DeviceUs float64 `json:"device_us"`
 	// GraphUs is the median device time of one step replayed from a CUDA graph that
-	// captured the step's launches (0 where the stream cannot capture): launch overhead
-	// mostly removed, so it is close to the kernels' own time.
+	// captured ten steps' launches (0 where the stream cannot capture): host launch
+	// overhead removed, so it is close to the kernels' own time.
 	GraphUs float64 `json:"graph_us,omitempty"`
 	// HostUs is the median wall time of one Sample call, tokens back on the host.
 	HostUs float64 `json:"host_us"`
@@ -255,16 +255,18 @@ func Measure(dev runtime.Device, p Point, logits runtime.Buffer, cfg Config) (Me
 	return m, nil
 }
 
-// graphTime captures one Relaunch of s into a graph and returns the median device time
-// of a replay, over cfg.Groups groups of cfg.Repeats replays.
+// graphTime captures stepsPerGraph Relaunches of s into a graph and returns the median
+// device time of one step, over cfg.Groups groups of cfg.Repeats replays.
 func graphTime(dev runtime.Device, s *sampler.Sampler, gc runtime.GraphCapturer, start, stop runtime.Event, cfg Config) (float64, error) {
 	st := s.Stream()
 	if err := gc.BeginCapture(); err != nil {
 		return 0, err
 	}
-	if err := s.Relaunch(); err != nil {
-		_, _ = gc.EndCapture()
-		return 0, err
+	for range stepsPerGraph {
+		if err := s.Relaunch(); err != nil {
+			_, _ = gc.EndCapture()
+			return 0, err
+		}
 	}
 	g, err := gc.EndCapture()
 	if err != nil {
@@ -291,10 +293,14 @@ func graphTime(dev runtime.Device, s *sampler.Sampler, gc runtime.GraphCapturer,
 		if err != nil {
 			return 0, err
 		}
-		groups[i] = float64(ms) * 1e3 / float64(cfg.Repeats)
+		groups[i] = float64(ms) * 1e3 / float64(cfg.Repeats*stepsPerGraph)
 	}
 	return median(groups), nil
 }
+
+// stepsPerGraph is how many steps one captured graph holds, so that the graph's own
+// launch is shared by several steps (as bench/peers/torch_peers.py does).
+const stepsPerGraph = 10
 
 func median(v []float64) float64 {
 	if len(v) == 0 {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,6 +99,7 @@ func chartPanel(ms []Measurement, routes []Route, dtype string, batch int) (*plo
 	p.Legend.Left = true
 	p.Legend.TextStyle.Font.Size = vg.Points(7)
 	ours, theirs := 0, 0
+	lo, hi := math.Inf(1), 0.0
 	for _, r := range routes {
 		var pts plotter.XYs
 		for _, m := range ms {
@@ -127,6 +129,18 @@ func chartPanel(ms []Measurement, routes []Route, dtype string, batch int) (*plo
 		points.Shape = plotutil.Shape(i)
 		p.Add(line, points)
 		p.Legend.Add(string(r), line, points)
+		for _, q := range pts {
+			lo, hi = min(lo, q.Y), max(hi, q.Y)
+		}
+	}
+	// The legend sits in the top of the panel; raise the top of the (logarithmic) time
+	// axis so that the lines stay below it. legendShare is the legend's part of the
+	// panel's height: ~8.5 points a route out of the ~190 points a 9 cm panel plots in.
+	if entries := ours + theirs; entries > 0 {
+		legendShare := min(0.6, (8.5*float64(entries)+6)/190)
+		decades := max(math.Log10(hi/lo), 0.5)
+		p.Y.Min = lo / 1.2
+		p.Y.Max = lo * math.Pow(10, decades/(1-legendShare)) * 1.2
 	}
 	return p, nil
 }

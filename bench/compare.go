@@ -66,7 +66,7 @@ func (m *Measurement) validate() error {
 		return fmt.Errorf("%s: dtype %q: want float32, float16 or bfloat16", m.Route, m.DTypeName)
 	}
 	m.DType = []sampler.DType{sampler.Float32, sampler.Float16, sampler.BFloat16}[i]
-	for _, v := range []float64{m.DeviceUs, m.HostUs, m.AllocsPerCall} {
+	for _, v := range []float64{m.DeviceUs, m.GraphUs, m.HostUs, m.AllocsPerCall} {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			return fmt.Errorf("%s: times and allocations must be finite and non-negative", m.Route)
 		}
@@ -86,14 +86,32 @@ func filteredPeer(r Route) bool {
 // topk50-topp0.9 and of every peer route, then for each peer its time over gumbel's
 // (peer / gumbel-split; peer / topk50-topp0.9 for filtering peers). Ratios above 1 mean
 // gumbel is faster. A missing cell reads "–".
+//
+// The first tables set DeviceUs against DeviceUs: for gumbel, back-to-back launches
+// from Go; for the PyTorch peers, CUDA-graph replay (their best case, as vLLM runs them).
+// Where gumbel's measurements also have graph-replay times (GraphUs), a second set of
+// tables compares graph replay with graph replay; peers without GraphUs show "–" there.
 func Compare(ours, peers []Measurement) string {
+	var sb strings.Builder
+	sb.WriteString("Device time per sampling step (µs, median) of gumbel and its peers; " +
+		"ratios are peer / gumbel, above 1 means gumbel is faster.\n")
+	compareTables(&sb, "device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture)",
+		ours, peers, func(m Measurement) float64 { return m.DeviceUs })
+	if slices.ContainsFunc(ours, func(m Measurement) bool { return m.GraphUs > 0 }) {
+		compareTables(&sb, "CUDA-graph replay, both sides", ours, peers, func(m Measurement) float64 { return m.GraphUs })
+	}
+	return sb.String()
+}
+
+// compareTables writes one table per dtype of the times that of reads from a measurement.
+func compareTables(sb *strings.Builder, title string, ours, peers []Measurement, of func(Measurement) float64) {
 	type cellKey struct{ vocab, batch int }
-	var dtypes []string
-	rows := map[string][]cellKey{}
 	type tableKey struct {
 		dtype        string
 		vocab, batch int
 	}
+	var dtypes []string
+	rows := map[string][]cellKey{}
 	cells := map[tableKey]map[Route]Measurement{}
 	add := func(m Measurement) {
 		if !slices.Contains(dtypes, m.DTypeName) {
@@ -122,19 +140,16 @@ func Compare(ours, peers []Measurement) string {
 		add(m)
 	}
 
-	var sb strings.Builder
-	sb.WriteString("Device time per sampling step (µs, median) of gumbel and its peers; " +
-		"ratios are peer / gumbel, above 1 means gumbel is faster.\n")
 	for _, dt := range dtypes {
-		fmt.Fprintf(&sb, "\n%s\n\n| vocab | batch |", dt)
+		fmt.Fprintf(sb, "\n%s, %s\n\n| vocab | batch |", dt, title)
 		for _, r := range ourColumns {
-			fmt.Fprintf(&sb, " %s |", r)
+			fmt.Fprintf(sb, " %s |", r)
 		}
 		for _, r := range peerRoutes {
-			fmt.Fprintf(&sb, " %s |", r)
+			fmt.Fprintf(sb, " %s |", r)
 		}
 		for _, r := range peerRoutes {
-			fmt.Fprintf(&sb, " %s / %s |", r, peerBase(r))
+			fmt.Fprintf(sb, " %s / %s |", r, peerBase(r))
 		}
 		sb.WriteString("\n|---:|---:|" + strings.Repeat("---:|", len(ourColumns)+2*len(peerRoutes)) + "\n")
 		ks := rows[dt]
@@ -146,21 +161,20 @@ func Compare(ours, peers []Measurement) string {
 		})
 		for _, ck := range ks {
 			c := cells[tableKey{dt, ck.vocab, ck.batch}]
-			fmt.Fprintf(&sb, "| %d | %d |", ck.vocab, ck.batch)
+			fmt.Fprintf(sb, "| %d | %d |", ck.vocab, ck.batch)
 			for _, r := range slices.Concat(ourColumns, peerRoutes) {
-				if m, ok := c[r]; ok {
-					fmt.Fprintf(&sb, " %.2f |", m.DeviceUs)
+				if m, ok := c[r]; ok && of(m) > 0 {
+					fmt.Fprintf(sb, " %.2f |", of(m))
 				} else {
 					sb.WriteString(" – |")
 				}
 			}
 			for _, r := range peerRoutes {
-				fmt.Fprintf(&sb, " %s |", speedRatio(c, r, peerBase(r)))
+				fmt.Fprintf(sb, " %s |", speedRatio(c, r, peerBase(r), of))
 			}
 			sb.WriteString("\n")
 		}
 	}
-	return sb.String()
 }
 
 // peerBase is the gumbel route a peer is measured against.
@@ -171,12 +185,12 @@ func peerBase(r Route) Route {
 	return GumbelSplit
 }
 
-// speedRatio formats the device time of route num over that of den in one cell.
-func speedRatio(c map[Route]Measurement, num, den Route) string {
+// speedRatio formats the time of route num over that of den in one cell.
+func speedRatio(c map[Route]Measurement, num, den Route, of func(Measurement) float64) string {
 	a, okA := c[num]
 	b, okB := c[den]
-	if !okA || !okB || a.DeviceUs <= 0 || b.DeviceUs <= 0 {
+	if !okA || !okB || of(a) <= 0 || of(b) <= 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.2fx", a.DeviceUs/b.DeviceUs)
+	return fmt.Sprintf("%.2fx", of(a)/of(b))
 }

@@ -4,6 +4,7 @@ package bench
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -76,8 +77,10 @@ func TestGPUSplitSweep(t *testing.T) {
 // macros of sampling.cu) on the greedy and Gumbel routes, for choosing the defaults.
 func TestGPUVariants(t *testing.T) {
 	dev := openGPU(t)
-	variants := []string{"", "-DGB_BLOCK_BOUND=0", "-DGB_GROUPS=2 -DGB_PREFETCH=0", "-DGB_GROUPS=2",
-		"-DGB_MIN_BLOCKS=2", "-DGB_GROUPS=2 -DGB_PREFETCH=0 -DGB_MIN_BLOCKS=2"}
+	variants := []string{"", "-DGB_TILE_BOUND=1", "-DGB_LOG_LOOP=1", "-DGB_TILE_BOUND=1 -DGB_LOG_LOOP=1"}
+	if v := os.Getenv("GUMBEL_BENCH_VARIANTS"); v != "" {
+		variants = strings.Split(v, ",")
+	}
 	type cell struct{ vocab, batch int }
 	cells := []cell{{151936, 1}, {151936, 4}, {151936, 8}, {151936, 64}, {151936, 128}, {32768, 64}}
 	bufs := map[cell]runtime.Buffer{}

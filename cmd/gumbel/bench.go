@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +20,10 @@ type benchConfig struct {
 	// timing is the measurement size; zero fields take the device's default.
 	timing bench.Config
 	asJSON bool
-	device deviceFlags
+	// compare names a peer's measurements (bench/peers/torch_peers.py --out) to set
+	// against this run's; chart names an image of both.
+	compare, chart string
+	device         deviceFlags
 }
 
 // cpuBenchConfig sizes measurements on the CPU device, where one step at V = 151936
@@ -39,6 +43,8 @@ func parseBenchFlags(args []string, w io.Writer) (benchConfig, error) {
 	fs.IntVar(&c.timing.HostCalls, "calls", 0, fmt.Sprintf("Sample calls timed one by one per point (0: %d on a GPU, %d on the CPU)", bench.DefaultConfig.HostCalls, cpuBenchConfig.HostCalls))
 	fs.IntVar(&c.timing.Warmup, "warmup", -1, fmt.Sprintf("untimed calls first (-1: %d on a GPU, %d on the CPU)", bench.DefaultConfig.Warmup, cpuBenchConfig.Warmup))
 	fs.BoolVar(&c.asJSON, "json", false, "print the measurements as JSON instead of markdown tables")
+	fs.StringVar(&c.compare, "compare", "", "peer measurements (JSON from bench/peers/torch_peers.py) to compare with this run's")
+	fs.StringVar(&c.chart, "chart", "", "write a chart of device time against vocabulary size to this file (.svg, .png, .pdf)")
 	c.device.register(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -67,6 +73,9 @@ func parseBenchFlags(args []string, w io.Writer) (benchConfig, error) {
 		if f.v < f.min || f.v > 1_000_000 {
 			return c, usagef("%s %d: must be between %d and 1000000", f.name, f.v, f.min)
 		}
+	}
+	if c.chart != "" && filepath.Ext(c.chart) == "" {
+		return c, usagef("--chart %q: no file extension to choose the image format by (.svg, .png, .pdf)", c.chart)
 	}
 	return c, c.device.validate()
 }
@@ -101,12 +110,21 @@ type benchReport struct {
 	Multiprocessors int                 `json:"multiprocessors"`
 	Config          bench.Config        `json:"config"`
 	Measurements    []bench.Measurement `json:"measurements"`
+	// Peers are the --compare file's measurements.
+	Peers []bench.Measurement `json:"peers,omitempty"`
 }
 
 func runBench(e env, args []string) error {
 	cfg, err := parseBenchFlags(args, e.stderr)
 	if err != nil {
 		return err
+	}
+	// The peer file is read first, so that a bad one fails before minutes of measuring.
+	var peers []bench.Measurement
+	if cfg.compare != "" {
+		if peers, err = bench.LoadMeasurements(cfg.compare); err != nil {
+			return fmt.Errorf("--compare: %w", err)
+		}
 	}
 	dev, err := cfg.device.open()
 	if err != nil {
@@ -129,17 +147,26 @@ func runBench(e env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if cfg.chart != "" {
+		if err := bench.Chart(slices.Concat(ms, peers), cfg.chart); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "wrote %s\n", cfg.chart)
+	}
 	if cfg.asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(benchReport{
 			Backend: string(info.Backend), Device: info.Name, Arch: info.Arch, Multiprocessors: info.Multiprocessors,
-			Config: timing, Measurements: ms,
+			Config: timing, Measurements: ms, Peers: peers,
 		})
 	}
 	fmt.Fprintf(e.stdout, "Device: %s (%s, %s, %d SMs); %d groups of %d launches, %d host calls, %d warm-up calls per point\n",
 		info.Name, info.Backend, info.Arch, info.Multiprocessors, timing.Groups, timing.Repeats, timing.HostCalls, timing.Warmup)
-	_, err = io.WriteString(e.stdout, bench.Markdown(ms)+"\n")
+	if _, err = io.WriteString(e.stdout, bench.Markdown(ms)+"\n"); err != nil || cfg.compare == "" {
+		return err
+	}
+	_, err = io.WriteString(e.stdout, "\n"+bench.Compare(ms, peers)+"\n")
 	return err
 }
 

@@ -1,0 +1,228 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gumbel-go/gumbel/sampler"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func meas(route Route, dtype string, vocab, batch int, us float64) Measurement {
+	return Measurement{Point: Point{Route: route, Vocab: vocab, Batch: batch}, DTypeName: dtype, DeviceUs: us}
+}
+
+// tableRow returns the markdown row that starts with prefix in the first table after a
+// heading that starts with heading.
+func tableRow(t *testing.T, md, heading, prefix string) []string {
+	t.Helper()
+	_, after, ok := strings.Cut(md, "\n"+heading)
+	require.True(t, ok, "no %s table in\n%s", heading, md)
+	_, after, _ = strings.Cut(after, "\n")
+	for _, line := range strings.Split(after, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			cells := strings.Split(strings.Trim(line, "|"), "|")
+			for i := range cells {
+				cells[i] = strings.TrimSpace(cells[i])
+			}
+			return cells
+		}
+		if line != "" && !strings.HasPrefix(line, "|") {
+			break
+		}
+	}
+	require.Failf(t, "row not found", "%q in %s table:\n%s", prefix, heading, md)
+	return nil
+}
+
+func TestCompare(t *testing.T) {
+	ours := []Measurement{
+		meas(GumbelSplit, "float32", 32768, 1, 4),
+		meas(Greedy, "float32", 32768, 1, 2),
+		meas(TopKTopP, "float32", 32768, 1, 10),
+		meas(Categorical, "float32", 32768, 1, 99), // not a comparison column
+		meas(GumbelSplit, "float32", 151936, 64, 50),
+		meas(GumbelSplit, "bfloat16", 32768, 1, 3),
+	}
+	peers := []Measurement{
+		meas("torch.argmax", "float32", 32768, 1, 3),
+		meas("torch.gumbel-eager", "float32", 32768, 1, 20),
+		meas("torch.sort-topk50-topp0.9", "float32", 32768, 1, 250),
+		meas("torch.gumbel-eager", "float32", 151936, 64, 125),
+		meas("torch.gumbel-eager", "bfloat16", 65536, 8, 7), // no gumbel cell to compare
+		meas(GumbelSplit, "float32", 32768, 1, 1000),        // ours in a peer file: ignored
+	}
+	md := Compare(ours, peers)
+	header := "| vocab | batch | gumbel-split | greedy | topk50-topp0.9 | torch.argmax | torch.gumbel-eager | torch.sort-topk50-topp0.9 | " +
+		"torch.argmax / gumbel-split | torch.gumbel-eager / gumbel-split | torch.sort-topk50-topp0.9 / topk50-topp0.9 |"
+	assert.Contains(t, md, header)
+	assert.NotContains(t, md, "categorical")
+	assert.Less(t, strings.Index(md, "\nfloat32, device time"), strings.Index(md, "\nbfloat16, device time"), "dtypes in order of appearance")
+	assert.NotContains(t, md, "CUDA-graph replay, both sides", "no graph tables without our graph times")
+
+	tests := []struct {
+		name, heading, prefix string
+		want                  []string
+	}{
+		{"every column", "float32, device", "| 32768 | 1 |",
+			[]string{"32768", "1", "4.00", "2.00", "10.00", "3.00", "20.00", "250.00", "0.75x", "5.00x", "25.00x"}},
+		{"missing cells", "float32, device", "| 151936 | 64 |",
+			[]string{"151936", "64", "50.00", "–", "–", "–", "125.00", "–", "–", "2.50x", "–"}},
+		{"peer only row", "bfloat16, device", "| 65536 | 8 |",
+			[]string{"65536", "8", "–", "–", "–", "–", "7.00", "–", "–", "–", "–"}},
+		{"rows sorted by vocab", "bfloat16, device", "| 32768 | 1 |",
+			[]string{"32768", "1", "3.00", "–", "–", "–", "–", "–", "–", "–", "–"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, tableRow(t, md, tc.heading, tc.prefix))
+		})
+	}
+	_, bf, _ := strings.Cut(md, "\nbfloat16, device")
+	assert.Less(t, strings.Index(bf, "| 32768 | 1 |"), strings.Index(bf, "| 65536 | 8 |"))
+}
+
+// With our graph-replay times, a second set of tables sets them against the peers'.
+func TestCompareGraphTables(t *testing.T) {
+	withGraph := func(m Measurement, graphUs float64) Measurement { m.GraphUs = graphUs; return m }
+	ours := []Measurement{
+		withGraph(meas(GumbelSplit, "float32", 32768, 4, 6), 5),
+		withGraph(meas(TopKTopP, "float32", 32768, 4, 12), 0), // not captured
+	}
+	peers := []Measurement{
+		withGraph(meas("torch.exponential-race", "float32", 32768, 4, 15), 15),
+		withGraph(meas("torch.sort-topk50-topp0.9", "float32", 32768, 4, 300), 0), // eager fallback
+	}
+	md := Compare(ours, peers)
+	tests := []struct {
+		name, heading string
+		want          []string
+	}{
+		{"device time", "float32, device time",
+			[]string{"32768", "4", "6.00", "–", "12.00", "15.00", "300.00", "2.50x", "25.00x"}},
+		{"graph replay", "float32, CUDA-graph replay, both sides",
+			[]string{"32768", "4", "5.00", "–", "–", "15.00", "–", "3.00x", "–"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, tableRow(t, md, tc.heading, "| 32768 | 4 |"))
+		})
+	}
+}
+
+func TestCompareEmpty(t *testing.T) {
+	md := Compare(nil, nil)
+	assert.NotContains(t, md, "| vocab |", "no tables without measurements")
+}
+
+func TestLoadMeasurements(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       []Measurement // nil with wantErr
+		wantErr    string
+	}{
+		{
+			name: "peer report object",
+			body: `{"backend": "torch", "notes": [], "measurements": [
+				{"route": "torch.argmax", "dtype": "bfloat16", "vocab": 65536, "batch": 4, "device_us": 7.5, "graph_us": 7.5,
+				 "host_us": 30.25, "allocs_per_call": 0, "token": 17, "graph": true, "eager_device_us": 9.0, "error": null}]}`,
+			want: []Measurement{{Point: Point{Route: "torch.argmax", DType: sampler.BFloat16, Vocab: 65536, Batch: 4},
+				DTypeName: "bfloat16", DeviceUs: 7.5, GraphUs: 7.5, HostUs: 30.25, Token: 17}},
+		},
+		{
+			name: "bare array",
+			body: `[{"route": "gumbel-split", "dtype": "float16", "vocab": 10, "batch": 1, "device_us": 1, "host_us": 2, "allocs_per_call": 0.5, "token": 3}]`,
+			want: []Measurement{{Point: Point{Route: GumbelSplit, DType: sampler.Float16, Vocab: 10, Batch: 1},
+				DTypeName: "float16", DeviceUs: 1, HostUs: 2, AllocsPerCall: 0.5, Token: 3}},
+		},
+		{name: "empty array", body: `[]`, want: []Measurement{}},
+		{name: "not json", body: `device_us,1`, wantErr: "invalid character"},
+		{name: "object without measurements", body: `{"backend": "torch"}`, wantErr: `no "measurements" array`},
+		{name: "unknown dtype", body: `[{"route": "x", "dtype": "int8", "vocab": 1, "batch": 1}]`, wantErr: `dtype "int8"`},
+		{name: "no route", body: `[{"dtype": "float32", "vocab": 1, "batch": 1}]`, wantErr: "no route"},
+		{name: "zero vocab", body: `[{"route": "x", "dtype": "float32", "vocab": 0, "batch": 1}]`, wantErr: "must be positive"},
+		{name: "negative time", body: `[{"route": "x", "dtype": "float32", "vocab": 1, "batch": 1, "device_us": -1}]`, wantErr: "non-negative"},
+		{name: "NaN time", body: `[{"route": "x", "dtype": "float32", "vocab": 1, "batch": 1, "device_us": NaN}]`, wantErr: "invalid character"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "m.json")
+			require.NoError(t, os.WriteFile(path, []byte(tc.body), 0o644))
+			got, err := LoadMeasurements(path)
+			if tc.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.wantErr)
+				assert.Contains(t, err.Error(), path, "the error names the file")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+	_, err := LoadMeasurements(filepath.Join(t.TempDir(), "missing.json"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestChart(t *testing.T) {
+	var ms []Measurement
+	for _, dt := range []string{"float32", "bfloat16"} {
+		for _, b := range []int{1, 64} {
+			for i, v := range []int{32768, 65536, 151936} {
+				ms = append(ms,
+					meas(GumbelSplit, dt, v, b, float64(3+i*b)),
+					meas(Greedy, dt, v, b, float64(2+i)),
+					meas("torch.gumbel-eager", dt, v, b, float64(20+10*i*b)))
+			}
+		}
+	}
+	ms = append(ms, meas("torch.failed", "float32", 32768, 1, 0)) // no time: left out
+	tests := []struct {
+		file, magic string
+	}{
+		{"chart.svg", "<svg"},
+		{"chart.png", "\x89PNG"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), tc.file)
+			require.NoError(t, Chart(ms, path))
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.NotEmpty(t, data)
+			assert.Contains(t, string(data[:min(len(data), 512)]), tc.magic)
+			if tc.file == "chart.svg" {
+				for _, want := range []string{"float32, batch 64", "bfloat16, batch 1", "torch.gumbel-eager", "gumbel-split"} {
+					assert.Contains(t, string(data), want)
+				}
+				assert.NotContains(t, string(data), "torch.failed")
+			}
+		})
+	}
+}
+
+func TestChartErrors(t *testing.T) {
+	dir := t.TempDir()
+	ok := []Measurement{meas(GumbelSplit, "float32", 32768, 1, 3)}
+	tests := []struct {
+		name    string
+		ms      []Measurement
+		path    string
+		wantErr string
+	}{
+		{"no measurements", nil, filepath.Join(dir, "a.svg"), "no measurement"},
+		{"only zero times", []Measurement{meas(Greedy, "float32", 1, 1, 0)}, filepath.Join(dir, "b.svg"), "no measurement"},
+		{"no extension", ok, filepath.Join(dir, "chart"), "no file extension"},
+		{"unknown format", ok, filepath.Join(dir, "c.bmp"), "bmp"},
+		{"missing folder", ok, filepath.Join(dir, "nope", "d.svg"), "nope"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Chart(tc.ms, tc.path)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+}
