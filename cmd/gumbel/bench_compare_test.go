@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,33 +14,6 @@ import (
 const peerJSON = `{"backend": "torch", "notes": [], "measurements": [
  {"route": "torch.gumbel-eager", "dtype": "float32", "vocab": 2048, "batch": 1, "device_us": 12.5, "host_us": 80, "allocs_per_call": 0, "token": 5, "graph": true},
  {"route": "torch.sort-topk50-topp0.9", "dtype": "bfloat16", "vocab": 2048, "batch": 3, "device_us": 90, "host_us": 300, "allocs_per_call": 0, "token": 7, "graph": false}]}`
-
-func TestParseBenchCompareFlags(t *testing.T) {
-	tests := []struct {
-		name           string
-		args           []string
-		compare, chart string
-		wantErr        string
-	}{
-		{name: "none", args: nil},
-		{name: "both", args: []string{"--compare", "peers.json", "--chart", "out.svg"}, compare: "peers.json", chart: "out.svg"},
-		{name: "chart without extension", args: []string{"--chart", "out"}, wantErr: `--chart "out": no file extension`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseBenchFlags(tc.args, io.Discard)
-			if tc.wantErr != "" {
-				require.Error(t, err)
-				assert.ErrorAs(t, err, new(usageError))
-				assert.Contains(t, err.Error(), tc.wantErr)
-				return
-			}
-			require.NoError(t, err)
-			assert.Equal(t, tc.compare, got.compare)
-			assert.Equal(t, tc.chart, got.chart)
-		})
-	}
-}
 
 func TestBenchCompareOnCPU(t *testing.T) {
 	dir := t.TempDir()

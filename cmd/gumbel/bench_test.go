@@ -15,11 +15,13 @@ import (
 
 func TestParseBenchFlags(t *testing.T) {
 	tests := []struct {
-		name    string
-		args    []string
-		matrix  bench.Matrix
-		timing  bench.Config
-		wantErr string
+		name   string
+		args   []string
+		matrix bench.Matrix
+		timing bench.Config
+		// compare and chart are the --compare and --chart files.
+		compare, chart string
+		wantErr        string
 	}{
 		{name: "defaults: the full matrix, the device's timing", matrix: bench.FullMatrix, timing: bench.Config{Warmup: -1}},
 		{
@@ -29,6 +31,9 @@ func TestParseBenchFlags(t *testing.T) {
 			matrix: bench.Matrix{Routes: []bench.Route{bench.Greedy, bench.GumbelSplit}, DTypes: []sampler.DType{sampler.Float16}, Vocabs: []int{1000, 2000}, Batches: []int{3}},
 			timing: bench.Config{Groups: 2, Repeats: 4, HostCalls: 5, Warmup: 0},
 		},
+		{name: "compare and chart", args: []string{"--compare", "peers.json", "--chart", "out.svg"},
+			matrix: bench.FullMatrix, timing: bench.Config{Warmup: -1}, compare: "peers.json", chart: "out.svg"},
+		{name: "chart without extension", args: []string{"--chart", "out"}, wantErr: `--chart "out": no file extension`},
 		{name: "unknown route", args: []string{"--route", "greedy,fast"}, wantErr: `--route "fast": not one of greedy,categorical`},
 		{name: "unknown dtype", args: []string{"--dtype", "float8"}, wantErr: `--dtype "float8": not one of float32,float16,bfloat16`},
 		{name: "zero vocab", args: []string{"--vocab", "0"}, wantErr: `--vocab "0": want whole numbers from 1 to 2147483647`},
@@ -51,6 +56,8 @@ func TestParseBenchFlags(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tc.matrix, got.matrix)
 			assert.Equal(t, tc.timing, got.timing)
+			assert.Equal(t, tc.compare, got.compare)
+			assert.Equal(t, tc.chart, got.chart)
 		})
 	}
 }
