@@ -1,9 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/gumbel-go/gumbel/runtime/cpu"
@@ -45,20 +42,5 @@ func TestSplitSweepOnCPU(t *testing.T) {
 	require.Len(t, pts, 2)
 	for _, p := range pts {
 		assert.Greater(t, p.DeviceUs, 0.0)
-	}
-}
-
-// writeResults stores measurements as JSON and markdown under $GUMBEL_BENCH_OUT, when set.
-func writeResults(t *testing.T, name string, v any, md string) {
-	dir := os.Getenv("GUMBEL_BENCH_OUT")
-	if dir == "" {
-		return
-	}
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	js, err := json.MarshalIndent(v, "", " ")
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".json"), js, 0o644))
-	if md != "" {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name+".md"), []byte(md), 0o644))
 	}
 }

@@ -3,8 +3,10 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -115,4 +117,19 @@ func TestGPUVariants(t *testing.T) {
 	}
 	t.Log("\n" + sb.String())
 	writeResults(t, "variants", nil, sb.String())
+}
+
+// writeResults stores measurements as JSON and markdown under $GUMBEL_BENCH_OUT, when set.
+func writeResults(t *testing.T, name string, v any, md string) {
+	dir := os.Getenv("GUMBEL_BENCH_OUT")
+	if dir == "" {
+		return
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	js, err := json.MarshalIndent(v, "", " ")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".json"), js, 0o644))
+	if md != "" {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name+".md"), []byte(md), 0o644))
+	}
 }

@@ -109,7 +109,7 @@ func Markdown(ms []Measurement) string {
 			}
 			if ratios {
 				fmt.Fprintf(&sb, " %s | %s | %s |",
-					ratioBy(c, Categorical, GumbelSplit, ratioOf), ratioBy(c, GumbelSplit, Greedy, ratioOf), ratioBy(c, GumbelOne, GumbelSplit, ratioOf))
+					ratio(c, Categorical, GumbelSplit, ratioOf), ratio(c, GumbelSplit, Greedy, ratioOf), ratio(c, GumbelOne, GumbelSplit, ratioOf))
 			}
 			sb.WriteString("\n")
 		}
@@ -136,13 +136,8 @@ func hasGraph(ms []Measurement) bool {
 	return false
 }
 
-// ratio is the ratio of two routes' device times in one cell, as "1.23x".
-func ratio(c map[Route]Measurement, num, den Route) string {
-	return ratioBy(c, num, den, func(m Measurement) float64 { return m.DeviceUs })
-}
-
-// ratioBy is the ratio of two routes' values of one measure in one cell.
-func ratioBy(c map[Route]Measurement, num, den Route, of func(Measurement) float64) string {
+// ratio is the ratio of two routes' values of one measure in one cell, as "1.23x".
+func ratio(c map[Route]Measurement, num, den Route, of func(Measurement) float64) string {
 	a, okA := c[num]
 	b, okB := c[den]
 	if !okA || !okB || of(b) <= 0 {

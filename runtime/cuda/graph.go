@@ -63,7 +63,6 @@ func (s *stream) EndCapture() (runtime.Graph, error) {
 
 // graph is an instantiated CUDA graph.
 type graph struct {
-	hotCall
 	dev    *Device
 	graph  uintptr // CUgraph
 	exec   uintptr // CUgraphExec
