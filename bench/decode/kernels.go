@@ -39,6 +39,9 @@ var Program = &runtime.Program{
 		"embed_bf16":   goEmbed,
 		"hidden_bf16":  goHidden,
 		"lm_head_bf16": goLMHead,
+		// The second CUDA LM head has the first's ABI and arithmetic contract; on the CPU
+		// device both are the same reference loop.
+		"lm_head_bf16_v2": goLMHead,
 	},
 }
 
@@ -218,6 +221,150 @@ extern "C" __global__ void __launch_bounds__(256, 4) lm_head_bf16(const dq_u16* 
     __shared__ dq_f4 sh[DQ_MAX_ACT / 4]; // dq_f4 for its 16-byte alignment
     if (!dq_gemv_ok(H, B)) return;
     dq_gemv_any(E, h, logits, V, H, B, false, (float*)sh);
+}
+
+// lm_head_bf16_v2: the same ABI and limits as lm_head_bf16, tuned for batches above 1,
+// where the first kernel is bound by instruction issue and registers rather than memory.
+// Launch bounds (256, 2) give 128 registers a thread so that a warp keeps R = 8 rows
+// (4 above batch 4) of 16-byte loads in flight; each lane holds its chunk's activations
+// for every batch row in registers and converts each bf16 once for all B FMAs; rows
+// past N are clamped to row N-1 (read, never written) instead of branched around; and
+// the R*B partial sums are reduced by a reduce-scatter (31 shuffles for 32 sums instead
+// of 160), ending with lane l holding sum l. The Go side launches 2 blocks per SM.
+
+// dq_log2<V>::v is floor(log2(V)) as a compile-time constant.
+template <int V>
+struct dq_log2 {
+    enum { v = 1 + dq_log2<V / 2>::v };
+};
+template <>
+struct dq_log2<1> {
+    enum { v = 0 };
+};
+
+// dq_rs halves the M live sums of a at butterfly distance O: a lane keeps the upper
+// half when bit O of its lane is set, the lower half otherwise, and adds its partner's
+// copy; with one sum left it finishes with a plain butterfly.
+template <int M, int O>
+struct dq_rs {
+    static __device__ __forceinline__ void run(float* a, dq_u32 lane) {
+        if (M > 1) {
+            const bool up = (lane & (dq_u32)O) != 0u;
+#pragma unroll
+            for (int i = 0; i < M / 2; i++) {
+                const float send = up ? a[i] : a[i + M / 2];
+                const float keep = up ? a[i + M / 2] : a[i];
+                a[i] = keep + __uint_as_float(__shfl_xor_sync(0xffffffffu, __float_as_uint(send), O));
+            }
+        } else {
+            a[0] += __uint_as_float(__shfl_xor_sync(0xffffffffu, __float_as_uint(a[0]), O));
+        }
+        dq_rs<(M > 1 ? M / 2 : 1), O / 2>::run(a, lane);
+    }
+};
+template <int M>
+struct dq_rs<M, 0> {
+    static __device__ __forceinline__ void run(float*, dq_u32) {}
+};
+
+template <int B, int R>
+__device__ __forceinline__ void dq_head_v2(const dq_u16* __restrict__ M, const float* __restrict__ act,
+                                           float* __restrict__ out, dq_u32 N, dq_u32 H, float* sh) {
+    const dq_u32 chunks = H >> 3;
+    const dq_u32 hp = (H + 255u) & ~255u;
+    // The staging layout of dq_gemv: lane l's two float4 halves of chunk c are contiguous
+    // across the warp.
+    for (dq_u32 i = threadIdx.x; i < (dq_u32)B * H; i += blockDim.x) {
+        const dq_u32 b = i / H, col = i - b * H, c = col >> 3, k = col & 7u;
+        sh[b * hp + (c >> 5) * 256u + (k >> 2) * 128u + (c & 31u) * 4u + (k & 3u)] = act[i];
+    }
+    __syncthreads();
+    // Enums, not constexpr: NVRTC may compile as C++03.
+    enum { NV = R * B };
+    const bool scatter = (NV & (NV - 1)) == 0 && NV <= 32;
+    const dq_u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const dq_u32 step = gridDim.x * nw * R;
+    const dq_vec* mv = (const dq_vec*)M;
+    for (dq_u32 n0 = (blockIdx.x * nw + warp) * R; n0 < N; n0 += step) {
+        const dq_vec* rows[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) rows[r] = mv + (dq_u64)(n0 + r < N ? n0 + r : N - 1u) * chunks;
+        float acc[NV];
+#pragma unroll
+        for (int i = 0; i < NV; i++) acc[i] = 0.0f;
+#pragma unroll 2
+        for (dq_u32 c = lane; c < chunks; c += 32u) {
+            dq_vec e[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) e[r] = rows[r][c];
+            const float* s = sh + (c >> 5) * 256u + (c & 31u) * 4u;
+            float h[B][8];
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+                const dq_f4 h0 = *(const dq_f4*)(s + b * hp);
+                const dq_f4 h1 = *(const dq_f4*)(s + b * hp + 128u);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    h[b][k] = h0.v[k];
+                    h[b][4 + k] = h1.v[k];
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const float lo = dq_lo(e[r].w[k]), hi = dq_hi(e[r].w[k]);
+#pragma unroll
+                    for (int b = 0; b < B; b++) {
+                        float a = acc[r * B + b];
+                        a = __fmaf_rn(lo, h[b][2 * k], a);
+                        a = __fmaf_rn(hi, h[b][2 * k + 1], a);
+                        acc[r * B + b] = a;
+                    }
+                }
+            }
+        }
+        if (scatter) {
+            dq_rs<NV, 16>::run(acc, lane);
+            // Lane l now holds sum l >> (5 - log2 NV); the lowest lane of each group writes it.
+            const int shift = 5 - dq_log2<NV>::v;
+            const dq_u32 j = lane >> shift;
+            const dq_u32 n = n0 + j / (dq_u32)B;
+            if ((lane & ((1u << shift) - 1u)) == 0u && n < N) out[(dq_u64)(j % (dq_u32)B) * N + n] = acc[0];
+        } else {
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                float v = acc[i];
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) v += __uint_as_float(__shfl_xor_sync(0xffffffffu, __float_as_uint(v), o));
+                acc[i] = v;
+            }
+            if (lane == 0) {
+#pragma unroll
+                for (int i = 0; i < NV; i++) {
+                    const dq_u32 n = n0 + (dq_u32)(i / B);
+                    if (n < N) out[(dq_u64)(i % B) * N + n] = acc[i];
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) lm_head_bf16_v2(const dq_u16* __restrict__ E, const float* __restrict__ h,
+                                                                  float* __restrict__ logits, dq_u32 V, dq_u32 H, dq_u32 B) {
+    __shared__ dq_f4 sh[DQ_MAX_ACT / 4]; // dq_f4 for its 16-byte alignment
+    if (!dq_gemv_ok(H, B)) return;
+    float* s = (float*)sh;
+    switch (B) {
+    case 1: dq_head_v2<1, 8>(E, h, logits, V, H, s); break;
+    case 2: dq_head_v2<2, 8>(E, h, logits, V, H, s); break;
+    case 3: dq_head_v2<3, 8>(E, h, logits, V, H, s); break;
+    case 4: dq_head_v2<4, 8>(E, h, logits, V, H, s); break;
+    case 5: dq_head_v2<5, 4>(E, h, logits, V, H, s); break;
+    case 6: dq_head_v2<6, 4>(E, h, logits, V, H, s); break;
+    case 7: dq_head_v2<7, 4>(E, h, logits, V, H, s); break;
+    default: dq_head_v2<8, 4>(E, h, logits, V, H, s); break;
+    }
 }
 `
 
