@@ -628,6 +628,19 @@ __device__ __forceinline__ void gb_load_groups(const typename gb_io<KIND>::elem*
     }
 }
 
+// gb_take_groups moves the prefetched groups of the next trip into the current ones.
+template <int G>
+__device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], const float nxt[G][4], const gb_u32 nn[G]) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        n[i] = nn[i];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            cur[i][k] = nxt[i][k];
+        }
+    }
+}
+
 // gb_scan_greedy folds the chunk [start, end) into the thread's best key: score = x. A
 // thread meets its groups in index order (the groups of one trip too), so a group only
 // matters when its largest value beats the best so far strictly, and then its first
@@ -668,14 +681,7 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
             }
         }
 #if GB_PREFETCH
-#pragma unroll
-        for (int i = 0; i < GB_GROUPS; ++i) {
-            n[i] = nn[i];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                cur[i][k] = nxt[i][k];
-            }
-        }
+        gb_take_groups<GB_GROUPS>(cur, n, nxt, nn);
 #endif
     }
 }
@@ -939,14 +945,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
 #endif
         }
 #if GB_PREFETCH
-#pragma unroll
-        for (int i = 0; i < GB_GROUPS; ++i) {
-            n[i] = nn[i];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                cur[i][k] = nxt[i][k];
-            }
-        }
+        gb_take_groups<GB_GROUPS>(cur, n, nxt, nn);
 #endif
         g += trip;
     }

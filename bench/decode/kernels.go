@@ -108,6 +108,18 @@ extern "C" __global__ void embed_bf16(const dq_u16* __restrict__ E, const dq_i32
     for (dq_u32 j = threadIdx.x; j < H; j += blockDim.x) out[j] = __uint_as_float(((dq_u32)row[j]) << 16);
 }
 
+// dq_stage_act copies the n = B*H activations into shared memory so that the two float4
+// halves of lane l's 8-column chunk sit at [group][half][l]: a warp's float4 reads are then
+// contiguous (no bank conflicts). Rows are hp floats apart. Ends with a barrier.
+__device__ __forceinline__ void dq_stage_act(const float* __restrict__ act, float* sh, dq_u32 n, dq_u32 H,
+                                             dq_u32 hp) {
+    for (dq_u32 i = threadIdx.x; i < n; i += blockDim.x) {
+        const dq_u32 b = i / H, col = i - b * H, c = col >> 3, k = col & 7u;
+        sh[b * hp + (c >> 5) * 256u + (k >> 2) * 128u + (c & 31u) * 4u + (k & 3u)] = act[i];
+    }
+    __syncthreads();
+}
+
 // dq_gemv computes out[b*N + n] = dot(M[n, :], act[b, :]) for n < N, b < B, then, with
 // residual, tanh(that) + act[b*H + n].
 template <int B>
@@ -116,13 +128,7 @@ __device__ __forceinline__ void dq_gemv(const dq_u16* __restrict__ M, const floa
                                         float* sh) {
     const dq_u32 chunks = H >> 3;
     const dq_u32 hp = (H + 255u) & ~255u;
-    // Stage the activations so that the two float4 halves of lane l's 8-column chunk sit
-    // at [group][half][l]: a warp's float4 reads are then contiguous (no bank conflicts).
-    for (dq_u32 i = threadIdx.x; i < (dq_u32)B * H; i += blockDim.x) {
-        const dq_u32 b = i / H, col = i - b * H, c = col >> 3, k = col & 7u;
-        sh[b * hp + (c >> 5) * 256u + (k >> 2) * 128u + (c & 31u) * 4u + (k & 3u)] = act[i];
-    }
-    __syncthreads();
+    dq_stage_act(act, sh, (dq_u32)B * H, H, hp);
     const dq_u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const dq_u32 step = gridDim.x * nw * DQ_ROWS;
     const dq_vec* mv = (const dq_vec*)M;
@@ -272,13 +278,7 @@ __device__ __forceinline__ void dq_head_v2(const dq_u16* __restrict__ M, const f
                                            float* __restrict__ out, dq_u32 N, dq_u32 H, float* sh) {
     const dq_u32 chunks = H >> 3;
     const dq_u32 hp = (H + 255u) & ~255u;
-    // The staging layout of dq_gemv: lane l's two float4 halves of chunk c are contiguous
-    // across the warp.
-    for (dq_u32 i = threadIdx.x; i < (dq_u32)B * H; i += blockDim.x) {
-        const dq_u32 b = i / H, col = i - b * H, c = col >> 3, k = col & 7u;
-        sh[b * hp + (c >> 5) * 256u + (k >> 2) * 128u + (c & 31u) * 4u + (k & 3u)] = act[i];
-    }
-    __syncthreads();
+    dq_stage_act(act, sh, (dq_u32)B * H, H, hp);
     // Enums, not constexpr: NVRTC may compile as C++03.
     enum { NV = R * B };
     const bool scatter = (NV & (NV - 1)) == 0 && NV <= 32;
