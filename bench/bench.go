@@ -88,6 +88,8 @@ func params(r Route, batch int, step uint64) []sampler.Params {
 			p.TopK, p.TopP = 50, 0.9
 		case MinP:
 			p.MinP = 0.05
+		default:
+			featureParams(r, &p)
 		}
 		ps[i] = p
 	}
@@ -172,11 +174,24 @@ func Measure(dev runtime.Device, p Point, logits runtime.Buffer, cfg Config) (Me
 	lg := sampler.Logits{Data: logits, DType: p.DType, Rows: p.Batch, Vocab: p.Vocab}
 	ps := params(p.Route, p.Batch, 0)
 	var res sampler.Result
-	call := func(step uint64) error {
-		for i := range ps {
-			ps[i].Step = step
+	if err := featureSetup(s, p.Route, p.Batch, p.Vocab); err != nil {
+		return m, err
+	}
+	// step is one sampling step; relaunch queues its device work again.
+	step, relaunch := featureCall(s, p.Route, lg, ps, &res), s.Relaunch
+	if p.Route == GumbelBatch {
+		bs, err := newBatchStepper(s, lg, ps, &res)
+		if err != nil {
+			return m, err
 		}
-		if err := s.Sample(lg, ps, &res); err != nil {
+		defer bs.b.Close()
+		step, relaunch = bs.call, bs.relaunch
+	}
+	call := func(n uint64) error {
+		for i := range ps {
+			ps[i].Step = n
+		}
+		if err := step(); err != nil {
 			return err
 		}
 		for i, e := range res.Errs {
@@ -226,7 +241,7 @@ func Measure(dev runtime.Device, p Point, logits runtime.Buffer, cfg Config) (Me
 			return m, err
 		}
 		for range cfg.Repeats {
-			if err := s.Relaunch(); err != nil {
+			if err := relaunch(); err != nil {
 				return m, err
 			}
 		}
@@ -246,7 +261,7 @@ func Measure(dev runtime.Device, p Point, logits runtime.Buffer, cfg Config) (Me
 
 	// The same step captured once into a graph and replayed.
 	if gc, ok := st.(runtime.GraphCapturer); ok {
-		us, err := graphTime(dev, s, gc, start, stop, cfg)
+		us, err := graphTime(s.Stream(), relaunch, gc, start, stop, cfg)
 		if err != nil {
 			return m, err
 		}
@@ -255,15 +270,14 @@ func Measure(dev runtime.Device, p Point, logits runtime.Buffer, cfg Config) (Me
 	return m, nil
 }
 
-// graphTime captures stepsPerGraph Relaunches of s into a graph and returns the median
-// device time of one step, over cfg.Groups groups of cfg.Repeats replays.
-func graphTime(dev runtime.Device, s *sampler.Sampler, gc runtime.GraphCapturer, start, stop runtime.Event, cfg Config) (float64, error) {
-	st := s.Stream()
+// graphTime captures stepsPerGraph relaunches of a step into a graph on st and returns
+// the median device time of one step, over cfg.Groups groups of cfg.Repeats replays.
+func graphTime(st runtime.Stream, relaunch func() error, gc runtime.GraphCapturer, start, stop runtime.Event, cfg Config) (float64, error) {
 	if err := gc.BeginCapture(); err != nil {
 		return 0, err
 	}
 	for range stepsPerGraph {
-		if err := s.Relaunch(); err != nil {
+		if err := relaunch(); err != nil {
 			_, _ = gc.EndCapture()
 			return 0, err
 		}

@@ -133,3 +133,18 @@ func writeResults(t *testing.T, name string, v any, md string) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name+".md"), []byte(md), 0o644))
 	}
 }
+
+// TestGPUFeatures measures each serving feature against the plain Gumbel step (the
+// serving-feature issue's matrix) and writes it to $GUMBEL_BENCH_OUT.
+func TestGPUFeatures(t *testing.T) {
+	dev := openGPU(t)
+	info := dev.Info()
+	ms, err := FeatureMatrix.Run(dev, DefaultConfig, func(done, total int, m Measurement) {
+		t.Logf("%3d/%d %-20s %-8s V=%-6d B=%-3d device %8.2f us  graph %8.2f us  host %8.1f us  allocs %.2f",
+			done, total, m.Route, m.DTypeName, m.Vocab, m.Batch, m.DeviceUs, m.GraphUs, m.HostUs, m.AllocsPerCall)
+	})
+	require.NoError(t, err)
+	md := fmt.Sprintf("Device: %s (%s, %d SMs)\n", info.Name, info.Arch, info.Multiprocessors) + FeatureMarkdown(ms)
+	t.Log("\n" + md)
+	writeResults(t, "features", ms, md)
+}

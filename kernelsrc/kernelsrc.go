@@ -31,6 +31,8 @@ var Metal string
 const (
 	GumbelArgmax = "gumbel_argmax"
 	Categorical  = "categorical"
+	// TopN is the top-n log-probability kernel of ABI version 2.
+	TopN = "topn"
 )
 
 // Suffixes of the logits element types, in the order of sampler.DType.

@@ -11,6 +11,16 @@
 // A row's tokens depend only on its logits, its Params (seed and step) and the stream
 // contract of package philox: never on the batch it shares, its position, or the
 // switches that choose launch shapes.
+//
+// Serving features (kernel ABI version 2): a row can ask for the log-probability of its
+// token (Params.Logprobs) and its top raw log-probabilities (Params.TopLogprobs), computed
+// beside the sampling pass; logit processors ([Sampler.SetLogitBias],
+// [Sampler.SetAllowedTokens], [Sampler.SetBannedTokens], and penalties from the token
+// counts [Sampler.TrackTokens] keeps on the device) change the distribution a row is
+// sampled from, exactly; [Sampler.SampleN] draws several tokens per row with replacement
+// and [Sampler.SampleDistinct] without; a [Batch] keeps its row parameters on the device
+// and advances their steps there, so its Launch can be captured in a CUDA graph and
+// replayed.
 package sampler
 
 import (
@@ -73,6 +83,58 @@ type Params struct {
 	RequestID uint64
 	// Step is the decode step: the same (seed, step) draws the same token.
 	Step uint64
+
+	// Logprobs asks for the log-probability record of every token the row draws
+	// (Result.Logprobs), computed in the sampling pass itself.
+	Logprobs bool
+	// TopLogprobs asks for the row's TopLogprobs most likely tokens under the raw
+	// logits (no processors, no temperature) with their raw log-probabilities
+	// (Result.Top); 0 turns it off. Outside [0, MaxTopLogprobs] is an error.
+	TopLogprobs int
+	// RepetitionPenalty divides the positive logits (and multiplies the negative
+	// ones) of every token the row has seen, in its prompt or its output; 0 or 1
+	// turns it off. Otherwise it must be finite and > 0. Penalties read the counts
+	// kept by [Sampler.TrackTokens]: a row that is not tracked has zero counts, so
+	// its penalties change nothing.
+	RepetitionPenalty float32
+	// FrequencyPenalty is subtracted from a token's logit once per time the row
+	// has sampled it; PresencePenalty once if it has sampled it at all. Both must be
+	// finite; 0 turns them off. Prompt tokens count for neither.
+	FrequencyPenalty, PresencePenalty float32
+}
+
+// MaxTopLogprobs is the most top log-probabilities a row can ask for (Params.TopLogprobs)
+// and the most distinct tokens [Sampler.SampleDistinct] draws per row.
+const MaxTopLogprobs = 20
+
+// Logprob is the log-probability record of one drawn token. Fields that a call did not
+// compute are NaN.
+type Logprob struct {
+	// Raw is the token's log-probability under the raw logits: no processors, no
+	// temperature (log-softmax of the logits as given).
+	Raw float32
+	// Processed is its log-probability under the distribution it was drawn from:
+	// the processed logits (bias, penalties, mask) scaled by 1/temperature, softmax
+	// at temperature 1 for greedy rows, and the kept set of the filters renormalised
+	// for filtered rows.
+	Processed float32
+	// RawLSE is the raw log-normaliser: any token t's raw log-probability is
+	// logit[t] - RawLSE.
+	RawLSE float32
+	// ProcessedLSE is the log-normaliser of the processed distribution.
+	ProcessedLSE float32
+}
+
+// TopLogprobs is one row's most likely tokens under the raw logits, most likely first
+// (ties to the lowest index).
+type TopLogprobs struct {
+	// Count is the number of valid entries: Params.TopLogprobs, or fewer when the row
+	// has fewer finite logits; 0 for a row that did not ask or failed.
+	Count int
+	// Tokens[j] and Logprobs[j], j < Count, are the j-th token and its raw
+	// log-probability.
+	Tokens   [MaxTopLogprobs]int32
+	Logprobs [MaxTopLogprobs]float32
 }
 
 // Route is the path a row takes.
@@ -112,15 +174,26 @@ type Logits struct {
 	RowStride int
 }
 
-// Result receives one token and one error per row. Reuse a Result across calls: its
+// Result receives Draws tokens and one error per row. Reuse a Result across calls: its
 // slices grow when a batch is larger and are not reallocated otherwise.
 type Result struct {
-	// Tokens[i] is row i's token, or -1 when Errs[i] is not nil.
+	// Draws is the number of tokens per row: 1 for Sample, n for SampleN and
+	// SampleDistinct, the batch's draws for Batch.Read.
+	Draws int
+	// Tokens[i*Draws+z] is row i's z-th token (Tokens[i] when Draws is 1), or -1 when
+	// Errs[i] is not nil.
 	Tokens []int32
 	// Errs[i] is row i's error (wrapping one of the Err* row errors), or nil.
 	Errs []error
 	// Routes[i] is the route row i took.
 	Routes []Route
+	// Logprobs[i*Draws+z] is the log-probability record of Tokens[i*Draws+z]; all NaN
+	// when row i did not ask for it (Params.Logprobs) or failed. It is empty when no
+	// row of the call asked.
+	Logprobs []Logprob
+	// Top[i] holds row i's top log-probabilities (Params.TopLogprobs). It is empty
+	// when no row of the call asked.
+	Top []TopLogprobs
 }
 
 // Switch is an on/off option that can defer to an environment variable.
@@ -162,6 +235,30 @@ var (
 	ErrTopP = errors.New("gumbel/sampler: top-p must be in (0, 1] (0 turns it off)")
 	// ErrMinP: min-p outside [0, 1] or NaN.
 	ErrMinP = errors.New("gumbel/sampler: min-p must be in [0, 1]")
+	// ErrTopLogprobs: Params.TopLogprobs outside [0, MaxTopLogprobs].
+	ErrTopLogprobs = errors.New("gumbel/sampler: top log-probabilities must be in [0, 20]")
+	// ErrPenalty: a repetition penalty that is negative, NaN or infinite, or a
+	// frequency or presence penalty that is NaN or infinite.
+	ErrPenalty = errors.New("gumbel/sampler: penalties must be finite (repetition > 0, or 0 for off)")
+	// ErrDistinctFiltered: SampleDistinct was asked for a row with top-k, top-p or
+	// min-p; draws without replacement exist for greedy and unfiltered rows only.
+	ErrDistinctFiltered = errors.New("gumbel/sampler: draws without replacement need a row without top-k, top-p or min-p")
+	// ErrTooFewTokens: SampleDistinct asked for more distinct tokens than the row has
+	// with a finite processed logit.
+	ErrTooFewTokens = errors.New("gumbel/sampler: fewer tokens with a finite logit than distinct draws asked for")
+
+	// ErrRow: a logits row index out of range (processor setters, Batch.SetRow).
+	ErrRow = errors.New("gumbel/sampler: row index out of range")
+	// ErrToken: a token id outside [0, vocab), or listed twice.
+	ErrToken = errors.New("gumbel/sampler: token id out of range or repeated")
+	// ErrBias: a logit bias that is NaN or infinite, or a bias list whose length
+	// differs from its token list.
+	ErrBias = errors.New("gumbel/sampler: logit bias must be finite, one per token")
+	// ErrDraws: a draw count out of range (SampleN, SampleDistinct, NewBatch).
+	ErrDraws = errors.New("gumbel/sampler: draw count out of range")
+	// ErrRowNotSet: Batch.Launch before every row was given its Params.
+	ErrRowNotSet = errors.New("gumbel/sampler: batch row has no parameters")
+
 	// ErrDevice: the device returned a result the ABI does not allow (a token outside
 	// the vocabulary, an unknown status code); a bug in a kernel edition.
 	ErrDevice = errors.New("gumbel/sampler: invalid result from the device")

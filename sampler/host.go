@@ -15,7 +15,7 @@ func (s *Sampler) SampleFloat32(logits []float32, vocab int, params []Params, re
 	if s.closed {
 		return ErrClosed
 	}
-	return s.sampleHost(runtime.BytesOf(logits), len(logits), Float32, vocab, params, res)
+	return s.sampleHost(runtime.BytesOf(logits), len(logits), Float32, vocab, params, 1, drawReplace, res)
 }
 
 // SampleBits samples from float16 or bfloat16 logits held in host memory as their bit
@@ -31,12 +31,12 @@ func (s *Sampler) SampleBits(logits []uint16, dtype DType, vocab int, params []P
 	if dtype != Float16 && dtype != BFloat16 {
 		return fmt.Errorf("%w: SampleBits takes float16 or bfloat16, not %s", ErrShape, dtype)
 	}
-	return s.sampleHost(runtime.BytesOf(logits), len(logits), dtype, vocab, params, res)
+	return s.sampleHost(runtime.BytesOf(logits), len(logits), dtype, vocab, params, 1, drawReplace, res)
 }
 
 // sampleHost stages n host elements of dtype (their bytes in src) on the device and
-// samples them.
-func (s *Sampler) sampleHost(src []byte, n int, dtype DType, vocab int, params []Params, res *Result) error {
+// samples them, draws tokens per row in the given mode.
+func (s *Sampler) sampleHost(src []byte, n int, dtype DType, vocab int, params []Params, draws int, mode drawMode, res *Result) error {
 	rows := len(params)
 	if vocab < 1 || vocab >= maxVocab {
 		return fmt.Errorf("%w: vocab %d outside [1, 2^31)", ErrShape, vocab)
@@ -47,8 +47,11 @@ func (s *Sampler) sampleHost(src []byte, n int, dtype DType, vocab int, params [
 	if res == nil {
 		return fmt.Errorf("%w: nil *Result", ErrShape)
 	}
+	if err := checkDraws(draws, mode); err != nil {
+		return err
+	}
 	if rows == 0 {
-		res.resize(0)
+		res.resize(0, draws, false, false)
 		return nil
 	}
 	if s.dirty {
@@ -65,5 +68,5 @@ func (s *Sampler) sampleHost(src []byte, n int, dtype DType, vocab int, params [
 		s.dirty = true
 		return fmt.Errorf("gumbel/sampler: uploading logits: %w", err)
 	}
-	return s.sample(Logits{Data: staging.buf, DType: dtype, Rows: rows, Vocab: vocab}, params, res)
+	return s.sample(Logits{Data: staging.buf, DType: dtype, Rows: rows, Vocab: vocab}, params, draws, mode, res)
 }

@@ -64,8 +64,15 @@ func refGumbelArgmax(row []float32, temperature float32, seed, step uint64) (int
 
 // refCategorical is the categorical kernel for one row.
 func refCategorical(row []float32, temperature float32, topK int, topP, minP float32, seed, step uint64) (int32, uint32) {
+	token, status, _ := refCategoricalKept(row, temperature, topK, topP, minP, seed, step)
+	return token, status
+}
+
+// refCategoricalKept is refCategorical that also returns the integer kept sum S of step
+// 7, which the log-probability record uses.
+func refCategoricalKept(row []float32, temperature float32, topK int, topP, minP float32, seed, step uint64) (int32, uint32, uint64) {
 	if st := refFlags(row); st != 0 {
-		return -1, st
+		return -1, st, 0
 	}
 	v := len(row)
 	m := float32(math.Inf(-1))
@@ -135,7 +142,7 @@ func refCategorical(row []float32, temperature float32, topK int, topP, minP flo
 		if kept(i) {
 			prefix += q[i]
 			if prefix > target {
-				return int32(i), 0
+				return int32(i), 0, total
 			}
 		}
 	}

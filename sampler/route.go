@@ -65,9 +65,35 @@ func checkParams(row int, p Params) error {
 		return fmt.Errorf("row %d: top-p %v: %w", row, p.TopP, ErrTopP)
 	case !(p.MinP >= 0 && p.MinP <= 1):
 		return fmt.Errorf("row %d: min-p %v: %w", row, p.MinP, ErrMinP)
+	case p.TopLogprobs < 0 || p.TopLogprobs > MaxTopLogprobs:
+		return fmt.Errorf("row %d: top log-probabilities %d: %w", row, p.TopLogprobs, ErrTopLogprobs)
+	case !(p.RepetitionPenalty >= 0) || math.IsInf(float64(p.RepetitionPenalty), 0):
+		return fmt.Errorf("row %d: repetition penalty %v: %w", row, p.RepetitionPenalty, ErrPenalty)
+	case !finite(p.FrequencyPenalty) || !finite(p.PresencePenalty):
+		return fmt.Errorf("row %d: frequency penalty %v, presence penalty %v: %w", row, p.FrequencyPenalty, p.PresencePenalty, ErrPenalty)
 	}
 	return nil
 }
+
+func finite(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
+
+// penaltiesOn reports whether any penalty of p changes a logit.
+func penaltiesOn(p Params) bool {
+	return (p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1) || p.FrequencyPenalty != 0 || p.PresencePenalty != 0
+}
+
+// RowParams flags (word 9, ABI version 2).
+const (
+	flagLogprobs    uint32 = 1 << 0
+	flagAdvance     uint32 = 1 << 1
+	flagRecord      uint32 = 1 << 2
+	flagRouted      uint32 = 1 << 3
+	flagCategorical uint32 = 1 << 4
+	flagBias        uint32 = 1 << 5
+	flagMask        uint32 = 1 << 6
+	flagPenalties   uint32 = 1 << 7
+	flagPerturbed   uint32 = 1 << 8
+)
 
 // rowSeed is the seed a row samples with: its own, or one derived from the sampler
 // seed and its request id (never from its position in the batch).
@@ -81,8 +107,10 @@ func rowSeed(samplerSeed uint64, p Params) uint64 {
 // putRowParams writes the RowParams record of logits row `row` into dst (at least
 // RowParamsSize bytes), in the form its route's kernel expects: greedy rows carry
 // temperature 0; filters that are off, and every filter of a gumbel_argmax row, are
-// written as the ABI's off values (top_k 0, top_p 1, min_p 0).
-func putRowParams(dst []byte, row int, r Route, p Params, vocab int, seed uint64) {
+// written as the ABI's off values (top_k 0, top_p 1, min_p 0). flags and topn are
+// words 9 and 13; the penalty words are written only with flagPenalties, so a record
+// without version-2 features is a version-1 record.
+func putRowParams(dst []byte, row int, r Route, p Params, vocab int, seed uint64, flags, topn uint32) {
 	dst = dst[:RowParamsSize]
 	le := binary.LittleEndian
 	temperature := p.Temperature
@@ -109,4 +137,15 @@ func putRowParams(dst []byte, row int, r Route, p Params, vocab int, seed uint64
 	le.PutUint32(dst[28:], math.Float32bits(topP))
 	le.PutUint32(dst[32:], math.Float32bits(minP))
 	clear(dst[36:])
+	le.PutUint32(dst[36:], flags)
+	if flags&flagPenalties != 0 {
+		repetition := p.RepetitionPenalty
+		if repetition == 0 {
+			repetition = 1
+		}
+		le.PutUint32(dst[40:], math.Float32bits(repetition))
+		le.PutUint32(dst[44:], math.Float32bits(p.FrequencyPenalty))
+		le.PutUint32(dst[48:], math.Float32bits(p.PresencePenalty))
+	}
+	le.PutUint32(dst[52:], topn)
 }

@@ -77,6 +77,15 @@ func TestCheckParams(t *testing.T) {
 		{"negative min-p", Params{Temperature: 1, MinP: -0.01}, ErrMinP},
 		{"NaN min-p", Params{Temperature: 1, MinP: nan}, ErrMinP},
 		{"bad field of a greedy row", Params{TopP: 3}, ErrTopP},
+		{"serving fields set", Params{Temperature: 1, Logprobs: true, TopLogprobs: 20, RepetitionPenalty: 1.3, FrequencyPenalty: -2, PresencePenalty: 0.5}, nil},
+		{"repetition 0 and 1 are off", Params{RepetitionPenalty: 1}, nil},
+		{"top log-probabilities 21", Params{TopLogprobs: 21}, ErrTopLogprobs},
+		{"negative top log-probabilities", Params{TopLogprobs: -1}, ErrTopLogprobs},
+		{"negative repetition", Params{RepetitionPenalty: -1}, ErrPenalty},
+		{"NaN repetition", Params{RepetitionPenalty: nan}, ErrPenalty},
+		{"infinite repetition", Params{RepetitionPenalty: inf}, ErrPenalty},
+		{"NaN frequency", Params{FrequencyPenalty: nan}, ErrPenalty},
+		{"infinite presence", Params{PresencePenalty: -inf}, ErrPenalty},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,7 +127,7 @@ func TestPutRowParams(t *testing.T) {
 			}
 			const seed, step = 0x0123456789ABCDEF, 0xFEDCBA9876543210
 			tc.p.Step = step
-			putRowParams(buf, 3, tc.route, tc.p, tc.vocab, seed)
+			putRowParams(buf, 3, tc.route, tc.p, tc.vocab, seed, 0, 0)
 			assert.Equal(t, tc.wantFirst, le.Uint32(buf[0:]))
 			assert.Equal(t, tc.wantTemp, math.Float32frombits(le.Uint32(buf[4:])))
 			assert.Equal(t, uint32(0x89ABCDEF), le.Uint32(buf[8:]), "seed low word")
@@ -182,6 +191,41 @@ func TestRowResult(t *testing.T) {
 			} else {
 				assert.True(t, errors.Is(err, tc.wantErr), "got %v", err)
 			}
+		})
+	}
+}
+
+func TestPutRowParamsVersion2Words(t *testing.T) {
+	le := binary.LittleEndian
+	penalised := Params{Temperature: 1, RepetitionPenalty: 1.5, FrequencyPenalty: -0.25, PresencePenalty: 2}
+	tests := []struct {
+		name                 string
+		p                    Params
+		flags, topn          uint32
+		wantRep, wantFreq    float32
+		wantPresence         float32
+		wantPenaltyWordsZero bool
+	}{
+		{"version 1 record", penalised, 0, 0, 0, 0, 0, true},
+		{"penalties off without the flag", penalised, flagBias | flagLogprobs, 7, 0, 0, 0, true},
+		{"penalties with the flag", penalised, flagPenalties | flagRecord, 0, 1.5, -0.25, 2, false},
+		{"repetition 0 is written as off", Params{FrequencyPenalty: 1}, flagPenalties, 0, 1, 1, 0, false},
+		{"perturbed topn", Params{Temperature: 0.5}, flagPerturbed | flagMask, 20, 0, 0, 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			buf := make([]byte, RowParamsSize)
+			putRowParams(buf, 1, RouteGumbel, tc.p, 100, 9, tc.flags, tc.topn)
+			assert.Equal(t, tc.flags, le.Uint32(buf[36:]), "flags")
+			if tc.wantPenaltyWordsZero {
+				assert.Equal(t, make([]byte, 12), buf[40:52], "penalty words")
+			} else {
+				assert.Equal(t, tc.wantRep, math.Float32frombits(le.Uint32(buf[40:])))
+				assert.Equal(t, tc.wantFreq, math.Float32frombits(le.Uint32(buf[44:])))
+				assert.Equal(t, tc.wantPresence, math.Float32frombits(le.Uint32(buf[48:])))
+			}
+			assert.Equal(t, tc.topn, le.Uint32(buf[52:]), "topn")
+			assert.Equal(t, make([]byte, 8), buf[56:], "reserved words 14 and 15")
 		})
 	}
 }

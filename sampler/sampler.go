@@ -19,6 +19,7 @@ const maxRowsPerLaunch = 65535
 const (
 	kernelGumbel = iota
 	kernelCategorical
+	kernelTopN
 	numKernels
 )
 
@@ -30,10 +31,10 @@ type launchKernel struct {
 	block  int
 }
 
-// Sampler samples tokens from batches of logits on one device. It owns its kernels and
-// its grow-only scratch memory. Its methods may be called from several goroutines, but
-// Sample calls are serialised by a mutex: a Sampler runs one batch at a time (use one
-// Sampler per stream for concurrent batches).
+// Sampler samples tokens from batches of logits on one device. It owns its kernels, its
+// grow-only scratch memory and the logit processors' device state. Its methods may be
+// called from several goroutines, but calls are serialised by a mutex: a Sampler runs one
+// batch at a time (use one Sampler per stream for concurrent batches).
 type Sampler struct {
 	mu      sync.Mutex
 	closed  bool
@@ -41,22 +42,20 @@ type Sampler struct {
 	stream  runtime.Stream
 	module  runtime.Module
 	kernels [numDTypes][numKernels]launchKernel
+	// topnErr says why the module has no topn kernels (an edition older than ABI
+	// version 2); calls that need them report it.
+	topnErr error
 	set     Settings
 	args    runtime.Args
 	scratch scratch
+	procs   processors
 	// dirty is set when a call failed after queuing work: the next call waits for
 	// the stream and zeroes the counters, which a half-done launch may have left set.
 	dirty bool
 	// last is the launch plan of the last successful call, for Relaunch.
-	last lastLaunch
-}
-
-// lastLaunch is what Relaunch needs to queue a call's kernels again.
-type lastLaunch struct {
-	ok       bool
-	logits   Logits
-	launched [numKernels]int
-	stride   int
+	last plan
+	// batches counts the open Batches, which hold the processor buffers' layout.
+	batches int
 }
 
 // New loads the sampling kernels on dev and resolves the options.
@@ -93,13 +92,19 @@ func New(dev runtime.Device, opts Options) (*Sampler, error) {
 		stream:  stream,
 		module:  module,
 		scratch: newScratch(),
+		procs:   newProcessors(),
 		set:     Settings{Seed: opts.Seed, Gumbel: gumbel, Split: split, Policy: policy},
 	}
-	bases := [numKernels]string{kernelGumbel: kernelsrc.GumbelArgmax, kernelCategorical: kernelsrc.Categorical}
+	bases := [numKernels]string{kernelGumbel: kernelsrc.GumbelArgmax, kernelCategorical: kernelsrc.Categorical, kernelTopN: kernelsrc.TopN}
 	for d := range numDTypes {
 		for k, base := range bases {
 			name := base + kernelsrc.Suffixes[d]
 			kern, err := module.Kernel(name)
+			if err != nil && k == kernelTopN && errors.Is(err, runtime.ErrNoKernel) {
+				// Sampling works without topn; only the calls that need it fail.
+				s.topnErr = fmt.Errorf("gumbel/sampler: kernel %s: %w", name, err)
+				continue
+			}
 			if err == nil {
 				var block int
 				block, err = blockSize(opts.BlockSize, kern.MaxThreadsPerBlock(), info.WarpSize)
@@ -122,8 +127,9 @@ func (s *Sampler) Device() runtime.Device { return s.dev }
 // Settings returns the resolved options.
 func (s *Sampler) Settings() Settings { return s.set }
 
-// Close frees the sampler's scratch memory and kernels. Later calls return ErrClosed;
-// closing again does nothing. It does not close the device or the stream.
+// Close frees the sampler's scratch memory, processor state and kernels. Later calls
+// return ErrClosed; closing again does nothing. It does not close the device or the
+// stream. Close the sampler's Batches first.
 func (s *Sampler) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -134,7 +140,7 @@ func (s *Sampler) Close() error {
 	if s.dirty {
 		_ = s.stream.Synchronize()
 	}
-	return errors.Join(s.scratch.free(), s.module.Close())
+	return errors.Join(s.scratch.free(), s.procs.free(), s.module.Close())
 }
 
 // Sample draws one token for each row of logits, with params[i] for row i, and writes
@@ -144,19 +150,74 @@ func (s *Sampler) Close() error {
 // (ErrClosed), sizes that do not agree (ErrShape) or a device failure.
 //
 // The call queues one parameter upload, one launch per route present (gumbel_argmax
-// for greedy and Gumbel-max rows, categorical for the rest), one copy of the tokens
-// back, and waits for the stream once.
+// for greedy and Gumbel-max rows, categorical for the rest) and one topn launch when a
+// row asks for top log-probabilities, the copies of the outputs back, and waits for
+// the stream once. Rows with logit processors (SetLogitBias, SetAllowedTokens,
+// SetBannedTokens, TrackTokens) sample from their processed logits; a tracked row's
+// token is counted on the device.
 func (s *Sampler) Sample(logits Logits, params []Params, res *Result) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
 	}
-	return s.sample(logits, params, res)
+	return s.sample(logits, params, 1, drawReplace, res)
 }
 
-// sample is Sample with the lock held.
-func (s *Sampler) sample(lg Logits, params []Params, res *Result) error {
+// drawMode is how a call draws its tokens.
+type drawMode uint8
+
+const (
+	// drawReplace: Sample and SampleN, gumbel_argmax and categorical with grid.z
+	// draws.
+	drawReplace drawMode = iota
+	// drawDistinct: SampleDistinct, the topn kernel's perturbed mode.
+	drawDistinct
+)
+
+// Launch groups of a call. The RowParams of each group take consecutive slots, in this
+// order, rows in row order within a group.
+const (
+	groupGumbel = iota
+	groupCategorical
+	groupDistinct
+	groupTop
+	numGroups
+)
+
+// kernelOfGroup is the kernel each launch group runs.
+var kernelOfGroup = [numGroups]int{kernelGumbel, kernelCategorical, kernelTopN, kernelTopN}
+
+// plan is what a call launched: enough to queue the same launches again (Relaunch).
+type plan struct {
+	ok     bool
+	logits Logits
+	stride int
+	draws  int
+	groups [numGroups]int
+	out    outLayout
+}
+
+// outLayout places a call's outputs in the results scratch, for rows rows of draws
+// draws: tokens, status and log-probability records per output slot, then the topn
+// lists of the top log-probabilities and of the distinct draws (MaxTopLogprobs entries
+// per row each).
+type outLayout struct{ rows, draws int }
+
+func (l outLayout) slots() int    { return l.rows * l.draws }
+func (l outLayout) tokens() int   { return 0 }
+func (l outLayout) status() int   { return 4 * l.slots() }
+func (l outLayout) logprobs() int { return 8 * l.slots() }
+func (l outLayout) topTokens() int {
+	return 24 * l.slots()
+}
+func (l outLayout) topValues() int      { return l.topTokens() + 4*MaxTopLogprobs*l.rows }
+func (l outLayout) distinctTokens() int { return l.topValues() + 4*MaxTopLogprobs*l.rows }
+func (l outLayout) distinctValues() int { return l.distinctTokens() + 4*MaxTopLogprobs*l.rows }
+func (l outLayout) size() int           { return l.distinctValues() + 4*MaxTopLogprobs*l.rows }
+
+// sample is Sample, SampleN and SampleDistinct with the lock held.
+func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, res *Result) error {
 	stride, err := checkLogits(lg, len(params))
 	if err != nil {
 		return err
@@ -164,28 +225,61 @@ func (s *Sampler) sample(lg Logits, params []Params, res *Result) error {
 	if res == nil {
 		return fmt.Errorf("%w: nil *Result", ErrShape)
 	}
+	if err := checkDraws(draws, mode); err != nil {
+		return err
+	}
 	rows, vocab := lg.Rows, lg.Vocab
-	res.resize(rows)
+	if err := s.procs.checkCall(rows, vocab); err != nil {
+		return err
+	}
+	// Route and check every row; count the launched rows of each group.
+	var groups [numGroups]int
+	wantLogprobs, wantTop := false, false
+	res.Routes = resized(res.Routes, rows)
+	res.Errs = resized(res.Errs, rows)
+	for i, p := range params {
+		r := route(p, vocab, s.set.Gumbel)
+		err := checkParams(i, p)
+		if err == nil && mode == drawDistinct {
+			if r != RouteGreedy && filtered(p, vocab) {
+				err = fmt.Errorf("row %d: %w", i, ErrDistinctFiltered)
+			}
+			// The Gumbel switch does not apply: Gumbel-top-k is the only way to
+			// draw without replacement.
+			r = distinctRoute(r)
+		}
+		res.Routes[i], res.Errs[i] = r, err
+		if err != nil {
+			continue
+		}
+		if mode == drawDistinct {
+			groups[groupDistinct]++
+		} else {
+			groups[kernelOf(r)]++
+		}
+		if p.TopLogprobs > 0 {
+			groups[groupTop]++
+			wantTop = true
+		}
+		wantLogprobs = wantLogprobs || p.Logprobs
+	}
+	res.resize(rows, draws, wantLogprobs, wantTop)
 	if rows == 0 {
 		return nil
 	}
-
-	// Route and check every row; count the launched rows of each kernel.
-	var launched [numKernels]int
-	for i, p := range params {
-		r := route(p, vocab, s.set.Gumbel)
-		res.Routes[i], res.Tokens[i] = r, -1
-		res.Errs[i] = checkParams(i, p)
-		if res.Errs[i] == nil {
-			launched[kernelOf(r)]++
-		}
+	total := 0
+	for _, n := range groups {
+		total += n
 	}
-	total := launched[kernelGumbel] + launched[kernelCategorical]
 	if total == 0 {
 		return nil
 	}
+	if (groups[groupDistinct] > 0 || groups[groupTop] > 0) && s.topnErr != nil {
+		return s.topnErr
+	}
 
-	if err := s.prepare(rows, launched[kernelGumbel], vocab); err != nil {
+	pl := plan{logits: lg, stride: stride, draws: draws, groups: groups, out: outLayout{rows: rows, draws: draws}}
+	if err := s.prepare(&pl); err != nil {
 		return err
 	}
 	sc := &s.scratch
@@ -193,19 +287,37 @@ func (s *Sampler) sample(lg Logits, params []Params, res *Result) error {
 	if err != nil {
 		return err
 	}
-	// gumbel_argmax rows take the first slots, categorical rows the rest, each group
-	// in row order.
-	next := [numKernels]int{0, launched[kernelGumbel]}
+	var next [numGroups]int
+	for g := 1; g < numGroups; g++ {
+		next[g] = next[g-1] + groups[g-1]
+	}
 	for i, p := range params {
 		if res.Errs[i] != nil {
 			continue
 		}
 		r := res.Routes[i]
-		k := kernelOf(r)
-		putRowParams(host[next[k]*RowParamsSize:], i, r, p, vocab, rowSeed(s.set.Seed, p))
-		next[k]++
+		seed := rowSeed(s.set.Seed, p)
+		procFlags := s.procs.flags(i, p)
+		g := groupDistinct
+		var flags, topn uint32
+		if mode == drawDistinct {
+			flags, topn = flagPerturbed|procFlags&^flagRecord, uint32(draws)
+		} else {
+			g = kernelOf(r)
+			flags = procFlags
+			if p.Logprobs {
+				flags |= flagLogprobs
+			}
+		}
+		putRowParams(host[next[g]*RowParamsSize:], i, r, p, vocab, seed, flags, topn)
+		next[g]++
+		if p.TopLogprobs > 0 {
+			// Plain topn ranks raw logits: no processors, no step.
+			putRowParams(host[next[groupTop]*RowParamsSize:], i, r, p, vocab, seed, 0, uint32(p.TopLogprobs))
+			next[groupTop]++
+		}
 	}
-	results, err := sc.resultsHost.bytes(s.dev, 8*rows)
+	results, err := sc.resultsHost.bytes(s.dev, pl.out.size())
 	if err != nil {
 		return err
 	}
@@ -214,39 +326,56 @@ func (s *Sampler) sample(lg Logits, params []Params, res *Result) error {
 	if err := s.stream.CopyToDevice(sc.params.buf, 0, host); err != nil {
 		return fmt.Errorf("gumbel/sampler: uploading row parameters: %w", err)
 	}
-	first := 0
-	for k := range numKernels {
-		if err := s.launch(lg, k, first, launched[k], stride); err != nil {
-			return err
-		}
-		first += launched[k]
+	if err := s.queue(&pl); err != nil {
+		return err
 	}
-	if err := s.stream.CopyToHost(results, sc.results.buf, 0); err != nil {
-		return fmt.Errorf("gumbel/sampler: copying tokens back: %w", err)
+	if err := s.copyBack(results, &pl, wantLogprobs); err != nil {
+		return err
 	}
 	if err := s.stream.Synchronize(); err != nil {
 		return fmt.Errorf("gumbel/sampler: waiting for the sampling kernels: %w", err)
 	}
 	s.dirty = false
-	s.last = lastLaunch{ok: true, logits: lg, launched: launched, stride: stride}
+	pl.ok = true
+	s.last = pl
 
-	for i := range rows {
-		if res.Errs[i] != nil {
+	s.decode(results, pl.out, params, mode, vocab, res)
+	return nil
+}
+
+// copyBack queues the copies of the outputs a plan's groups wrote into results, the
+// host mirror of the results scratch.
+func (s *Sampler) copyBack(results []byte, pl *plan, wantLogprobs bool) error {
+	buf, out := s.scratch.results.buf, pl.out
+	type region struct {
+		on        bool
+		off, size int
+	}
+	mainRows := pl.groups[groupGumbel] + pl.groups[groupCategorical]
+	for _, r := range [...]region{
+		{mainRows > 0, out.tokens(), 8 * out.slots()},
+		{mainRows > 0 && wantLogprobs, out.logprobs(), 16 * out.slots()},
+		{pl.groups[groupTop] > 0, out.topTokens(), 8 * MaxTopLogprobs * out.rows},
+		{pl.groups[groupDistinct] > 0, out.distinctTokens(), 8 * MaxTopLogprobs * out.rows},
+	} {
+		if !r.on {
 			continue
 		}
-		token := int32(binary.LittleEndian.Uint32(results[4*i:]))
-		status := binary.LittleEndian.Uint32(results[4*(rows+i):])
-		res.Tokens[i], res.Errs[i] = rowResult(i, token, status, vocab)
+		if err := s.stream.CopyToHost(results[r.off:r.off+r.size], buf, r.off); err != nil {
+			return fmt.Errorf("gumbel/sampler: copying the outputs back: %w", err)
+		}
 	}
 	return nil
 }
 
 // Relaunch queues the kernel launches of the last successful call again on the sampler's
 // stream (same logits, the row parameters already on the device, the same launch
-// shapes) and returns without copying or waiting. The tokens it writes equal the last
-// call's. It exists to time the device work of a sampling step: record events around
-// many Relaunch calls, or capture one in a graph. It fails after a call that returned an
-// error, or when the logits buffer of that call may have gone (after Close).
+// shapes, draws and topn launches) and returns without copying or waiting. The tokens it
+// writes equal the last call's, except for tracked rows with penalties: their counts
+// grow with every launch, as they would in a decode loop. It exists to time the device
+// work of a sampling step: record events around many Relaunch calls, or capture one in
+// a graph. It fails after a call that returned an error, or when the logits buffer of
+// that call may have gone (after Close).
 func (s *Sampler) Relaunch() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -256,13 +385,9 @@ func (s *Sampler) Relaunch() error {
 	if !s.last.ok {
 		return fmt.Errorf("gumbel/sampler: Relaunch: %w: no successful call to repeat", runtime.ErrInvalidArgument)
 	}
-	first := 0
-	for k := range numKernels {
-		if err := s.launch(s.last.logits, k, first, s.last.launched[k], s.last.stride); err != nil {
-			s.last.ok = false
-			return err
-		}
-		first += s.last.launched[k]
+	if err := s.queue(&s.last); err != nil {
+		s.last.ok = false
+		return err
 	}
 	return nil
 }
@@ -279,7 +404,28 @@ func kernelOf(r Route) int {
 	return kernelGumbel
 }
 
-// blocksPerRow is the split of a gumbel_argmax launch of rows rows.
+// distinctRoute is the route of a row drawing without replacement: greedy stays greedy,
+// every sampled row ranks Gumbel scores.
+func distinctRoute(r Route) Route {
+	if r == RouteGreedy {
+		return RouteGreedy
+	}
+	return RouteGumbel
+}
+
+// checkDraws checks a call's draw count.
+func checkDraws(draws int, mode drawMode) error {
+	limit := MaxDraws
+	if mode == drawDistinct {
+		limit = MaxTopLogprobs
+	}
+	if draws < 1 || draws > limit {
+		return fmt.Errorf("%w: %d draws per row, want 1 to %d", ErrDraws, draws, limit)
+	}
+	return nil
+}
+
+// blocksPerRow is the split of a gumbel_argmax or topn launch of rows rows.
 func (s *Sampler) blocksPerRow(rows, vocab int) int {
 	if !s.set.Split {
 		return 1
@@ -287,26 +433,53 @@ func (s *Sampler) blocksPerRow(rows, vocab int) int {
 	return s.set.Policy.BlocksPerRow(rows, vocab)
 }
 
-// prepare grows the scratch for a call of rows rows, gumbelRows of them launched on
-// gumbel_argmax, and restores the counters after a failed call.
-func (s *Sampler) prepare(rows, gumbelRows, vocab int) error {
+// groupSplit is the blocks per row of launch group g of n rows.
+func (s *Sampler) groupSplit(g, n, vocab int) int {
+	if g == groupCategorical {
+		return 1
+	}
+	return s.blocksPerRow(n, vocab)
+}
+
+// scratchNeeds returns the partials and counters bytes a launch of n rows (at most
+// maxRowsPerLaunch) of group g with draws draws and split blocks per row uses (ABI.md).
+func scratchNeeds(g, n, draws, split int) (partials, counters int) {
+	if kernelOfGroup[g] == kernelTopN {
+		return 8 * 22 * n * split, 4 * 2 * n
+	}
+	return 8 * 3 * n * draws * split, 4 * (2*n*draws + n)
+}
+
+// prepare grows the scratch for a plan and restores the counters after a failed call.
+func (s *Sampler) prepare(pl *plan) error {
 	sc := &s.scratch
 	if s.dirty {
 		// A failed call may have left work queued and counters set.
 		_ = s.stream.Synchronize()
 	}
-	perLaunch := min(rows, maxRowsPerLaunch)
-	if _, err := sc.params.ensure(s.dev, rows*RowParamsSize); err != nil {
+	slots := 0
+	needPartials, needCounters := 0, 0
+	for g, n := range pl.groups {
+		slots += n
+		if n == 0 {
+			continue
+		}
+		p, c := scratchNeeds(g, min(n, maxRowsPerLaunch), pl.draws, s.groupSplit(g, n, pl.logits.Vocab))
+		needPartials, needCounters = max(needPartials, p), max(needCounters, c)
+	}
+	if _, err := sc.params.ensure(s.dev, slots*RowParamsSize); err != nil {
 		return err
 	}
-	if _, err := sc.results.ensure(s.dev, 8*rows); err != nil {
+	if _, err := sc.results.ensure(s.dev, pl.out.size()); err != nil {
 		return err
 	}
-	gumbelPerLaunch := min(gumbelRows, maxRowsPerLaunch)
-	if _, err := sc.partials.ensure(s.dev, 8*gumbelPerLaunch*s.blocksPerRow(gumbelRows, vocab)); err != nil {
+	if _, err := sc.partials.ensure(s.dev, needPartials); err != nil {
 		return err
 	}
-	grew, err := sc.counters.ensure(s.dev, 8*perLaunch)
+	if _, err := sc.unused.ensure(s.dev, 8); err != nil {
+		return err
+	}
+	grew, err := sc.counters.ensure(s.dev, needCounters)
 	if err != nil {
 		return err
 	}
@@ -319,36 +492,149 @@ func (s *Sampler) prepare(rows, gumbelRows, vocab int) error {
 	return nil
 }
 
-// launch queues kernel k over n launched rows whose RowParams start at slot first, in
-// launches of at most maxRowsPerLaunch rows.
-func (s *Sampler) launch(lg Logits, k, first, n int, stride int) error {
+// queue queues every launch of a plan, whose row parameters are on the device.
+func (s *Sampler) queue(pl *plan) error {
+	first := 0
+	for g, n := range pl.groups {
+		if err := s.launchGroup(pl, g, first, n); err != nil {
+			return err
+		}
+		first += n
+	}
+	return nil
+}
+
+// launchGroup queues group g's kernel over n launched rows whose RowParams start at
+// slot first, in launches of at most maxRowsPerLaunch rows.
+func (s *Sampler) launchGroup(pl *plan, g, first, n int) error {
 	if n == 0 {
 		return nil
 	}
 	sc := &s.scratch
-	lk := s.kernels[lg.DType][k]
-	perRow := 1
-	if k == kernelGumbel {
-		perRow = s.blocksPerRow(n, lg.Vocab)
+	lg, out := pl.logits, pl.out
+	lk := s.kernels[lg.DType][kernelOfGroup[g]]
+	if lk.kernel == nil {
+		return s.topnErr
+	}
+	split := s.groupSplit(g, n, lg.Vocab)
+	// Output buffers 0 and 1 (tokens and status, or the topn lists) and the
+	// log-probability records, by group.
+	out0, out1, records, draws := out.tokens(), out.status(), out.logprobs(), pl.draws
+	switch g {
+	case groupTop:
+		out0, out1, records, draws = out.topTokens(), out.topValues(), -1, 1
+	case groupDistinct:
+		out0, out1, records, draws = out.distinctTokens(), out.distinctValues(), -1, 1
 	}
 	for done := 0; done < n; done += maxRowsPerLaunch {
 		chunk := min(n-done, maxRowsPerLaunch)
 		a := s.args.Reset()
 		a.BufferAt(lg.Data, lg.Offset).
 			BufferAt(sc.params.buf, (first+done)*RowParamsSize).
-			BufferAt(sc.results.buf, 0).
-			BufferAt(sc.results.buf, 4*lg.Rows).
+			BufferAt(sc.results.buf, out0).
+			BufferAt(sc.results.buf, out1).
 			Buffer(sc.partials.buf).
 			Buffer(sc.counters.buf).
-			U64(uint64(stride)).
+			U64(uint64(pl.stride)).
 			U32(uint32(lg.Vocab))
-		grid := runtime.Dim3{X: perRow, Y: chunk, Z: 1}
+		if records < 0 {
+			a.Buffer(sc.unused.buf)
+		} else {
+			a.BufferAt(sc.results.buf, records)
+		}
+		s.procs.appendArgs(a, sc.unused.buf)
+		grid := runtime.Dim3{X: split, Y: chunk, Z: draws}
 		block := runtime.Dim3{X: lk.block, Y: 1, Z: 1}
 		if err := s.stream.Launch(lk.kernel, grid, block, a); err != nil {
-			return fmt.Errorf("gumbel/sampler: launching %s over %d rows x %d blocks: %w", lk.kernel.Name(), chunk, perRow, err)
+			return fmt.Errorf("gumbel/sampler: launching %s over %d rows x %d blocks x %d draws: %w", lk.kernel.Name(), chunk, split, draws, err)
 		}
 	}
 	return nil
+}
+
+// decode turns the outputs in results (laid out by out) into res.
+func (s *Sampler) decode(results []byte, out outLayout, params []Params, mode drawMode, vocab int, res *Result) {
+	le := binary.LittleEndian
+	f32 := func(off int) float32 { return math.Float32frombits(le.Uint32(results[off:])) }
+	draws := out.draws
+	for i, p := range params {
+		if res.Errs[i] != nil {
+			continue
+		}
+		var rowErr error
+		for z := range draws {
+			o := i*draws + z
+			var token int32
+			var err error
+			if mode == drawDistinct {
+				j := 4 * (i*MaxTopLogprobs + z)
+				token = int32(le.Uint32(results[out.distinctTokens()+j:]))
+				value := f32(out.distinctValues() + j)
+				token, err = distinctResult(i, z, token, value, vocab)
+				if err == nil && p.Logprobs {
+					res.Logprobs[o].Processed = value
+				}
+			} else {
+				token = int32(le.Uint32(results[out.tokens()+4*o:]))
+				status := le.Uint32(results[out.status()+4*o:])
+				token, err = rowResult(i, token, status, vocab)
+				if err == nil && p.Logprobs {
+					r := out.logprobs() + 16*o
+					res.Logprobs[o] = Logprob{Raw: f32(r), Processed: f32(r + 4), RawLSE: f32(r + 8), ProcessedLSE: f32(r + 12)}
+				}
+			}
+			res.Tokens[o] = token
+			if err != nil && rowErr == nil {
+				rowErr = err
+			}
+		}
+		if rowErr != nil {
+			res.failRow(i, rowErr)
+			continue
+		}
+		if p.TopLogprobs > 0 {
+			s.decodeTop(results, out, i, p.TopLogprobs, vocab, res)
+		}
+	}
+}
+
+// decodeTop fills res.Top[i] from row i's plain topn list.
+func (s *Sampler) decodeTop(results []byte, out outLayout, i, n, vocab int, res *Result) {
+	le := binary.LittleEndian
+	top := &res.Top[i]
+	top.Count = 0
+	for j := range n {
+		off := 4 * (i*MaxTopLogprobs + j)
+		token := int32(le.Uint32(results[out.topTokens()+off:]))
+		value := math.Float32frombits(le.Uint32(results[out.topValues()+off:]))
+		if token < 0 || int(token) >= vocab || value != value {
+			// Slots past the row's finite logits hold -1; the row's own status
+			// already reported NaN and +Inf.
+			break
+		}
+		top.Tokens[j], top.Logprobs[j] = token, value
+		top.Count++
+	}
+}
+
+// failRow marks row i failed: every draw -1, every record NaN, no top list.
+func (res *Result) failRow(i int, err error) {
+	res.Errs[i] = err
+	d := res.Draws
+	for o := i * d; o < (i+1)*d; o++ {
+		res.Tokens[o] = -1
+		if len(res.Logprobs) > 0 {
+			res.Logprobs[o] = nanLogprob
+		}
+	}
+	if len(res.Top) > 0 {
+		res.Top[i].Count = 0
+	}
+}
+
+var nanLogprob = Logprob{
+	Raw: float32(math.NaN()), Processed: float32(math.NaN()),
+	RawLSE: float32(math.NaN()), ProcessedLSE: float32(math.NaN()),
 }
 
 // rowResult turns a row's kernel output into its token and error.
@@ -367,6 +653,23 @@ func rowResult(row int, token int32, status uint32, vocab int) (int32, error) {
 		return -1, fmt.Errorf("row %d: rejected by the kernel: %w", row, ErrTemperature)
 	}
 	return -1, fmt.Errorf("row %d: unknown kernel status %d: %w", row, status, ErrDevice)
+}
+
+// distinctResult turns entry j of a row's perturbed topn list into its token and error:
+// NaN marks a row with NaN or +Inf (or parameters the kernel refused), -1 a slot past the
+// row's finite processed logits.
+func distinctResult(row, j int, token int32, value float32, vocab int) (int32, error) {
+	switch {
+	case value != value:
+		return -1, fmt.Errorf("row %d: %w", row, ErrNonFiniteLogit)
+	case token == -1 && j == 0:
+		return -1, fmt.Errorf("row %d: %w", row, ErrNoFiniteLogit)
+	case token == -1:
+		return -1, fmt.Errorf("row %d: %d distinct draws asked, %d tokens have a finite logit: %w", row, j+1, j, ErrTooFewTokens)
+	case token < 0 || int(token) >= vocab:
+		return -1, fmt.Errorf("row %d: token %d outside the vocabulary of %d: %w", row, token, vocab, ErrDevice)
+	}
+	return token, nil
 }
 
 // checkLogits checks the shape of a call and returns the row stride in elements.
@@ -408,11 +711,31 @@ func checkLogits(lg Logits, nParams int) (int, error) {
 	return stride, nil
 }
 
-// resize makes res hold rows entries, reallocating a slice only when it is too short.
-func (res *Result) resize(rows int) {
-	res.Tokens = resized(res.Tokens, rows)
+// resize makes res hold rows rows of draws tokens, reallocating a slice only when it is
+// too short. Tokens start at -1; the log-probability records (when any row asked) at
+// NaN; top lists (when any row asked) empty.
+func (res *Result) resize(rows, draws int, logprobs, top bool) {
+	res.Draws = draws
+	res.Tokens = resized(res.Tokens, rows*draws)
 	res.Errs = resized(res.Errs, rows)
 	res.Routes = resized(res.Routes, rows)
+	for i := range res.Tokens {
+		res.Tokens[i] = -1
+	}
+	res.Logprobs = res.Logprobs[:0]
+	if logprobs {
+		res.Logprobs = resized(res.Logprobs, rows*draws)
+		for i := range res.Logprobs {
+			res.Logprobs[i] = nanLogprob
+		}
+	}
+	res.Top = res.Top[:0]
+	if top {
+		res.Top = resized(res.Top, rows)
+		for i := range res.Top {
+			res.Top[i].Count = 0
+		}
+	}
 }
 
 func resized[T any](s []T, n int) []T {

@@ -721,6 +721,7 @@ func allocationBatches(rows int) map[string][]Params {
 		"gumbel":      slices.Repeat([]Params{{Temperature: 0.8, Seed: 1, HasSeed: true}}, rows),
 		"categorical": slices.Repeat([]Params{{Temperature: 0.8, TopK: 40, TopP: 0.9}}, rows),
 		"mixed":       mixedParams(rows, 2),
+		"serving":     batchParams(rows),
 	}
 }
 

@@ -96,8 +96,9 @@ type scratch struct {
 	// then categorical rows; paramsHost is its pinned staging copy.
 	params     deviceScratch
 	paramsHost hostScratch
-	// results holds tokens (int32[rows]) then status (int32[rows]), copied back in
-	// one transfer to resultsHost.
+	// results holds a call's outputs as outLayout places them: tokens and status
+	// (copied back in one transfer to resultsHost), log-probability records and topn
+	// lists.
 	results     deviceScratch
 	resultsHost hostScratch
 	// partials holds gumbel_argmax's per-block (score, index) keys.
@@ -107,6 +108,9 @@ type scratch struct {
 	counters deviceScratch
 	// logits stages host logits for SampleFloat32 and SampleBits.
 	logits deviceScratch
+	// unused is the 8-byte buffer passed for the buffer arguments of features no
+	// row of a launch uses (ABI version 2: never read or written).
+	unused deviceScratch
 }
 
 func newScratch() scratch {
@@ -118,6 +122,7 @@ func newScratch() scratch {
 		partials:    deviceScratch{name: "partial"},
 		counters:    deviceScratch{name: "counter"},
 		logits:      deviceScratch{name: "logits staging"},
+		unused:      deviceScratch{name: "placeholder"},
 	}
 }
 
@@ -125,6 +130,6 @@ func (s *scratch) free() error {
 	return errors.Join(
 		s.params.free(), s.paramsHost.free(),
 		s.results.free(), s.resultsHost.free(),
-		s.partials.free(), s.counters.free(), s.logits.free(),
+		s.partials.free(), s.counters.free(), s.logits.free(), s.unused.free(),
 	)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -20,6 +21,8 @@ type benchConfig struct {
 	// timing is the measurement size; zero fields take the device's default.
 	timing bench.Config
 	asJSON bool
+	// features measures the serving features against the plain Gumbel step.
+	features bool
 	// compare names a peer's measurements (bench/peers/torch_peers.py --out) to set
 	// against this run's; chart names an image of both.
 	compare, chart string
@@ -42,6 +45,7 @@ func parseBenchFlags(args []string, w io.Writer) (benchConfig, error) {
 	fs.IntVar(&c.timing.Repeats, "repeats", 0, fmt.Sprintf("back-to-back launches per group (0: %d on a GPU, %d on the CPU)", bench.DefaultConfig.Repeats, cpuBenchConfig.Repeats))
 	fs.IntVar(&c.timing.HostCalls, "calls", 0, fmt.Sprintf("Sample calls timed one by one per point (0: %d on a GPU, %d on the CPU)", bench.DefaultConfig.HostCalls, cpuBenchConfig.HostCalls))
 	fs.IntVar(&c.timing.Warmup, "warmup", -1, fmt.Sprintf("untimed calls first (-1: %d on a GPU, %d on the CPU)", bench.DefaultConfig.Warmup, cpuBenchConfig.Warmup))
+	fs.BoolVar(&c.features, "features", false, fmt.Sprintf("measure the serving features (log-probabilities, processors, draws, batch launches) against the plain Gumbel step: routes default to %s, vocab to %s, batch to %s", joinRoutes(bench.FeatureMatrix.Routes), joinInts(bench.FeatureMatrix.Vocabs), joinInts(bench.FeatureMatrix.Batches)))
 	fs.BoolVar(&c.asJSON, "json", false, "print the measurements as JSON instead of markdown tables")
 	fs.StringVar(&c.compare, "compare", "", "peer measurements (JSON from bench/peers/torch_peers.py) to compare with this run's")
 	fs.StringVar(&c.chart, "chart", "", "write a chart of device time against vocabulary size to this file (.svg, .png, .pdf)")
@@ -52,6 +56,20 @@ func parseBenchFlags(args []string, w io.Writer) (benchConfig, error) {
 	}
 	if len(pos) > 0 {
 		return c, usagef("unexpected argument %q", pos[0])
+	}
+	if c.features {
+		// The feature matrix's defaults, for the list flags not given.
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		if !given["route"] {
+			*routes = joinRoutes(bench.FeatureMatrix.Routes)
+		}
+		if !given["vocab"] {
+			*vocabs = joinInts(bench.FeatureMatrix.Vocabs)
+		}
+		if !given["batch"] {
+			*batches = joinInts(bench.FeatureMatrix.Batches)
+		}
 	}
 	if c.matrix.Routes, err = parseRoutes(*routes); err != nil {
 		return c, err
@@ -163,7 +181,11 @@ func runBench(e env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "Device: %s (%s, %s, %d SMs); %d groups of %d launches, %d host calls, %d warm-up calls per point\n",
 		info.Name, info.Backend, info.Arch, info.Multiprocessors, timing.Groups, timing.Repeats, timing.HostCalls, timing.Warmup)
-	if _, err = io.WriteString(e.stdout, bench.Markdown(ms)+"\n"); err != nil || cfg.compare == "" {
+	table := bench.Markdown(ms)
+	if cfg.features {
+		table = bench.FeatureMarkdown(ms)
+	}
+	if _, err = io.WriteString(e.stdout, table+"\n"); err != nil || cfg.compare == "" {
 		return err
 	}
 	_, err = io.WriteString(e.stdout, "\n"+bench.Compare(ms, peers)+"\n")
@@ -174,8 +196,8 @@ func parseRoutes(s string) ([]bench.Route, error) {
 	var out []bench.Route
 	for _, f := range splitList(s) {
 		r := bench.Route(f)
-		if !slices.Contains(bench.Routes, r) {
-			return nil, usagef("--route %q: not one of %s", f, joinRoutes(bench.Routes))
+		if !slices.Contains(bench.Routes, r) && !slices.Contains(bench.FeatureRoutes, r) {
+			return nil, usagef("--route %q: not one of %s, %s", f, joinRoutes(bench.Routes), joinRoutes(bench.FeatureRoutes[1:]))
 		}
 		out = append(out, r)
 	}

@@ -3,6 +3,7 @@ package gokernel
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -43,6 +44,13 @@ func BenchmarkKernels(b *testing.B) {
 		{"categorical/none", "categorical", f32, refParams{temperature: 1}, []int{1}},
 		{"categorical/topk50-topp0.9", "categorical", f32, refParams{temperature: 1, topK: 50, topP: 0.9}, []int{1}},
 		{"categorical/topp0.9", "categorical", f32, refParams{temperature: 1, topP: 0.9}, []int{1}},
+		// Version 2: each feature beside its plain case above, for the overhead.
+		{"gumbel/T=1/logprobs", "gumbel_argmax", f32, refParams{temperature: 1, flags: FlagLogprobs}, []int{1, workers}},
+		{"greedy/logprobs", "gumbel_argmax", f32, refParams{flags: FlagLogprobs}, []int{1}},
+		{"gumbel/T=1/processors", "gumbel_argmax", f32, refParams{temperature: 1, flags: FlagBias | FlagMask | FlagPenalties, repetition: 1.1}, []int{1}},
+		{"categorical/topk50-topp0.9/logprobs", "categorical", f32, refParams{temperature: 1, topK: 50, topP: 0.9, flags: FlagLogprobs}, []int{1}},
+		{"topn/plain", "topn", f32, refParams{topN: 20}, []int{1, workers}},
+		{"topn/perturbed", "topn", f32, refParams{temperature: 1, topN: 20, flags: FlagPerturbed}, []int{1}},
 	}
 	kernels := Kernels()
 	mod, err := testDevice.Load(&runtime.Program{Name: "bench", Go: kernels})
@@ -55,8 +63,19 @@ func BenchmarkKernels(b *testing.B) {
 				p := &problem{d: c.d, vocab: benchVocab, stride: benchVocab,
 					rows: [][]float32{llmLogits(r, benchVocab)}, params: []refParams{c.p}}
 				p.params[0].seed = 12345
+				if c.p.flags&(FlagBias|FlagMask|FlagPenalties) != 0 {
+					randomInputs(r, p)
+					p.params[0].flags = c.p.flags
+					for i := range p.mask[0] {
+						p.mask[0][i] = 0xFFFFFFF7 // a few banned tokens
+					}
+				}
 				buf := p.layout(s)
 				args := buf.args(p.stride, p.vocab)
+				if c.kernel == "topn" {
+					args = buf.topnArgs(p.stride, p.vocab, make([]int32, MaxTopN), make([]float32, MaxTopN))
+					buf.status[0] = StatusOK // topn writes no status
+				}
 				k, err := mod.Kernel(c.kernel + suffixes[c.d])
 				if err != nil {
 					b.Fatal(err)
@@ -82,4 +101,29 @@ func BenchmarkKernels(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkExp compares the log-sum-exps' exp with math.Exp.
+func BenchmarkExp(b *testing.B) {
+	xs := make([]float64, 1024)
+	r := rand.New(rand.NewPCG(9, 9))
+	for i := range xs {
+		xs[i] = -r.ExpFloat64() * 6
+	}
+	var sink float64
+	b.Run("expNonPositive", func(b *testing.B) {
+		for b.Loop() {
+			for _, x := range xs {
+				sink += expNonPositive(x)
+			}
+		}
+	})
+	b.Run("math.Exp", func(b *testing.B) {
+		for b.Loop() {
+			for _, x := range xs {
+				sink += math.Exp(x)
+			}
+		}
+	})
+	_ = sink
 }

@@ -83,7 +83,7 @@ func TestShortAndBadBuffers(t *testing.T) {
 					logits: cpu.Wrap(lb.logits), params: cpu.Wrap(lb.params),
 					tokens: cpu.Wrap(runtime.BytesOf(lb.tokens)), status: cpu.Wrap(runtime.BytesOf(lb.status)),
 					partials: cpu.Wrap(runtime.BytesOf(lb.partials)), counters: cpu.Wrap(runtime.BytesOf(lb.counters)),
-					stride: v, vocab: v, nArgs: numArgs,
+					stride: v, vocab: v, nArgs: numArgsV1,
 				}
 				c.edit(&b)
 				var a runtime.Args

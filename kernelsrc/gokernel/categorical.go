@@ -19,6 +19,7 @@ func categoricalKernel(d dtype) runtime.GoKernel {
 // position in the active set (the rest).
 type catScratch struct {
 	vals  []float32 // the row converted to float32 (16-bit dtypes only)
+	proc  []float32 // the processed row x' (when the row has processors)
 	keys  []uint32  // orderKey of every element (when a filter needs them)
 	idx   []uint32  // the active set (after top-k), in index order
 	w     []float32 // weight of each active element
@@ -26,6 +27,9 @@ type catScratch struct {
 	q     []uint64  // fixed-point weight of each active element (top-p)
 	tmpK  []uint32  // radix select's candidates
 	tmpQ  []uint64
+	// record is the log-probability record of the last token sample returned with
+	// status 0, when the row asked for one.
+	record [4]float32
 }
 
 func grow[T any](s []T, n int) []T {
@@ -36,12 +40,12 @@ func grow[T any](s []T, n int) []T {
 }
 
 func categoricalBlock(b *runtime.BlockContext, d dtype) {
-	l, ok, bad := setup(b, d, false)
+	l, ok, bad := setup(b, d, kindCategorical)
 	if !ok || l.x != 0 {
 		return
 	}
 	if bad {
-		l.finish(-1, StatusBadParams)
+		l.fail()
 		return
 	}
 	// The worker's grow-only working memory lives in its block context (the Go
@@ -53,6 +57,14 @@ func categoricalBlock(b *runtime.BlockContext, d dtype) {
 	}
 	token, status := sc.sample(&l)
 	l.finish(token, status)
+	if l.logprobs != nil {
+		if status == StatusOK {
+			l.writeRecord(sc.record)
+		} else {
+			l.writeRecord(nanRecord)
+		}
+	}
+	l.complete()
 }
 
 // exp32 is the float32 exp of the contract, rounded from float64 (like philox's logs).
@@ -77,6 +89,16 @@ func (sc *catScratch) sample(l *launchRow) (int32, int32) {
 		}
 		row = sc.vals
 	}
+	raw := row
+	var flags uint32
+	if l.proc.active {
+		sc.proc = grow(sc.proc, n)
+		for i := 0; i < n; i += convertChunk {
+			end := min(i+convertChunk, n)
+			flags |= l.proc.apply(row[i:end], i, sc.proc[i:end])
+		}
+		row = sc.proc
+	}
 
 	topK := p.topK > 0 && uint64(p.topK) < uint64(n)
 	topP := p.topP > 0 && p.topP < 1
@@ -84,7 +106,6 @@ func (sc *catScratch) sample(l *launchRow) (int32, int32) {
 
 	// Step 1: the largest logit m and the row flags (and every key, for the filters).
 	m := negInf
-	var flags uint32
 	var keys []uint32
 	if topK || topP {
 		sc.keys = grow(sc.keys, n)
@@ -111,7 +132,18 @@ func (sc *catScratch) sample(l *launchRow) (int32, int32) {
 	}
 	if p.temperature == 0 {
 		// Temperature 0 is greedy on every path: the first index of the largest logit.
-		return int32(firstIndexOf(row, m)), StatusOK
+		tok := firstIndexOf(row, m)
+		if l.logprobs != nil {
+			rawLSE, procLSE := emptyLSE, emptyLSE
+			rawLSE.add(raw)
+			if l.proc.active {
+				procLSE.add(row)
+			} else {
+				procLSE = rawLSE
+			}
+			sc.record = recordOf(raw[tok], row[tok], rawLSE.value(), procLSE.value())
+		}
+		return int32(tok), StatusOK
 	}
 
 	// Step 2: weights. F leaves room for V weights of at most 2^F in 63 bits.
@@ -188,20 +220,50 @@ func (sc *catScratch) sample(l *launchRow) (int32, int32) {
 	}
 
 	// Step 8: inverse CDF in index order with an exact integer target.
-	u := philox.CategoricalUniform64(p.seed, p.step)
+	u := philox.CategoricalUniform64(p.seed, p.step+uint64(l.z)) // draw z: step + z
 	target, _ := bits.Mul64(u, total)
 	var acc uint64
+	tok := -1
 	for j, i := range idx {
 		if kept(j, i) {
 			acc += uint64(w[j] * scale)
 			if acc > target {
-				return int32(i), StatusOK
+				tok = int(i)
+				break
 			}
 		}
 	}
-	// Unreachable: the largest logit is always kept with q = 2^F > 0, so total > 0
-	// and target < total.
-	return int32(firstIndexOf(row, m)), StatusOK
+	if tok < 0 {
+		// Unreachable: the largest logit is always kept with q = 2^F > 0, so
+		// total > 0 and target < total.
+		tok = firstIndexOf(row, m)
+	}
+	if l.logprobs != nil {
+		// The kept set renormalised (ABI.md): the token's weight exp(d) over the
+		// kept mass S_kept·2^-F.
+		rawLSE := emptyLSE
+		rawLSE.add(raw)
+		logKept := math.Log(float64(total)) - float64(f)*math.Ln2
+		d := float32(float32(row[tok]-m) * invT)
+		sc.record = [4]float32{
+			float32(float64(raw[tok]) - rawLSE.value()),
+			float32(float64(d) - logKept),
+			float32(rawLSE.value()),
+			float32(float64(m)*float64(invT) + logKept),
+		}
+	}
+	return int32(tok), StatusOK
+}
+
+// recordOf is a log-probability record: the token's raw logit x and processed value v,
+// and the two log-normalisers.
+func recordOf(x, v float32, rawLSE, processedLSE float64) [4]float32 {
+	return [4]float32{
+		float32(float64(x) - rawLSE),
+		float32(float64(v) - processedLSE),
+		float32(rawLSE),
+		float32(processedLSE),
+	}
 }
 
 func firstIndexOf(row []float32, v float32) int {

@@ -47,13 +47,13 @@ type gumbelScan struct {
 }
 
 func gumbelBlock(b *runtime.BlockContext, d dtype, skip bool) {
-	l, ok, bad := setup(b, d, true)
+	l, ok, bad := setup(b, d, kindGumbel)
 	if !ok {
 		return
 	}
 	if bad {
 		if l.x == 0 {
-			l.finish(-1, StatusBadParams)
+			l.fail()
 		}
 		return
 	}
@@ -67,23 +67,47 @@ func gumbelBlock(b *runtime.BlockContext, d dtype, skip bool) {
 	sc := gumbelScan{
 		bestScore: negInf,
 		key:       philox.Key(l.p.seed),
-		step:      l.p.step,
+		step:      l.p.step + uint64(l.z), // draw z samples at step + z
 		skip:      skip,
 	}
 	greedy := l.p.temperature == 0
 	if !greedy {
 		sc.invT = float32(1 / l.p.temperature)
 	}
-	var buf [convertChunk]float32
+	logprobs := l.logprobs != nil
+	// Without processors, at temperature 0 or 1 the processed values are the raw
+	// logits themselves: one log-sum-exp serves for both.
+	sameSets := !l.proc.active && (greedy || sc.invT == 1)
+	raw, processed := emptyLSE, emptyLSE
+	var buf, proc [convertChunk]float32
 	for i := start; i < end; i += convertChunk {
 		xs := l.logits.load(&buf, i, min(convertChunk, end-i))
+		if logprobs {
+			raw.add(xs)
+		}
+		if l.proc.active {
+			sc.flags |= l.proc.apply(xs, i, proc[:])
+			xs = proc[:len(xs)]
+		}
 		if greedy {
 			sc.greedy(xs, i)
 		} else {
 			sc.noisy(xs, i)
 		}
+		if logprobs && !sameSets {
+			// Beside the arg-max, over the chunk just loaded: no second pass over
+			// the row.
+			if greedy {
+				processed.add(xs)
+			} else {
+				processed.addScaled(xs, sc.invT)
+			}
+		}
 	}
-	l.reduce(sc.best, sc.flags)
+	if sameSets {
+		processed = raw
+	}
+	l.reduce(sc.best, sc.flags, raw, processed)
 }
 
 // greedy scans xs (global index base) for the largest logit, lowest index first.
@@ -180,30 +204,61 @@ func (sc *gumbelScan) noisy(xs []float32, base int) {
 	sc.best, sc.bestScore, sc.flags = best, bestScore, flags
 }
 
-// reduce publishes this block's partial; the last block of the row to arrive reduces
-// all of them, writes the token and status, and leaves the counters at zero.
-func (l *launchRow) reduce(best uint64, flags uint32) {
+// reduce publishes this block's partials; the last block of the draw to arrive reduces
+// all of them, writes the token, status and record, and leaves the draw's counters at
+// zero.
+func (l *launchRow) reduce(best uint64, flags uint32, raw, processed lse) {
 	if l.s > 1 {
-		binary.LittleEndian.PutUint64(l.partials[8*(l.y*l.s+l.x):], best)
-		atomic.OrUint32(&l.counters[2*l.y+1], flags)
-		if atomic.AddUint32(&l.counters[2*l.y], 1) != uint32(l.s) {
+		c := l.z*l.n + l.y // the draw's counter pair and partials row
+		p := c*l.s + l.x
+		lpBase := l.n * l.d * l.s
+		binary.LittleEndian.PutUint64(l.partials[8*p:], best)
+		if l.logprobs != nil {
+			binary.LittleEndian.PutUint64(l.partials[8*(lpBase+2*p):], raw.packed())
+			binary.LittleEndian.PutUint64(l.partials[8*(lpBase+2*p+1):], processed.packed())
+		}
+		atomic.OrUint32(&l.counters[2*c+1], flags)
+		if atomic.AddUint32(&l.counters[2*c], 1) != uint32(l.s) {
 			return
 		}
-		// Every other block's partial and flags happen before its increment, which
+		// Every other block's partials and flags happen before its increment, which
 		// happens before ours: they are all visible now.
-		for x := 0; x < l.s; x++ {
-			best = max(best, binary.LittleEndian.Uint64(l.partials[8*(l.y*l.s+x):]))
+		raw, processed = emptyLSE, emptyLSE
+		for x := c * l.s; x < (c+1)*l.s; x++ {
+			best = max(best, binary.LittleEndian.Uint64(l.partials[8*x:]))
+			if l.logprobs != nil {
+				raw.merge(unpackLSE(binary.LittleEndian.Uint64(l.partials[8*(lpBase+2*x):])))
+				processed.merge(unpackLSE(binary.LittleEndian.Uint64(l.partials[8*(lpBase+2*x+1):])))
+			}
 		}
-		flags = atomic.LoadUint32(&l.counters[2*l.y+1])
-		atomic.StoreUint32(&l.counters[2*l.y+1], 0)
-		atomic.StoreUint32(&l.counters[2*l.y], 0)
+		flags = atomic.LoadUint32(&l.counters[2*c+1])
+		atomic.StoreUint32(&l.counters[2*c+1], 0)
+		atomic.StoreUint32(&l.counters[2*c], 0)
 	}
 	switch {
 	case flags&flagNonFinite != 0:
 		l.finish(-1, StatusNonFinite)
+		l.writeRecord(nanRecord)
 	case flags&flagFinite == 0:
 		l.finish(-1, StatusNoFinite)
+		l.writeRecord(nanRecord)
 	default:
-		l.finish(int32(^uint32(best)), StatusOK)
+		tok := int(^uint32(best))
+		l.finish(int32(tok), StatusOK)
+		if l.logprobs != nil {
+			l.writeRecord(l.argmaxRecord(tok, raw.value(), processed.value()))
+		}
 	}
+	l.complete()
+}
+
+// argmaxRecord is the log-probability record of token tok on the Gumbel and greedy
+// paths, given the raw and processed log-normalisers.
+func (l *launchRow) argmaxRecord(tok int, rawLSE, processedLSE float64) [4]float32 {
+	x := l.logits.at(tok)
+	v := l.proc.one(x, tok)
+	if l.p.temperature != 0 {
+		v = float32(v * float32(1/l.p.temperature))
+	}
+	return recordOf(x, v, rawLSE, processedLSE)
 }

@@ -33,7 +33,14 @@ type problem struct {
 	stride int
 	rows   [][]float32 // the exact float32 value of every stored logit
 	params []refParams // one per launch row
+	draws  int         // grid.z; 0 reads as 1
+	// Per logits row, the version-2 inputs (nil: none; the buffer then holds zeros).
+	bias   [][]float32
+	counts [][]uint32
+	mask   [][]uint32
 }
+
+func (p *problem) numDraws() int { return max(p.draws, 1) }
 
 // buffers is a problem laid out as the kernels' arguments.
 type buffers struct {
@@ -43,9 +50,16 @@ type buffers struct {
 	status   []int32
 	partials []uint64
 	counters []uint32
+	logprobs []float32
+	bias     []float32
+	counts   []uint32
+	mask     []uint32
 }
 
 const untouched = -7 // the value of token and status slots no launch row writes
+
+// untouchedRecord fills the logprobs buffer before a launch.
+const untouchedRecord float32 = -77
 
 // encode stores v in dtype d and returns the stored value's exact float32.
 func encode(d dtype, v float32, dst []byte) float32 {
@@ -67,20 +81,41 @@ func encode(d dtype, v float32, dst []byte) float32 {
 // the argument buffers for s blocks per row.
 func (p *problem) layout(s int) *buffers {
 	es := int(p.d.size())
-	n := len(p.params)
+	n, nd := len(p.params), p.numDraws()
+	words := (p.vocab + 31) / 32
 	b := &buffers{
 		logits:   make([]byte, (len(p.rows)*p.stride)*es),
 		params:   make([]byte, n*paramsBytes),
-		tokens:   make([]int32, len(p.rows)),
-		status:   make([]int32, len(p.rows)),
-		partials: make([]uint64, n*s),
-		counters: make([]uint32, 2*n),
+		tokens:   make([]int32, len(p.rows)*nd),
+		status:   make([]int32, len(p.rows)*nd),
+		partials: make([]uint64, max(3*n*nd*s, topnStride*n*s)),
+		counters: make([]uint32, 2*n*nd+n),
+		logprobs: make([]float32, 4*len(p.rows)*nd),
+		bias:     make([]float32, len(p.rows)*p.vocab),
+		counts:   make([]uint32, len(p.rows)*p.vocab),
+		mask:     make([]uint32, len(p.rows)*words),
+	}
+	for r := range p.rows {
+		if r < len(p.bias) && p.bias[r] != nil {
+			copy(b.bias[r*p.vocab:], p.bias[r])
+		}
+		if r < len(p.counts) && p.counts[r] != nil {
+			copy(b.counts[r*p.vocab:], p.counts[r])
+		}
+		if r < len(p.mask) && p.mask[r] != nil {
+			copy(b.mask[r*words:], p.mask[r])
+		}
+	}
+	for i := range b.logprobs {
+		b.logprobs[i] = untouchedRecord
 	}
 	for r, row := range p.rows {
 		for i, x := range row {
 			row[i] = encode(p.d, x, b.logits[(r*p.stride+i)*es:])
 		}
-		b.tokens[r], b.status[r] = untouched, untouched
+	}
+	for o := range b.tokens {
+		b.tokens[o], b.status[o] = untouched, untouched
 	}
 	for y, rp := range p.params {
 		w := b.params[y*paramsBytes:]
@@ -94,6 +129,11 @@ func (p *problem) layout(s int) *buffers {
 		put(6, rp.topK)
 		put(7, math.Float32bits(rp.topP))
 		put(8, math.Float32bits(rp.minP))
+		put(9, rp.flags)
+		put(10, math.Float32bits(rp.repetition))
+		put(11, math.Float32bits(rp.frequency))
+		put(12, math.Float32bits(rp.presence))
+		put(13, rp.topN)
 	}
 	return b
 }
@@ -107,8 +147,21 @@ func (b *buffers) args(stride, vocab int) *runtime.Args {
 		Buffer(cpu.Wrap(runtime.BytesOf(b.partials))).
 		Buffer(cpu.Wrap(runtime.BytesOf(b.counters))).
 		U64(uint64(stride)).
-		U32(uint32(vocab))
+		U32(uint32(vocab)).
+		Buffer(wrapAtLeast8(runtime.BytesOf(b.logprobs))).
+		Buffer(wrapAtLeast8(runtime.BytesOf(b.bias))).
+		Buffer(wrapAtLeast8(runtime.BytesOf(b.counts))).
+		Buffer(wrapAtLeast8(runtime.BytesOf(b.mask)))
 	return &a
+}
+
+// wrapAtLeast8 wraps b, or 8 zero bytes when b is shorter: ABI.md lets a buffer no row
+// uses be any valid buffer of at least 8 bytes.
+func wrapAtLeast8(b []byte) runtime.Buffer {
+	if len(b) < 8 {
+		b = make([]byte, 8)
+	}
+	return cpu.Wrap(b)
 }
 
 var testDevice = func() runtime.Device {
@@ -119,18 +172,24 @@ var testDevice = func() runtime.Device {
 	return d
 }()
 
-// launch runs fn over grid in the given order.
+// launch runs fn over grid in the given order, with blocks of 1024 threads.
 func launch(t testing.TB, fn runtime.GoKernel, grid runtime.Dim3, args *runtime.Args, order launchOrder, r *rand.Rand) {
+	t.Helper()
+	launchT(t, fn, grid, 1024, args, order, r)
+}
+
+// launchT runs fn over grid in the given order, with blocks of threads threads.
+func launchT(t testing.TB, fn runtime.GoKernel, grid runtime.Dim3, threads int, args *runtime.Args, order launchOrder, r *rand.Rand) {
 	t.Helper()
 	if order == onDevice {
 		mod, err := testDevice.Load(&runtime.Program{Name: "test", Go: map[string]runtime.GoKernel{"k": fn}})
 		require.NoError(t, err)
 		k, err := mod.Kernel("k")
 		require.NoError(t, err)
-		require.NoError(t, testDevice.DefaultStream().Launch(k, grid, runtime.Dim3{X: 1024, Y: 1, Z: 1}, args))
+		require.NoError(t, testDevice.DefaultStream().Launch(k, grid, runtime.Dim3{X: threads, Y: 1, Z: 1}, args))
 		return
 	}
-	total := grid.X * grid.Y
+	total := grid.X * grid.Y * max(grid.Z, 1)
 	idx := make([]int, total)
 	for i := range idx {
 		idx[i] = total - 1 - i
@@ -140,9 +199,9 @@ func launch(t testing.TB, fn runtime.GoKernel, grid runtime.Dim3, args *runtime.
 	}
 	for _, i := range idx {
 		fn(&runtime.BlockContext{
-			Block:    runtime.Dim3{X: i % grid.X, Y: i / grid.X, Z: 0},
+			Block:    runtime.Dim3{X: i % grid.X, Y: i / grid.X % grid.Y, Z: i / (grid.X * grid.Y)},
 			Grid:     grid,
-			BlockDim: runtime.Dim3{X: 1024, Y: 1, Z: 1},
+			BlockDim: runtime.Dim3{X: threads, Y: 1, Z: 1},
 			Args:     args,
 		})
 	}
@@ -151,7 +210,7 @@ func launch(t testing.TB, fn runtime.GoKernel, grid runtime.Dim3, args *runtime.
 // run lays out the problem, launches fn with s blocks per row and returns the buffers.
 func (p *problem) run(t testing.TB, fn runtime.GoKernel, s int, order launchOrder, r *rand.Rand) *buffers {
 	b := p.layout(s)
-	grid := runtime.Dim3{X: s, Y: len(p.params), Z: 1}
+	grid := runtime.Dim3{X: s, Y: len(p.params), Z: p.numDraws()}
 	launch(t, fn, grid, b.args(p.stride, p.vocab), order, r)
 	for i, c := range b.counters {
 		require.Zero(t, c, "counters[%d] after the launch", i)

@@ -30,6 +30,7 @@ func TestKernelsNames(t *testing.T) {
 	assert.Equal(t, []string{
 		"categorical_bf16", "categorical_f16", "categorical_f32",
 		"gumbel_argmax_bf16", "gumbel_argmax_f16", "gumbel_argmax_f32",
+		"topn_bf16", "topn_f16", "topn_f32",
 	}, names)
 }
 
@@ -400,6 +401,10 @@ func TestNoiseIsExact(t *testing.T) {
 					b := p.run(t, gumbelKernel(f32, skip), 1+int(j%2), onDevice, nil)
 					require.Equal(t, c.want, b.tokens[0], "%s: seed %d step %d, elements %d and %d, skip %v", c.name, pr.seed, pr.step, j, pr.i, skip)
 				}
+				// topn ranks the same scores: its first entry must agree.
+				p.params[0].flags, p.params[0].topN = FlagPerturbed, 2
+				top := p.runTopN(t, f32, 1+int(j%2), 1024, onDevice, nil)
+				require.Equal(t, c.want, top.outTokens[0], "topn %s: seed %d step %d, elements %d and %d", c.name, pr.seed, pr.step, j, pr.i)
 			}
 		}
 	}

@@ -17,6 +17,10 @@ type refParams struct {
 	seed, step  uint64
 	topK        uint32
 	topP, minP  float32
+	// Version 2.
+	flags                           uint32
+	repetition, frequency, presence float32
+	topN                            uint32
 }
 
 func refBadTemperature(t float32) bool {
@@ -83,14 +87,21 @@ func refKey(f float32) uint32 {
 }
 
 func refCategorical(row []float32, p refParams) (int32, int32) {
+	tok, status, _ := refCategoricalKept(row, p)
+	return tok, status
+}
+
+// refCategoricalKept is refCategorical that also returns the kept set (nil on the greedy
+// and error paths).
+func refCategoricalKept(row []float32, p refParams) (int32, int32, []bool) {
 	if refBadTemperature(p.temperature) {
-		return -1, StatusBadParams
+		return -1, StatusBadParams, nil
 	}
 	if s := refStatus(row); s >= 0 {
-		return -1, s
+		return -1, s, nil
 	}
 	if p.temperature == 0 {
-		return refGreedy(row), StatusOK
+		return refGreedy(row), StatusOK, nil
 	}
 	v := len(row)
 	m := float32(math.Inf(-1))
@@ -159,14 +170,203 @@ func refCategorical(row []float32, p refParams) (int32, int32) {
 	}
 	u := philox.CategoricalUniform64(p.seed, p.step)
 	target, _ := bits.Mul64(u, total)
+	keptSet := make([]bool, v)
+	for i := range row {
+		keptSet[i] = kept(i)
+	}
 	var acc uint64
 	for i := range row {
 		if kept(i) {
 			acc += q[i]
 			if acc > target {
-				return int32(i), StatusOK
+				return int32(i), StatusOK, keptSet
 			}
 		}
 	}
-	return -2, -2 // never: the test fails on it
+	return -2, -2, nil // never: the test fails on it
+}
+
+// Version 2.
+
+// refInputs are one logits row's version-2 inputs (nil: none).
+type refInputs struct {
+	bias   []float32
+	counts []uint32
+	mask   []uint32
+}
+
+func (p *problem) inputs(r uint32) refInputs {
+	var in refInputs
+	if int(r) < len(p.bias) {
+		in.bias = p.bias[r]
+	}
+	if int(r) < len(p.counts) {
+		in.counts = p.counts[r]
+	}
+	if int(r) < len(p.mask) {
+		in.mask = p.mask[r]
+	}
+	return in
+}
+
+// rnd rounds a float64 result of one operation on float32 values to float32: float64
+// holds the exact result of a float32 +, -, * or / closely enough that this is the
+// correctly rounded float32 operation.
+func rnd(v float64) float32 { return float32(v) }
+
+// refProcessed applies the row's processors as ABI.md lists them. status is 1 when a
+// NaN or +Inf appears before the mask, 2 when nothing finite survives the mask, else -1.
+func refProcessed(row []float32, p refParams, in refInputs) ([]float32, int32) {
+	out := make([]float32, len(row))
+	nonFinite, finite := false, false
+	for i, x := range row {
+		if p.flags&FlagBias != 0 {
+			x = rnd(float64(x) + float64(in.bias[i]))
+		}
+		if p.flags&FlagPenalties != 0 {
+			c := in.counts[i]
+			if c != 0 && p.repetition != 1 {
+				if x > 0 {
+					x = rnd(float64(x) / float64(p.repetition))
+				} else {
+					x = rnd(float64(x) * float64(p.repetition))
+				}
+			}
+			if n := c & 0x7FFFFFFF; n > 0 {
+				x = rnd(float64(x) - float64(rnd(float64(p.frequency)*float64(n))))
+				x = rnd(float64(x) - float64(p.presence))
+			}
+		}
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 1) {
+			nonFinite = true
+		}
+		if p.flags&FlagMask != 0 && in.mask[i/32]&(1<<(i%32)) == 0 {
+			x = float32(math.Inf(-1))
+		}
+		if !math.IsInf(float64(x), -1) && !math.IsNaN(float64(x)) {
+			finite = true
+		}
+		out[i] = x
+	}
+	switch {
+	case nonFinite:
+		return out, StatusNonFinite
+	case !finite:
+		return out, StatusNoFinite
+	}
+	return out, -1
+}
+
+// refSample is one draw (draw z: step + z) of a kernel on the processed row.
+func refSample(categorical bool, row []float32, p refParams, in refInputs, z int) (int32, int32) {
+	if refBadTemperature(p.temperature) || p.flags>>9 != 0 {
+		return -1, StatusBadParams
+	}
+	xp, st := refProcessed(row, p, in)
+	if st >= 0 {
+		return -1, st
+	}
+	p.step += uint64(z)
+	if categorical {
+		return refCategorical(xp, p)
+	}
+	return refGumbelArgmax(xp, p)
+}
+
+// refLSE is log Σ exp(v) in float64: -Inf for an empty set, +Inf for one holding +Inf.
+func refLSE(vs []float32) float64 {
+	m := math.Inf(-1)
+	for _, v := range vs {
+		m = math.Max(m, float64(v))
+	}
+	if math.IsInf(m, 0) {
+		return m // empty, or a set holding +Inf
+	}
+	var s float64
+	for _, v := range vs {
+		s += math.Exp(float64(v) - m)
+	}
+	return m + math.Log(s)
+}
+
+// refRecord is the log-probability record of a draw that returned tok with status 0,
+// from float64 log-softmaxes of the definitions in ABI.md.
+func refRecord(categorical bool, row []float32, p refParams, in refInputs, z int, tok int32) [4]float64 {
+	xp, _ := refProcessed(row, p, in)
+	rawLSE := refLSE(row)
+	rec := [4]float64{float64(row[tok]) - rawLSE, 0, rawLSE, 0}
+	if p.temperature == 0 {
+		lse := refLSE(xp)
+		rec[1], rec[3] = float64(xp[tok])-lse, lse
+		return rec
+	}
+	invT := float32(1 / p.temperature)
+	scaled := make([]float32, len(xp))
+	if !categorical {
+		for i, x := range xp {
+			scaled[i] = rnd(float64(x) * float64(invT))
+		}
+		lse := refLSE(scaled)
+		rec[1], rec[3] = float64(scaled[tok])-lse, lse
+		return rec
+	}
+	// Categorical: renormalised over the kept set, taken relative to the largest
+	// processed logit m as the kernel's weights are (x·invT itself may overflow).
+	q := p
+	q.step += uint64(z)
+	_, _, kept := refCategoricalKept(xp, q)
+	m := float32(math.Inf(-1))
+	for _, x := range xp {
+		m = max(m, x)
+	}
+	for i, x := range xp {
+		scaled[i] = float32(math.Inf(-1))
+		if kept[i] {
+			scaled[i] = rnd(float64(rnd(float64(x)-float64(m))) * float64(invT))
+		}
+	}
+	lse := refLSE(scaled)
+	rec[1], rec[3] = float64(scaled[tok])-lse, float64(m)*float64(invT)+lse
+	return rec
+}
+
+// refTopN is the top-N list of a row: tokens and values, sorted by key, largest first,
+// ties to the lowest index, -Inf keys left out; N entries, padded with -1 and -Inf.
+func refTopN(row []float32, p refParams, in refInputs) ([]int32, []float64) {
+	n := int(p.topN)
+	keys := make([]float32, len(row))
+	vals := make([]float32, len(row))
+	perturbed := p.flags&FlagPerturbed != 0
+	if !perturbed {
+		copy(keys, row)
+		copy(vals, row)
+	} else {
+		xp, _ := refProcessed(row, p, in)
+		for i, x := range xp {
+			keys[i], vals[i] = x, x
+			if p.temperature != 0 && !math.IsInf(float64(x), -1) {
+				invT := float32(1 / p.temperature)
+				vals[i] = rnd(float64(x) * float64(invT))
+				keys[i] = philox.Score(x, invT, philox.ElementGumbel(p.seed, p.step, uint32(i)))
+			} else if p.temperature != 0 {
+				vals[i] = x
+			}
+		}
+	}
+	var order []int
+	for i, k := range keys {
+		if !math.IsInf(float64(k), -1) {
+			order = append(order, i)
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool { return keys[order[a]] > keys[order[b]] })
+	lse := refLSE(vals)
+	toks, values := make([]int32, n), make([]float64, n)
+	for j := range n {
+		toks[j], values[j] = -1, math.Inf(-1)
+		if j < len(order) {
+			toks[j], values[j] = int32(order[j]), float64(vals[order[j]])-lse
+		}
+	}
+	return toks, values
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,12 +111,13 @@ func cacheDir(t *testing.T, key string) string {
 	return dir
 }
 
-// kernelKind is one of the two kernels of the set.
+// kernelKind is one of the three kernel families of the set.
 type kernelKind uint32
 
 const (
 	gumbelArgmax kernelKind = 0
 	categorical  kernelKind = 1
+	topN         kernelKind = 2
 )
 
 // launchCase is one launch: logits of outRows rows, n launch rows sampling some of them.
@@ -124,6 +126,7 @@ type launchCase struct {
 	kernel    kernelKind
 	dtype     int // index into kernelsrc.Suffixes
 	T, S      int
+	draws     int // grid.z; 0 means 1
 	vocab     int
 	stride    int
 	outRows   int
@@ -133,14 +136,67 @@ type launchCase struct {
 	seed      uint64 // emulator scheduling
 	logits    []byte
 	params    []byte // n RowParams
+	// Version-2 buffers, outRows rows each; nil when no row of the launch uses them.
+	bias   []float32
+	counts []uint32
+	mask   []uint32
 }
 
 func (c *launchCase) launchRows() int { return len(c.params) / 64 }
 
+func (c *launchCase) numDraws() int { return max(c.draws, 1) }
+
+// slots is the length of tokens and status (topn: out_tokens and out_values).
+func (c *launchCase) slots() int {
+	if c.kernel == topN {
+		return c.outRows * gokernel.MaxTopN
+	}
+	return c.outRows * c.numDraws()
+}
+
+// records is the number of float32 in the logprobs buffer.
+func (c *launchCase) records() int {
+	if c.kernel == topN {
+		return 0
+	}
+	return 4 * c.outRows * c.numDraws()
+}
+
+// blocksPerRow is grid.x.
+func (c *launchCase) blocksPerRow() int {
+	if c.kernel == categorical {
+		return 1
+	}
+	return c.S
+}
+
+// partialWords and counterWords size the scratch as ABI.md asks.
+func (c *launchCase) partialWords() int {
+	n, d, s := c.launchRows(), c.numDraws(), c.blocksPerRow()
+	switch c.kernel {
+	case gumbelArgmax:
+		return 3 * n * d * s
+	case topN:
+		return 22 * n * s
+	}
+	return 1
+}
+
+func (c *launchCase) counterWords() int {
+	n, d := c.launchRows(), c.numDraws()
+	if c.kernel == topN {
+		return 2 * n
+	}
+	return 2*n*d + n
+}
+
 func (c *launchCase) kernelName() string {
 	base := kernelsrc.GumbelArgmax
-	if c.kernel == categorical {
+	switch c.kernel {
+	case categorical:
 		base = kernelsrc.Categorical
+	case topN:
+		base = kernelsrc.TopN
 	}
 	return base + kernelsrc.Suffixes[c.dtype]
 }
@@ -152,11 +208,17 @@ type rowParams struct {
 	seed, step  uint64
 	topK        uint32
 	topP, minP  float32
+	flags       uint32
+	repetition  float32
+	frequency   float32
+	presence    float32
+	topN        uint32
 }
 
 func (p rowParams) put(dst []byte) {
-	words := [9]uint32{p.row, math.Float32bits(p.temperature), uint32(p.seed), uint32(p.seed >> 32),
-		uint32(p.step), uint32(p.step >> 32), p.topK, math.Float32bits(p.topP), math.Float32bits(p.minP)}
+	words := [14]uint32{p.row, math.Float32bits(p.temperature), uint32(p.seed), uint32(p.seed >> 32),
+		uint32(p.step), uint32(p.step >> 32), p.topK, math.Float32bits(p.topP), math.Float32bits(p.minP),
+		p.flags, math.Float32bits(p.repetition), math.Float32bits(p.frequency), math.Float32bits(p.presence), p.topN}
 	for i, w := range words {
 		binary.LittleEndian.PutUint32(dst[4*i:], w)
 	}
@@ -363,11 +425,11 @@ func pick[T any](r *rand.Rand, values ...T) T { return values[r.IntN(len(values)
 func writeCases(cases []*launchCase) []byte {
 	var b bytes.Buffer
 	le := binary.LittleEndian
-	b.WriteString("MSLEMU01")
+	b.WriteString("MSLEMU02")
 	_ = binary.Write(&b, le, uint32(len(cases)))
 	for _, c := range cases {
 		for _, v := range []uint32{uint32(c.kernel), uint32(c.dtype), uint32(c.T), uint32(c.S),
-			uint32(c.launchRows()), uint32(c.vocab)} {
+			uint32(c.launchRows()), uint32(c.numDraws()), uint32(c.vocab)} {
 			_ = binary.Write(&b, le, v)
 		}
 		_ = binary.Write(&b, le, uint64(c.stride))
@@ -378,31 +440,53 @@ func writeCases(cases []*launchCase) []byte {
 		_ = binary.Write(&b, le, uint64(len(c.logits)))
 		b.Write(c.logits)
 		b.Write(c.params)
+		for _, extra := range [][]byte{runtime.BytesOf(c.bias), runtime.BytesOf(c.counts), runtime.BytesOf(c.mask)} {
+			_ = binary.Write(&b, le, uint64(len(extra)))
+			b.Write(extra)
+		}
 	}
 	return b.Bytes()
 }
 
 // result is what one launch left behind.
 type result struct {
-	tokens, status []int32
+	tokens, status []int32 // topn: out_tokens and the bits of out_values
+	logprobs       []float32
+	counts         []uint32
+	params         []byte
 	countersLeft   uint32
 }
 
 // readResults decodes the driver's output.
 func readResults(t *testing.T, out []byte, cases []*launchCase) []result {
 	t.Helper()
-	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU01")), "driver output has no header")
+	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU02")), "driver output has no header")
 	rd := bytes.NewReader(out[8:])
 	res := make([]result, len(cases))
 	for i, c := range cases {
-		res[i].tokens = make([]int32, c.outRows)
-		res[i].status = make([]int32, c.outRows)
-		require.NoError(t, binary.Read(rd, binary.LittleEndian, res[i].tokens))
-		require.NoError(t, binary.Read(rd, binary.LittleEndian, res[i].status))
-		require.NoError(t, binary.Read(rd, binary.LittleEndian, &res[i].countersLeft))
+		res[i].tokens = make([]int32, c.slots())
+		res[i].status = make([]int32, c.slots())
+		res[i].logprobs = make([]float32, c.records())
+		if len(c.counts) > 0 {
+			res[i].counts = make([]uint32, len(c.counts))
+		}
+		res[i].params = make([]byte, len(c.params))
+		for _, dst := range []any{res[i].tokens, res[i].status, res[i].logprobs, res[i].counts, res[i].params,
+			&res[i].countersLeft} {
+			require.NoError(t, binary.Read(rd, binary.LittleEndian, dst))
+		}
 	}
 	require.Zero(t, rd.Len(), "driver output has trailing bytes")
 	return res
+}
+
+// optional wraps a version-2 buffer, or an 8-byte stand-in that no kernel may touch
+// (ABI.md: an unused buffer argument is any valid buffer of at least 8 bytes).
+func optional(b []byte) runtime.Buffer {
+	if len(b) == 0 {
+		return cpu.Wrap(make([]byte, 8))
+	}
+	return cpu.Wrap(b)
 }
 
 // runGoEdition runs the case on the Go edition, one block at a time in a shuffled order.
@@ -410,42 +494,49 @@ func runGoEdition(t *testing.T, c *launchCase, kernels map[string]runtime.GoKern
 	t.Helper()
 	fn := kernels[c.kernelName()]
 	require.NotNil(t, fn, "the Go edition has no kernel %s", c.kernelName())
-	n := c.launchRows()
-	tokens := make([]int32, c.outRows)
-	status := make([]int32, c.outRows)
-	for i := range tokens {
-		tokens[i], status[i] = untouched, untouched
+	n, d, s := c.launchRows(), c.numDraws(), c.blocksPerRow()
+	res := result{
+		tokens:   make([]int32, c.slots()),
+		status:   make([]int32, c.slots()),
+		logprobs: make([]float32, c.records()),
+		counts:   slices.Clone(c.counts),
+		params:   slices.Clone(c.params),
 	}
-	s := 1
-	if c.kernel == gumbelArgmax {
-		s = c.S
+	for i := range res.tokens {
+		res.tokens[i], res.status[i] = untouched, untouched
 	}
-	partials := make([]uint64, n*s)
-	counters := make([]uint32, 2*n)
+	for i := range res.logprobs {
+		res.logprobs[i] = math.Float32frombits(uint32(untouched))
+	}
+	partials := make([]uint64, c.partialWords())
+	counters := make([]uint32, c.counterWords())
 	var a runtime.Args
 	a.Buffer(cpu.Wrap(c.logits)).
-		Buffer(cpu.Wrap(c.params)).
-		Buffer(cpu.Wrap(runtime.BytesOf(tokens))).
-		Buffer(cpu.Wrap(runtime.BytesOf(status))).
+		Buffer(cpu.Wrap(res.params)).
+		Buffer(cpu.Wrap(runtime.BytesOf(res.tokens))).
+		Buffer(cpu.Wrap(runtime.BytesOf(res.status))).
 		Buffer(cpu.Wrap(runtime.BytesOf(partials))).
 		Buffer(cpu.Wrap(runtime.BytesOf(counters))).
 		U64(uint64(c.stride)).
-		U32(uint32(c.vocab))
+		U32(uint32(c.vocab)).
+		Buffer(optional(runtime.BytesOf(res.logprobs))).
+		Buffer(optional(runtime.BytesOf(c.bias))).
+		Buffer(optional(runtime.BytesOf(res.counts))).
+		Buffer(optional(runtime.BytesOf(c.mask)))
 	require.NoError(t, a.Err())
-	grid := runtime.Dim3{X: s, Y: n, Z: 1}
-	for _, i := range r.Perm(s * n) {
+	grid := runtime.Dim3{X: s, Y: n, Z: d}
+	for _, i := range r.Perm(s * n * d) {
 		fn(&runtime.BlockContext{
-			Block: runtime.Dim3{X: i % s, Y: i / s}, Grid: grid,
+			Block: runtime.Dim3{X: i % s, Y: (i / s) % n, Z: i / (s * n)}, Grid: grid,
 			BlockDim: runtime.Dim3{X: c.T, Y: 1, Z: 1}, Args: &a,
 		})
 	}
-	var left uint32
 	for _, v := range counters {
 		if v != 0 {
-			left++
+			res.countersLeft++
 		}
 	}
-	return result{tokens: tokens, status: status, countersLeft: left}
+	return res
 }
 
 // runDriver runs the emulator on the cases.

@@ -28,6 +28,7 @@ const (
 	probeDecode  = 6
 	probeMulHi64 = 7
 	probeSweep   = 8
+	probeDiv     = 9
 )
 
 // runProbe sends count inputs (already encoded) to one probe and returns its output,
@@ -166,6 +167,53 @@ func TestRecipMatchesDivision(t *testing.T) {
 		want := float32(1 / v)
 		require.Equal(t, math.Float32bits(want), le32(out, i), "1/%g", v)
 	}
+}
+
+// TestDivisionCorrectsMetalAccuracy checks div_rn, the repetition penalty's division,
+// and its correction step: Metal's division may be off by up to 2.5 units in the last
+// place, so div_correct must turn a quotient off by up to 3 into the correctly rounded
+// one (float32 division in Go), for logits of every magnitude and penalties between
+// 0.05 and 20.
+func TestDivisionCorrectsMetalAccuracy(t *testing.T) {
+	bin := buildDriver(t)
+	r := rand.New(rand.NewPCG(4, 4))
+	type in struct {
+		a, b float32
+		k    int32
+	}
+	var cases []in
+	for _, b := range []float32{1.1, 1.3, 0.8, 2, 3, 1.0000001} {
+		for _, a := range []float32{1, 3, 0.1, 7.25, 1e30, 1e-30, 2.5e-38} {
+			for k := int32(-3); k <= 3; k++ {
+				cases = append(cases, in{a, b, k}, in{-a, b, k})
+			}
+		}
+	}
+	for range 60000 {
+		a := math.Float32frombits(r.Uint32())
+		if a != a || math.IsInf(float64(a), 0) {
+			continue
+		}
+		b := float32(0.05 + 20*r.Float64())
+		cases = append(cases, in{a, b, int32(r.IntN(7)) - 3})
+	}
+	var enc bytes.Buffer
+	for _, c := range cases {
+		_ = binary.Write(&enc, binary.LittleEndian, [2]uint32{math.Float32bits(c.a), math.Float32bits(c.b)})
+		_ = binary.Write(&enc, binary.LittleEndian, c.k)
+	}
+	out := runProbe(t, bin, probeDiv, len(cases), enc.Bytes(), 8*len(cases))
+	checked := 0
+	for i, c := range cases {
+		want := c.a / c.b
+		if math.Abs(float64(want)) < 0x1p-126 || math.IsInf(float64(want), 0) {
+			continue // zero, subnormal or overflowing quotients are left as the division gives them
+		}
+		checked++
+		require.Equal(t, math.Float32bits(want), le32(out, 2*i), "div_rn(%g, %g)", c.a, c.b)
+		require.Equal(t, math.Float32bits(want), le32(out, 2*i+1), "div_correct(%g, %g) from %d ulps off", c.a, c.b, c.k)
+	}
+	assert.Greater(t, checked, 40000, "too few normal quotients checked")
 }
 
 // TestPhiloxMatches checks the MSL Philox4x32-10 against package philox.

@@ -275,8 +275,9 @@ func newGPUCase(r *rand.Rand, dtype, vocab, rows int) *gpuCase {
 
 func (c *gpuCase) run(t *testing.T, d *Device, s runtime.Stream, k runtime.Kernel, S, T int) ([]int32, []int32) {
 	t.Helper()
-	bufs := make([]runtime.Buffer, 6)
-	sizes := []int{len(c.logits), len(c.params), 4 * c.rows, 4 * c.rows, 8 * c.rows * S, 8 * c.rows}
+	// Buffers 0-5, then 8-11 of ABI version 2 (unused by these rows: 8 bytes each).
+	bufs := make([]runtime.Buffer, 10)
+	sizes := []int{len(c.logits), len(c.params), 4 * c.rows, 4 * c.rows, 8 * c.rows * S, 12 * c.rows, 8, 8, 8, 8}
 	for i, n := range sizes {
 		b, err := d.Alloc(n)
 		require.NoError(t, err)
@@ -287,16 +288,19 @@ func (c *gpuCase) run(t *testing.T, d *Device, s runtime.Stream, k runtime.Kerne
 	require.NoError(t, s.CopyToDevice(bufs[0], 0, c.logits))
 	require.NoError(t, s.CopyToDevice(bufs[1], 0, c.params))
 	var a runtime.Args
-	for _, b := range bufs {
+	for _, b := range bufs[:6] {
 		a.Buffer(b)
 	}
 	a.U64(uint64(c.vocab)).U32(uint32(c.vocab))
+	for _, b := range bufs[6:] {
+		a.Buffer(b)
+	}
 	grid := runtime.Dim3{X: S, Y: c.rows, Z: 1}
 	require.NoError(t, s.Launch(k, grid, runtime.Dim3{X: T, Y: 1, Z: 1}, &a))
 	out := make([]byte, 8*c.rows)
 	require.NoError(t, s.CopyToHost(out[:4*c.rows], bufs[2], 0))
 	require.NoError(t, s.CopyToHost(out[4*c.rows:], bufs[3], 0))
-	counters := make([]byte, 8*c.rows)
+	counters := make([]byte, 12*c.rows)
 	require.NoError(t, s.CopyToHost(counters, bufs[5], 0))
 	require.NoError(t, s.Synchronize())
 	assert.Equal(t, make([]byte, len(counters)), counters, "counters left set")
@@ -312,12 +316,15 @@ func (c *gpuCase) runGo(t *testing.T, fn runtime.GoKernel, S, T int) ([]int32, [
 	t.Helper()
 	tok, st := make([]int32, c.rows), make([]int32, c.rows)
 	partials := make([]uint64, c.rows*S)
-	counters := make([]uint32, 2*c.rows)
+	counters := make([]uint32, 3*c.rows)
 	var a runtime.Args
 	a.Buffer(cpu.Wrap(c.logits)).Buffer(cpu.Wrap(c.params)).
 		Buffer(cpu.Wrap(runtime.BytesOf(tok))).Buffer(cpu.Wrap(runtime.BytesOf(st))).
 		Buffer(cpu.Wrap(runtime.BytesOf(partials))).Buffer(cpu.Wrap(runtime.BytesOf(counters))).
 		U64(uint64(c.vocab)).U32(uint32(c.vocab))
+	for range 4 {
+		a.Buffer(cpu.Wrap(make([]byte, 8)))
+	}
 	grid := runtime.Dim3{X: S, Y: c.rows, Z: 1}
 	for y := range c.rows {
 		for x := range S {

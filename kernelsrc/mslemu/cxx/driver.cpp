@@ -1,22 +1,26 @@
 // driver.cpp runs the emulated MSL kernels on cases read from a file and writes what
 // they produced, for mslemu_test.go.
 //
-// Input (little-endian): "MSLEMU01", u32 case count, then per case
-//   u32 kernel (0 gumbel_argmax, 1 categorical), u32 dtype (0 f32, 1 f16, 2 bf16),
-//   u32 T, u32 S (threadgroups per row), u32 n (launch rows), u32 vocab,
-//   u64 row_stride, u32 out_rows (length of tokens and status), u32 max_groups,
-//   u32 yield_percent, u32 simd_width (0 means 32), u64 seed,
-//   u64 logits byte count, the logits, then n RowParams of 64 bytes.
-// Output: "MSLEMU01", then per case out_rows int32 tokens, out_rows int32 status and a
-// u32 count of counter words left non-zero.
+// Input (little-endian): "MSLEMU02", u32 case count, then per case
+//   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn), u32 dtype (0 f32, 1 f16, 2 bf16),
+//   u32 T, u32 S (threadgroups per row), u32 n (launch rows), u32 D (draws, grid.z),
+//   u32 vocab, u64 row_stride, u32 rows (logits rows: outputs are per row),
+//   u32 max_groups, u32 yield_percent, u32 simd_width (0 means 32), u64 seed,
+//   u64 logits byte count and the logits, n RowParams of 64 bytes, then the bias, counts
+//   and mask buffers, each as a u64 byte count and the bytes (0 bytes: an 8-byte buffer
+//   of poison, which a kernel must not touch).
+// Output: "MSLEMU02", then per case, with slots = rows * D (topn: rows * 20):
+//   int32 tokens[slots], int32 status[slots] (topn: float32 values[slots]),
+//   float32 logprobs[4 * rows * D] (none for topn), the counts buffer after the launch,
+//   the n RowParams after the launch, and a u32 count of counter words left non-zero.
 //
 // Probe input: "MSLPROBE", u32 probe, u32 count, then count inputs; the output is
 // "MSLPROBE" and count results (see runProbe). Probes call the kernels' building
 // blocks (probes.inc) directly.
 //
-// tokens and status start as 0x7EEEEEEE so that unwritten slots are visible. Every
-// buffer ends at an inaccessible page, so a read or write past its end kills the
-// process instead of passing unnoticed.
+// tokens, status, values and logprobs start as 0x7EEEEEEE so that unwritten slots are
+// visible. Every buffer ends at an inaccessible page, so a read or write past its end
+// kills the process instead of passing unnoticed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -34,18 +38,33 @@
 struct RowParams;
 
 // The kernels of sampling.metal, as the emulator compiles them.
-void gumbel_argmax_f32(const float*, const RowParams*, int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-                       const ulong&, const uint&, uint2, uint2, uint, uint2, uint, uint, uint, uint);
-void gumbel_argmax_f16(const ushort*, const RowParams*, int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-                       const ulong&, const uint&, uint2, uint2, uint, uint2, uint, uint, uint, uint);
-void gumbel_argmax_bf16(const ushort*, const RowParams*, int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-                        const ulong&, const uint&, uint2, uint2, uint, uint2, uint, uint, uint, uint);
-void categorical_f32(const float*, const RowParams*, int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-                     const ulong&, const uint&, uint2, uint, uint2, uint, uint, uint, uint);
-void categorical_f16(const ushort*, const RowParams*, int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-                     const ulong&, const uint&, uint2, uint, uint2, uint, uint, uint, uint);
-void categorical_bf16(const ushort*, const RowParams*, int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-                      const ulong&, const uint&, uint2, uint, uint2, uint, uint, uint, uint);
+void gumbel_argmax_f32(const float*, RowParams*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
+    uint, uint);
+void gumbel_argmax_f16(const ushort*, RowParams*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
+    uint, uint);
+void gumbel_argmax_bf16(const ushort*, RowParams*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
+    uint, uint);
+void categorical_f32(const float*, RowParams*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
+    uint, uint);
+void categorical_f16(const ushort*, RowParams*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
+    uint, uint);
+void categorical_bf16(const ushort*, RowParams*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
+    uint, uint);
+void topn_f32(const float*, const RowParams*, int*, float*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, const float*, const uint*, const uint*, uint3, uint3, uint, uint3, uint, uint, uint,
+    uint);
+void topn_f16(const ushort*, const RowParams*, int*, float*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, const float*, const uint*, const uint*, uint3, uint3, uint, uint3, uint, uint, uint,
+    uint);
+void topn_bf16(const ushort*, const RowParams*, int*, float*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, const float*, const uint*, const uint*, uint3, uint3, uint, uint3, uint, uint, uint,
+    uint);
 
 namespace mslemu_probe {
 float exponential(uint w, uint tail);
@@ -57,6 +76,8 @@ ulong fixed(float w, uint F);
 float f16(ushort h);
 float bf16(ushort b);
 ulong mulhi64(ulong a, ulong b);
+float divcorrect(float a, float b, float q);
+float divrn(float a, float b);
 }  // namespace mslemu_probe
 
 namespace {
@@ -112,47 +133,60 @@ struct Reader {
 struct Launch {
     uint32_t which, dtype;
     const void* logits;
-    const RowParams* params;
-    int* tokens;
-    int* status;
+    RowParams* params;
+    void* tokens;
+    void* status;
     metal::atomic_uint* partials;
     metal::atomic_uint* counters;
     ulong rowStride;
     uint vocab;
+    float* logprobs;
+    const float* bias;
+    uint* counts;
+    const uint* mask;
 };
+
+#define SAMPLING_CALL(fn, T)                                                                                       \
+    fn(static_cast<const T*>(l->logits), l->params, static_cast<metal::atomic_int*>(l->tokens),                  \
+       static_cast<int*>(l->status), l->partials, l->counters, l->rowStride, l->vocab, l->logprobs, l->bias,      \
+       l->counts, l->mask, group, groups, id.tid, size, id.lane, id.sg, id.width, id.nsg)
+#define TOPN_CALL(fn, T)                                                                                           \
+    fn(static_cast<const T*>(l->logits), l->params, static_cast<int*>(l->tokens), static_cast<float*>(l->status), \
+       l->partials, l->counters, l->rowStride, l->vocab, l->bias, l->counts, l->mask, group, groups, id.tid, size, \
+       id.lane, id.sg, id.width, id.nsg)
 
 void thunk(void* ctx, const mslemu::ThreadIds& id) {
     const Launch* l = static_cast<const Launch*>(ctx);
-    uint2 group(id.group[0], id.group[1]);
-    uint2 groups(id.groups[0], id.groups[1]);
-    uint2 size(id.T, 1);
+    uint3 group(id.group[0], id.group[1], id.group[2]);
+    uint3 groups(id.groups[0], id.groups[1], id.groups[2]);
+    uint3 size(id.T, 1, 1);
     switch (l->which * 3 + l->dtype) {
     case 0:
-        gumbel_argmax_f32(static_cast<const float*>(l->logits), l->params, l->tokens, l->status, l->partials,
-                          l->counters, l->rowStride, l->vocab, group, groups, id.tid, size, id.lane, id.sg, id.width,
-                          id.nsg);
+        SAMPLING_CALL(gumbel_argmax_f32, float);
         break;
     case 1:
-        gumbel_argmax_f16(static_cast<const ushort*>(l->logits), l->params, l->tokens, l->status, l->partials,
-                          l->counters, l->rowStride, l->vocab, group, groups, id.tid, size, id.lane, id.sg, id.width,
-                          id.nsg);
+        SAMPLING_CALL(gumbel_argmax_f16, ushort);
         break;
     case 2:
-        gumbel_argmax_bf16(static_cast<const ushort*>(l->logits), l->params, l->tokens, l->status, l->partials,
-                           l->counters, l->rowStride, l->vocab, group, groups, id.tid, size, id.lane, id.sg, id.width,
-                           id.nsg);
+        SAMPLING_CALL(gumbel_argmax_bf16, ushort);
         break;
     case 3:
-        categorical_f32(static_cast<const float*>(l->logits), l->params, l->tokens, l->status, l->partials,
-                        l->counters, l->rowStride, l->vocab, group, id.tid, size, id.lane, id.sg, id.width, id.nsg);
+        SAMPLING_CALL(categorical_f32, float);
         break;
     case 4:
-        categorical_f16(static_cast<const ushort*>(l->logits), l->params, l->tokens, l->status, l->partials,
-                        l->counters, l->rowStride, l->vocab, group, id.tid, size, id.lane, id.sg, id.width, id.nsg);
+        SAMPLING_CALL(categorical_f16, ushort);
         break;
     case 5:
-        categorical_bf16(static_cast<const ushort*>(l->logits), l->params, l->tokens, l->status, l->partials,
-                         l->counters, l->rowStride, l->vocab, group, id.tid, size, id.lane, id.sg, id.width, id.nsg);
+        SAMPLING_CALL(categorical_bf16, ushort);
+        break;
+    case 6:
+        TOPN_CALL(topn_f32, float);
+        break;
+    case 7:
+        TOPN_CALL(topn_f16, ushort);
+        break;
+    case 8:
+        TOPN_CALL(topn_bf16, ushort);
         break;
     default:
         die("unknown kernel or dtype");
@@ -189,6 +223,8 @@ uint32_t floatToBits(float f) {
 //     and in long double, both rounded to float -> per triple u64 checked,
 //     u64 differing from double, u64 differing from long double, u32 largest
 //     difference in units in the last place, u32 first differing pattern (or 0).
+//   9 division: (f32 a, f32 b, i32 k) -> (f32 div_rn(a, b), f32 div_correct(a, b, q))
+//     where q is a/b moved k units in the last place (a division of Metal's accuracy).
 void runProbe(Reader& r, FILE* out) {
     uint32_t probe = r.get<uint32_t>();
     uint32_t count = r.get<uint32_t>();
@@ -265,6 +301,19 @@ void runProbe(Reader& r, FILE* out) {
             put(out, firstBad);
             break;
         }
+        case 9: {
+            float a = bitsToFloat(r.get<uint32_t>()), b = bitsToFloat(r.get<uint32_t>());
+            int32_t k = r.get<int32_t>();
+            float q = a / b;
+            uint32_t qb = floatToBits(q);
+            if (std::isfinite(q) && q != 0.0f) {
+                // Toward or away from zero by |k| ulps; the sign of q stays.
+                qb = uint32_t(int64_t(qb) + k);
+            }
+            put(out, floatToBits(mslemu_probe::divrn(a, b)));
+            put(out, floatToBits(mslemu_probe::divcorrect(a, b, bitsToFloat(qb))));
+            break;
+        }
         default:
             die("unknown probe " + std::to_string(probe));
         }
@@ -295,10 +344,10 @@ int main(int argc, char** argv) {
         }
         return 0;
     }
-    if (std::memcmp(magic, "MSLEMU01", 8) != 0) {
+    if (std::memcmp(magic, "MSLEMU02", 8) != 0) {
         die("bad magic");
     }
-    std::fwrite("MSLEMU01", 1, 8, out);
+    std::fwrite("MSLEMU02", 1, 8, out);
     uint32_t cases = r.get<uint32_t>();
     for (uint32_t c = 0; c < cases; ++c) {
         uint32_t which = r.get<uint32_t>();
@@ -306,47 +355,73 @@ int main(int argc, char** argv) {
         uint32_t T = r.get<uint32_t>();
         uint32_t S = r.get<uint32_t>();
         uint32_t n = r.get<uint32_t>();
+        uint32_t D = r.get<uint32_t>();
         uint32_t vocab = r.get<uint32_t>();
         uint64_t stride = r.get<uint64_t>();
-        uint32_t outRows = r.get<uint32_t>();
+        uint32_t rows = r.get<uint32_t>();
         uint32_t maxGroups = r.get<uint32_t>();
         uint32_t yieldPercent = r.get<uint32_t>();
         uint32_t width = r.get<uint32_t>();
         uint64_t seed = r.get<uint64_t>();
         uint64_t logitBytes = r.get<uint64_t>();
-        if (which > 1 || dtype > 2 || T == 0 || S == 0 || n == 0) {
+        if (which > 2 || dtype > 2 || T == 0 || S == 0 || n == 0 || D == 0 || (which == 2 && D != 1)) {
             die("case " + std::to_string(c) + ": bad header");
         }
         Guarded logits(logitBytes, 0);
         r.bytes(logits.data, logitBytes);
         Guarded params(size_t(n) * 64, 0);
         r.bytes(params.data, size_t(n) * 64);
-        Guarded tokens(size_t(outRows) * 4, 0);
-        Guarded status(size_t(outRows) * 4, 0);
-        for (uint32_t i = 0; i < outRows; ++i) {
-            int32_t sentinel = 0x7EEEEEEE;
+        // bias, counts, mask: an absent one is 8 bytes of poison.
+        std::vector<Guarded*> extra;
+        uint64_t extraBytes[3];
+        for (int i = 0; i < 3; ++i) {
+            uint64_t bytes = r.get<uint64_t>();
+            extraBytes[i] = bytes;
+            Guarded* g = new Guarded(bytes == 0 ? 8 : bytes, 0xA5);
+            if (bytes > 0) {
+                r.bytes(g->data, bytes);
+            }
+            extra.push_back(g);
+        }
+        const bool topn = which == 2;
+        size_t slots = topn ? size_t(rows) * 20 : size_t(rows) * D;
+        Guarded tokens(slots * 4, 0);
+        Guarded status(slots * 4, 0);
+        size_t records = topn ? 0 : size_t(rows) * D * 4;
+        Guarded logprobs(std::max<size_t>(records * 4, 8), 0);
+        int32_t sentinel = 0x7EEEEEEE;
+        for (size_t i = 0; i < slots; ++i) {
             std::memcpy(tokens.data + 4 * i, &sentinel, 4);
             std::memcpy(status.data + 4 * i, &sentinel, 4);
         }
-        Guarded partials(size_t(n) * S * 8, 0xA5);
-        Guarded counters(size_t(n) * 8, 0);
+        for (size_t i = 0; i < records; ++i) {
+            std::memcpy(logprobs.data + 4 * i, &sentinel, 4);
+        }
+        size_t partialWords = which == 0 ? 3 * size_t(n) * D * S : which == 2 ? size_t(n) * S * 22 : 1;
+        Guarded partials(partialWords * 8, 0xA5);
+        size_t counterWords = topn ? 2 * size_t(n) : 2 * size_t(n) * D + n;
+        Guarded counters(counterWords * 4, 0);
 
         Launch l;
         l.which = which;
         l.dtype = dtype;
         l.logits = logits.data;
-        l.params = reinterpret_cast<const RowParams*>(params.data);
-        l.tokens = reinterpret_cast<int*>(tokens.data);
-        l.status = reinterpret_cast<int*>(status.data);
+        l.params = reinterpret_cast<RowParams*>(params.data);
+        l.tokens = tokens.data;
+        l.status = status.data;
         l.partials = reinterpret_cast<metal::atomic_uint*>(partials.data);
         l.counters = reinterpret_cast<metal::atomic_uint*>(counters.data);
         l.rowStride = stride;
         l.vocab = vocab;
+        l.logprobs = reinterpret_cast<float*>(logprobs.data);
+        l.bias = reinterpret_cast<const float*>(extra[0]->data);
+        l.counts = reinterpret_cast<uint*>(extra[1]->data);
+        l.mask = reinterpret_cast<const uint*>(extra[2]->data);
 
         mslemu::Dispatch d;
-        d.grid[0] = which == 0 ? S : 1;
+        d.grid[0] = which == 1 ? 1 : S;
         d.grid[1] = n;
-        d.grid[2] = 1;
+        d.grid[2] = D;
         d.T = T;
         d.width = width == 0 ? 32 : width;
         d.fn = thunk;
@@ -357,14 +432,20 @@ int main(int argc, char** argv) {
         mslemu::run(d);
 
         uint32_t nonzero = 0;
-        for (size_t i = 0; i < size_t(n) * 2; ++i) {
+        for (size_t i = 0; i < counterWords; ++i) {
             uint32_t v;
             std::memcpy(&v, counters.data + 4 * i, 4);
             nonzero += v != 0 ? 1 : 0;
         }
-        std::fwrite(tokens.data, 1, tokens.size, out);
-        std::fwrite(status.data, 1, status.size, out);
+        std::fwrite(tokens.data, 1, slots * 4, out);
+        std::fwrite(status.data, 1, slots * 4, out);
+        std::fwrite(logprobs.data, 1, records * 4, out);
+        std::fwrite(extra[1]->data, 1, extraBytes[1], out);
+        std::fwrite(params.data, 1, size_t(n) * 64, out);
         std::fwrite(&nonzero, 4, 1, out);
+        for (Guarded* g : extra) {
+            delete g;
+        }
     }
     if (std::fclose(out) != 0) {
         die("writing the output failed");

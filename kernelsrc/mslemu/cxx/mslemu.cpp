@@ -27,6 +27,14 @@ namespace precise {
 float log(float x) { return float(std::log(double(x))); }
 float exp(float x) { return float(std::exp(double(x))); }
 }  // namespace precise
+namespace fast {
+float exp(float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    double scale = (b & 1u) != 0 ? 1.0 + 0x1p-21 : 1.0 - 0x1p-21;
+    return float(std::exp(double(x)) * scale);
+}
+}  // namespace fast
 }  // namespace metal
 
 namespace mslemu {

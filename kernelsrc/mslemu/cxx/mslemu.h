@@ -24,6 +24,8 @@
 //     GPUs is not emulated.
 //   - precise::log and precise::exp are correctly rounded (computed in double), like the
 //     Go edition's reference functions; the GPU's own 1-ulp functions are not emulated.
+//     fast::exp (the log-sum-exps of ABI version 2) is given a relative error of about
+//     2^-21 on purpose, so the log-probability tests allow for a less accurate exp.
 //   - Threadgroup memory starts filled with a poison byte, device scratch too, so reads
 //     of never-written memory show up as wrong answers rather than lucky zeros.
 #ifndef MSLEMU_H
@@ -85,6 +87,7 @@ template <typename T>
 struct vec4 {
     T x, y, z, w;
     vec4() : x(), y(), z(), w() {}
+    vec4(T a) : x(a), y(a), z(a), w(a) {}
     vec4(T a, T b, T c, T d) : x(a), y(b), z(c), w(d) {}
     T& operator[](uint i) { return i == 0 ? x : i == 1 ? y : i == 2 ? z : w; }
     T operator[](uint i) const { return i == 0 ? x : i == 1 ? y : i == 2 ? z : w; }
@@ -95,6 +98,8 @@ struct vec4 {
 typedef mslemu::vec2<uint> uint2;
 typedef mslemu::vec3<uint> uint3;
 typedef mslemu::vec4<uint> uint4;
+typedef mslemu::vec2<float> float2;
+typedef mslemu::vec4<float> float4;
 
 // MSL_TG_ARRAY and MSL_TG_SCALAR replace "threadgroup T name[N];" and
 // "threadgroup T name;" declarations (rewritten by the harness): every thread of a
@@ -135,6 +140,13 @@ namespace precise {
 float log(float x);
 float exp(float x);
 }  // namespace precise
+
+// fast::exp is emulated with a relative error of about 2^-21 (the last bits moved up or
+// down with the input's parity), inside the 2^-20 that ABI.md allows the log-sum-exps,
+// so the tests see an edition that does not round like the Go one.
+namespace fast {
+float exp(float x);
+}  // namespace fast
 
 // SIMD-group functions. op numbers only tell divergent calls apart.
 enum { SIMD_OP_SHUFFLE = 1, SIMD_OP_XOR, SIMD_OP_UP, SIMD_OP_DOWN };
@@ -214,6 +226,19 @@ inline uint atomic_fetch_or_explicit(atomic_uint* a, uint v, memory_order) {
     a->value = old | v;
     return old;
 }
+struct atomic_int {
+    int value;
+};
+
+inline void atomic_store_explicit(atomic_int* a, int v, memory_order) {
+    ::mslemu::atomic_point();
+    a->value = v;
+}
+inline int atomic_load_explicit(atomic_int* a, memory_order) {
+    ::mslemu::atomic_point();
+    return a->value;
+}
+
 inline void atomic_thread_fence(mem_flags, memory_order, thread_scope) { ::mslemu::atomic_point(); }
 
 }  // namespace metal

@@ -1,0 +1,5 @@
+//go:build !race
+
+package gokernel
+
+const raceEnabled = false

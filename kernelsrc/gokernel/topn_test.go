@@ -1,0 +1,246 @@
+package gokernel
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gumbel-go/gumbel/runtime"
+)
+
+// topnBuffers are the topn outputs of a problem laid out by layout: out_tokens in
+// tokens-sized memory of 20 entries a row, out_values beside it.
+type topnBuffers struct {
+	*buffers
+	outTokens []int32
+	outValues []float32
+}
+
+const untouchedValue float32 = -55
+
+// runTopN launches topn over s blocks per row and block threads, and returns the
+// outputs; counters must be back to zero.
+func (p *problem) runTopN(t testing.TB, d dtype, s, threads int, order launchOrder, r *rand.Rand) *topnBuffers {
+	t.Helper()
+	b := &topnBuffers{buffers: p.layout(s)}
+	b.outTokens = make([]int32, MaxTopN*len(p.rows))
+	b.outValues = make([]float32, MaxTopN*len(p.rows))
+	for i := range b.outTokens {
+		b.outTokens[i], b.outValues[i] = untouched, untouchedValue
+	}
+	ta := b.topnArgs(p.stride, p.vocab, b.outTokens, b.outValues)
+	launchT(t, topnKernel(d), runtime.Dim3{X: s, Y: len(p.params), Z: 1}, threads, ta, order, r)
+	for i, c := range b.counters {
+		require.Zero(t, c, "counters[%d] after the launch", i)
+	}
+	return b
+}
+
+// topnArgs is the argument list of topn over the laid-out problem: the sampling
+// kernels' arguments with out_tokens and out_values in place of tokens and status.
+func (b *buffers) topnArgs(stride, vocab int, outTok []int32, outVal []float32) *runtime.Args {
+	full := b.args(stride, vocab)
+	var a runtime.Args
+	for i := range numArgsV2 {
+		switch i {
+		case argTokens:
+			a.Buffer(wrapAtLeast8(runtime.BytesOf(outTok)))
+		case argStatus:
+			a.Buffer(wrapAtLeast8(runtime.BytesOf(outVal)))
+		case argRowStride:
+			a.U64(uint64(stride))
+		case argVocab:
+			a.U32(uint32(vocab))
+		default:
+			buf, off := full.BufferArg(i)
+			a.BufferAt(buf, off)
+		}
+	}
+	return &a
+}
+
+func topnParams(r *rand.Rand) refParams {
+	p := gumbelParams(r)
+	p.topN = uint32(pick(r, 1, 2, 5, 20, 20))
+	if r.IntN(2) == 0 {
+		p.flags |= FlagPerturbed
+	}
+	return p
+}
+
+// checkTopN compares each launch row's entries with the sort-based reference; entries
+// past N and rows no launch row names stay untouched.
+func (p *problem) checkTopN(t testing.TB, b *topnBuffers, what string) {
+	t.Helper()
+	named := make([]bool, len(p.rows))
+	for y, rp := range p.params {
+		named[rp.row] = true
+		out := func(j int) (int32, float32) {
+			return b.outTokens[int(rp.row)*MaxTopN+j], b.outValues[int(rp.row)*MaxTopN+j]
+		}
+		where := fmt.Sprintf("%s: launch row %d (row %d, %+v)", what, y, rp.row, rp)
+		row := p.rows[rp.row][:p.vocab]
+		in := p.inputs(rp.row)
+		failed := refBadTemperature(rp.temperature) || rp.topN < 1 || rp.topN > MaxTopN
+		if !failed {
+			if rp.flags&FlagPerturbed != 0 {
+				_, st := refProcessed(row, rp, in)
+				failed = st == StatusNonFinite
+			} else {
+				failed = refStatus(row) == StatusNonFinite
+			}
+		}
+		n := int(rp.topN)
+		if failed {
+			if n < 1 || n > MaxTopN {
+				n = MaxTopN
+			}
+			for j := range n {
+				tok, val := out(j)
+				require.Equal(t, int32(-1), tok, "failed row, entry %d: %s", j, where)
+				require.True(t, math.IsNaN(float64(val)), "failed row, entry %d is %v: %s", j, val, where)
+			}
+		} else {
+			toks, vals := refTopN(row, rp, in)
+			for j := range n {
+				tok, val := out(j)
+				require.Equal(t, toks[j], tok, "entry %d: %s", j, where)
+				requireClose(t, vals[j], val, "value %d: %s", j, where)
+			}
+		}
+		for j := n; j < MaxTopN; j++ {
+			tok, val := out(j)
+			require.Equal(t, int32(untouched), tok, "entry %d past N: %s", j, where)
+			require.Equal(t, untouchedValue, val, "entry %d past N: %s", j, where)
+		}
+	}
+	for row, n := range named {
+		if !n {
+			require.Equal(t, slices.Repeat([]int32{untouched}, MaxTopN), b.outTokens[row*MaxTopN:(row+1)*MaxTopN], "%s: row %d", what, row)
+		}
+	}
+}
+
+// TestTopNMatchesReference: plain and perturbed rows, with and without processors, every
+// dtype and row shape, against a sort of the keys; the answer must not depend on S or T.
+func TestTopNMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 21))
+	for _, d := range dtypes {
+		for _, shape := range rowShapes {
+			for _, v := range []int{1, 3, 25, 257, 1500} {
+				t.Run(fmt.Sprintf("%s/%s/V=%d", d, shape.name, v), func(t *testing.T) {
+					p := randomProblem(r, d, v, shape.make, topnParams)
+					if r.IntN(2) == 0 {
+						randomInputs(r, p) // used by the perturbed rows only
+					}
+					var first *topnBuffers
+					for _, s := range []int{1, 2, 3, 7, 64, v + 5} {
+						threads := pick(r, 32, 256, 1024)
+						order := launchOrder(r.IntN(3))
+						b := p.runTopN(t, d, s, threads, order, r)
+						what := fmt.Sprintf("S=%d T=%d %s", s, threads, order)
+						p.checkTopN(t, b, what)
+						if first == nil {
+							first = b
+							continue
+						}
+						// Values may differ in the last place (float32 partial sums); the
+						// reference check above bounds them.
+						require.Equal(t, first.outTokens, b.outTokens, what)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestTopNPerturbedStartsWithTheSample: with PERTURBED, entry 0 is gumbel_argmax's token
+// at the same step, processors included, and the list is a draw without replacement
+// (distinct tokens).
+func TestTopNPerturbedStartsWithTheSample(t *testing.T) {
+	r := rand.New(rand.NewPCG(22, 22))
+	for _, d := range dtypes {
+		for trial := range 20 {
+			const v = 2000
+			p := randomProblem(r, d, v, llmRow, func(r *rand.Rand) refParams {
+				return refParams{temperature: pick[float32](r, 0, 0.5, 1, 2), seed: r.Uint64(), step: r.Uint64(), topN: MaxTopN, flags: FlagPerturbed}
+			})
+			randomInputs(r, p)
+			for y := range p.params {
+				p.params[y].flags |= FlagPerturbed
+			}
+			s := pick(r, 1, 4)
+			top := p.runTopN(t, d, s, 1024, onDevice, r)
+			sampled := p.run(t, gumbelKernel(d, true), s, onDevice, r)
+			for _, rp := range p.params {
+				what := fmt.Sprintf("%s trial %d row %d", d, trial, rp.row)
+				list := top.outTokens[int(rp.row)*MaxTopN : int(rp.row+1)*MaxTopN]
+				if sampled.status[rp.row] != StatusOK {
+					if sampled.status[rp.row] != StatusNoFinite {
+						require.Equal(t, int32(-1), list[0], what)
+					}
+					continue
+				}
+				require.Equal(t, sampled.tokens[rp.row], list[0], what)
+				seen := map[int32]bool{}
+				for _, tok := range list {
+					if tok >= 0 {
+						require.False(t, seen[tok], "%s: token %d twice", what, tok)
+						seen[tok] = true
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestTopNHandCases pins the plain list, padding and the failure cases.
+func TestTopNHandCases(t *testing.T) {
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	lse4 := math.Log(math.E + 2*math.Exp(3) + math.Exp(2))
+	cases := []struct {
+		name  string
+		row   []float32
+		n     uint32
+		toks  []int32
+		value []float64 // nil: NaN in every entry
+	}{
+		{"ties to the lowest index", []float32{1, 3, 3, 2}, 3, []int32{1, 2, 3},
+			[]float64{3 - lse4, 3 - lse4, 2 - lse4}},
+		{"padding past the finite keys", []float32{-inf, 0, -inf}, 3, []int32{1, -1, -1}, []float64{0, math.Inf(-1), math.Inf(-1)}},
+		{"nothing finite", []float32{-inf, -inf}, 2, []int32{-1, -1}, []float64{math.Inf(-1), math.Inf(-1)}},
+		{"NaN", []float32{1, nan}, 2, []int32{-1, -1}, nil},
+		{"+Inf", []float32{1, inf}, 1, []int32{-1}, nil},
+		{"N = 0", []float32{1, 2}, 0, slices.Repeat([]int32{-1}, MaxTopN), nil},
+		{"N = 21", []float32{1, 2}, 21, slices.Repeat([]int32{-1}, MaxTopN), nil},
+	}
+	for _, c := range cases {
+		for _, s := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/S=%d", c.name, s), func(t *testing.T) {
+				p := &problem{d: f32, vocab: len(c.row), stride: len(c.row), rows: [][]float32{slices.Clone(c.row)},
+					params: []refParams{{topN: c.n, temperature: 1}}}
+				b := p.runTopN(t, f32, s, 1024, onDevice, nil)
+				require.Equal(t, c.toks, b.outTokens[:len(c.toks)])
+				for j := range c.toks {
+					if c.value == nil {
+						require.True(t, math.IsNaN(float64(b.outValues[j])), "entry %d is %v", j, b.outValues[j])
+					} else {
+						requireClose(t, c.value[j], b.outValues[j], "entry %d", j)
+					}
+				}
+			})
+		}
+	}
+	// The values of a distinct row are its log-softmax.
+	p := &problem{d: f32, vocab: 3, stride: 3, rows: [][]float32{{0, math.Float32frombits(0x3f317218), 0}}, // ln 2
+		params: []refParams{{topN: 3}}}
+	b := p.runTopN(t, f32, 1, 1024, onDevice, nil)
+	require.Equal(t, []int32{1, 0, 2}, b.outTokens[:3])
+	for j, want := range []float64{math.Log(0.5), math.Log(0.25), math.Log(0.25)} {
+		requireClose(t, want, b.outValues[j], "entry %d", j)
+	}
+}

@@ -1,0 +1,381 @@
+package sampler
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gumbel-go/gumbel/runtime"
+)
+
+// Batch is a fixed batch whose row parameters live on the device, so that a sampling
+// step is launches only: no copy, no memset, no wait and no allocation. That makes
+// Launch capturable in a CUDA graph (runtime.GraphCapturer) and replayable. The device
+// routes each row (greedy and Gumbel rows to gumbel_argmax, the rest to categorical)
+// and advances each row's step by Draws after every Launch, so replaying a captured
+// Launch k times samples steps Step, Step+Draws, ..., exactly as Sample calls with those
+// steps would (k uncaptured Launch calls do the same). A tracked row (TrackTokens)
+// counts its tokens on the device, so its penalties stay current across replays.
+//
+// Launch row i samples logits row i, and row i's processors are those of logits row i.
+// The batch reserves the processor buffers for its rows at NewBatch, and while it is
+// open they never move, so a captured graph stays valid across processor changes. A Batch belongs to one
+// Sampler and queues on its stream; it is not safe for concurrent use. Close it before
+// the Sampler.
+type Batch struct {
+	s                  *Sampler
+	rows, vocab, draws int
+	dtype              DType
+	split, topSplit    int
+	params             runtime.Buffer
+	// out holds the outputs, one buffer per region of layout; host mirrors them
+	// all, laid out as layout says, for decode.
+	out                [numRegions]runtime.Buffer
+	partials, counters runtime.Buffer
+	layout             outLayout
+	host               hostScratch
+	args               runtime.Args
+	// set, rowParams and routes are the host's record of each row's SetRow;
+	// kernelRows counts the rows of each kernel and logprobRows those with
+	// log-probabilities, so that Launch and Read decide from host state alone.
+	set         []bool
+	rowParams   []Params
+	routes      []Route
+	kernelRows  [numKernels]int
+	logprobRows int
+	closed      bool
+	record      []byte
+}
+
+// Output regions of a Batch, each its own device buffer.
+const (
+	regionTokens = iota
+	regionStatus
+	regionLogprobs
+	regionTopTokens
+	regionTopValues
+	numRegions
+)
+
+// regions returns the host offset and size in bytes of each output region.
+func (l outLayout) regions() [numRegions][2]int {
+	top := 4 * MaxTopLogprobs * l.rows
+	return [numRegions][2]int{
+		regionTokens:    {l.tokens(), 4 * l.slots()},
+		regionStatus:    {l.status(), 4 * l.slots()},
+		regionLogprobs:  {l.logprobs(), 16 * l.slots()},
+		regionTopTokens: {l.topTokens(), top},
+		regionTopValues: {l.topValues(), top},
+	}
+}
+
+// NewBatch makes a batch of rows rows of vocab elements of dtype, drawing draws tokens
+// per row and launch (with replacement; draw z of a launch uses the row's current step
+// plus z, as SampleN does). rows must be in [1, 65535], draws in [1, MaxDraws]. The
+// split of the gumbel_argmax and topn launches is fixed here, from the sampler's policy.
+// It reserves the processor buffers for rows x vocab (about 8 bytes per element); while
+// a Batch is open they cannot grow, so open the largest batch first.
+func (s *Sampler) NewBatch(rows, vocab int, dtype DType, draws int) (*Batch, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	switch {
+	case rows < 1 || rows > maxRowsPerLaunch:
+		return nil, fmt.Errorf("%w: batch of %d rows, want 1 to %d", ErrShape, rows, maxRowsPerLaunch)
+	case vocab < 1 || vocab >= maxVocab:
+		return nil, fmt.Errorf("%w: vocab %d outside [1, 2^31)", ErrShape, vocab)
+	case dtype > BFloat16:
+		return nil, fmt.Errorf("%w: unknown logits dtype %d", ErrShape, dtype)
+	}
+	if err := checkDraws(draws, drawReplace); err != nil {
+		return nil, err
+	}
+	if s.dirty {
+		_ = s.stream.Synchronize()
+	}
+	if err := s.reserveProcessors(rows, vocab); err != nil {
+		return nil, err
+	}
+	if _, err := s.scratch.unused.ensure(s.dev, 8); err != nil {
+		return nil, err
+	}
+	b := &Batch{
+		s: s, rows: rows, vocab: vocab, draws: draws, dtype: dtype,
+		split:     s.blocksPerRow(rows, vocab),
+		topSplit:  s.blocksPerRow(rows, vocab),
+		layout:    outLayout{rows: rows, draws: draws},
+		host:      hostScratch{name: "batch output"},
+		set:       make([]bool, rows),
+		rowParams: make([]Params, rows),
+		routes:    make([]Route, rows),
+		record:    make([]byte, RowParamsSize),
+	}
+	mainPartials, mainCounters := scratchNeeds(groupGumbel, rows, draws, b.split)
+	topPartials, topCounters := scratchNeeds(groupTop, rows, 1, b.topSplit)
+	var err error
+	alloc := func(dst *runtime.Buffer, size int, what string) {
+		if err != nil {
+			return
+		}
+		*dst, err = s.dev.Alloc(max(size, 8))
+		if err != nil {
+			err = fmt.Errorf("gumbel/sampler: allocating %d bytes of batch %s: %w", size, what, err)
+		}
+	}
+	alloc(&b.params, rows*RowParamsSize, "row parameters")
+	for r, reg := range b.layout.regions() {
+		alloc(&b.out[r], reg[1], "outputs")
+	}
+	alloc(&b.partials, max(mainPartials, topPartials), "partials")
+	alloc(&b.counters, max(mainCounters, topCounters), "counters")
+	if err == nil {
+		err = s.stream.Zero(b.counters, 0, b.counters.Size())
+	}
+	if err == nil {
+		err = s.stream.Zero(b.params, 0, b.params.Size())
+	}
+	if err == nil {
+		err = s.stream.Synchronize()
+	}
+	if err != nil {
+		_ = b.free()
+		return nil, err
+	}
+	s.batches++
+	return b, nil
+}
+
+// Rows returns the number of rows of the batch.
+func (b *Batch) Rows() int { return b.rows }
+
+// Draws returns the tokens each row draws per launch.
+func (b *Batch) Draws() int { return b.draws }
+
+// SetRow validates p and uploads it as row i's parameters: its route, its processors'
+// flags (RECORD when tracked), and p.Step as the next launch's step. It waits for the
+// stream; it is not the hot path. A row whose parameters are bad keeps its previous ones
+// and the error (wrapping a row error such as ErrTemperature) is returned.
+func (b *Batch) SetRow(i int, p Params) error {
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.closed || s.closed {
+		return ErrClosed
+	}
+	if i < 0 || i >= b.rows {
+		return fmt.Errorf("%w: row %d outside the batch's %d rows", ErrRow, i, b.rows)
+	}
+	if err := checkParams(i, p); err != nil {
+		return err
+	}
+	if err := s.procs.checkCall(i+1, b.vocab); err != nil {
+		return err
+	}
+	r := route(p, b.vocab, s.set.Gumbel)
+	flags := flagRouted | flagAdvance | s.procs.flags(i, p)
+	if r == RouteCategorical {
+		flags |= flagCategorical
+	}
+	if p.Logprobs {
+		flags |= flagLogprobs
+	}
+	putRowParams(b.record, i, r, p, b.vocab, rowSeed(s.set.Seed, p), flags, uint32(p.TopLogprobs))
+	if err := s.stream.CopyToDevice(b.params, i*RowParamsSize, b.record); err != nil {
+		return fmt.Errorf("gumbel/sampler: uploading row %d's parameters: %w", i, err)
+	}
+	if err := s.stream.Synchronize(); err != nil {
+		return fmt.Errorf("gumbel/sampler: uploading row %d's parameters: %w", i, err)
+	}
+	if b.set[i] {
+		b.forget(i)
+	}
+	b.set[i], b.rowParams[i], b.routes[i] = true, p, r
+	b.kernelRows[kernelOf(r)]++
+	if p.TopLogprobs > 0 {
+		b.kernelRows[kernelTopN]++
+	}
+	if p.Logprobs {
+		b.logprobRows++
+	}
+	return nil
+}
+
+// forget removes row i's old parameters from the launch counts.
+func (b *Batch) forget(i int) {
+	b.kernelRows[kernelOf(b.routes[i])]--
+	if b.rowParams[i].TopLogprobs > 0 {
+		b.kernelRows[kernelTopN]--
+	}
+	if b.rowParams[i].Logprobs {
+		b.logprobRows--
+	}
+}
+
+// Launch queues one sampling step of every row on the sampler's stream: gumbel_argmax
+// over the greedy and Gumbel rows and categorical over the rest (each kernel skips the
+// other's rows on the device; a kernel no row needs is not launched, as SetRow decided),
+// and topn when a row asked for top log-probabilities. logits must have the batch's
+// rows, vocab and dtype. It allocates nothing, copies nothing and does not wait: read
+// the outputs with Read, or from the device buffers Tokens, Status and Logprobs. Every
+// row must have been given its parameters (SetRow).
+func (b *Batch) Launch(logits Logits) error {
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.closed || s.closed {
+		return ErrClosed
+	}
+	stride, err := checkLogits(logits, b.rows)
+	if err != nil {
+		return err
+	}
+	if logits.Vocab != b.vocab || logits.DType != b.dtype {
+		return fmt.Errorf("%w: logits of vocab %d, %s for a batch of vocab %d, %s", ErrShape, logits.Vocab, logits.DType, b.vocab, b.dtype)
+	}
+	set := b.kernelRows[kernelGumbel] + b.kernelRows[kernelCategorical]
+	if set != b.rows {
+		for i, ok := range b.set {
+			if !ok {
+				return fmt.Errorf("%w: row %d", ErrRowNotSet, i)
+			}
+		}
+	}
+	for k := range numKernels {
+		if b.kernelRows[k] == 0 {
+			continue
+		}
+		if err := b.launch(logits, stride, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// launch queues kernel k over every row of the batch.
+func (b *Batch) launch(lg Logits, stride, k int) error {
+	s := b.s
+	lk := s.kernels[lg.DType][k]
+	if lk.kernel == nil {
+		return s.topnErr
+	}
+	split, draws := 1, b.draws
+	out0, out1, records := b.out[regionTokens], b.out[regionStatus], b.out[regionLogprobs]
+	switch k {
+	case kernelGumbel:
+		split = b.split
+	case kernelTopN:
+		split, draws = b.topSplit, 1
+		out0, out1, records = b.out[regionTopTokens], b.out[regionTopValues], s.scratch.unused.buf
+	}
+	a := b.args.Reset()
+	a.BufferAt(lg.Data, lg.Offset).
+		Buffer(b.params).
+		Buffer(out0).
+		Buffer(out1).
+		Buffer(b.partials).
+		Buffer(b.counters).
+		U64(uint64(stride)).
+		U32(uint32(lg.Vocab)).
+		Buffer(records)
+	s.procs.appendArgs(a, s.scratch.unused.buf)
+	grid := runtime.Dim3{X: split, Y: b.rows, Z: draws}
+	block := runtime.Dim3{X: lk.block, Y: 1, Z: 1}
+	if err := s.stream.Launch(lk.kernel, grid, block, a); err != nil {
+		return fmt.Errorf("gumbel/sampler: launching %s over a batch of %d rows x %d blocks x %d draws: %w", lk.kernel.Name(), b.rows, split, draws, err)
+	}
+	return nil
+}
+
+// Read waits for the stream, copies the last launch's outputs back and decodes them into
+// res as Sample would (res.Draws = the batch's draws). Before the first Launch it reads
+// whatever the output buffers hold.
+func (b *Batch) Read(res *Result) error {
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.closed || s.closed {
+		return ErrClosed
+	}
+	if res == nil {
+		return fmt.Errorf("%w: nil *Result", ErrShape)
+	}
+	host, err := b.host.bytes(s.dev, b.layout.size())
+	if err != nil {
+		return err
+	}
+	regions := b.layout.regions()
+	for r, on := range [numRegions]bool{
+		regionTokens:    true,
+		regionStatus:    true,
+		regionLogprobs:  b.logprobRows > 0,
+		regionTopTokens: b.kernelRows[kernelTopN] > 0,
+		regionTopValues: b.kernelRows[kernelTopN] > 0,
+	} {
+		if !on {
+			continue
+		}
+		off, size := regions[r][0], regions[r][1]
+		if err := s.stream.CopyToHost(host[off:off+size], b.out[r], 0); err != nil {
+			return fmt.Errorf("gumbel/sampler: copying the batch outputs back: %w", err)
+		}
+	}
+	if err := s.stream.Synchronize(); err != nil {
+		return fmt.Errorf("gumbel/sampler: waiting for the batch: %w", err)
+	}
+	res.resize(b.rows, b.draws, b.logprobRows > 0, b.kernelRows[kernelTopN] > 0)
+	for i := range b.rows {
+		res.Routes[i], res.Errs[i] = b.routes[i], nil
+		if !b.set[i] {
+			res.Errs[i] = fmt.Errorf("%w: row %d", ErrRowNotSet, i)
+		}
+	}
+	s.decode(host, b.layout, b.rowParams, drawReplace, b.vocab, res)
+	return nil
+}
+
+// Tokens is the device buffer of the last launch's tokens: int32[rows*draws], row i's
+// draw z at i*draws+z, -1 for a failed row.
+func (b *Batch) Tokens() runtime.Buffer { return b.out[regionTokens] }
+
+// Status is the device buffer of the ABI status codes, int32[rows*draws], laid out as
+// Tokens.
+func (b *Batch) Status() runtime.Buffer { return b.out[regionStatus] }
+
+// Logprobs is the device buffer of the log-probability records, float32[4*rows*draws]:
+// raw, processed, raw log-normaliser and processed log-normaliser per token (rows with
+// Params.Logprobs only).
+func (b *Batch) Logprobs() runtime.Buffer { return b.out[regionLogprobs] }
+
+// Close frees the batch's device memory. It waits for the stream first. Closing again
+// does nothing.
+func (b *Batch) Close() error {
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	s.batches--
+	if !s.closed {
+		_ = s.stream.Synchronize()
+	}
+	return b.free()
+}
+
+func (b *Batch) free() error {
+	var errs []error
+	bufs := []*runtime.Buffer{&b.params, &b.partials, &b.counters}
+	for r := range b.out {
+		bufs = append(bufs, &b.out[r])
+	}
+	for _, buf := range bufs {
+		if *buf != nil {
+			errs = append(errs, (*buf).Free())
+			*buf = nil
+		}
+	}
+	errs = append(errs, b.host.free())
+	return errors.Join(errs...)
+}
