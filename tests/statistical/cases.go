@@ -110,6 +110,9 @@ const (
 	// other token 20 to 30 nats below it (in units of logit/T), holding more than 1e-4 of
 	// the mass together: the tail a sampler with capped noise never draws.
 	DiffuseTail
+	// Spread: Gaussian logits of unit spread, no token dominating: the row of the
+	// pair cases, whose few tokens must each be drawn often.
+	Spread
 )
 
 // String returns the shape's name.
@@ -125,6 +128,8 @@ func (s Shape) String() string {
 		return "masked"
 	case DiffuseTail:
 		return "tail"
+	case Spread:
+		return "spread"
 	}
 	return "shape(?)"
 }
@@ -176,6 +181,49 @@ type Case struct {
 	// Detects says, for cases drawn too few times to catch every bias the suite is
 	// about, what they can still catch. Empty otherwise.
 	Detects string
+	// Processors, when not nil, are the row's logit processors (ABI version 2): the
+	// case samples, and is tested against, the processed logits.
+	Processors *Processors
+	// Mode is how the case draws: one token per Sample row, or ordered pairs.
+	Mode Mode
+}
+
+// Mode is how a case draws its tokens and what one counted draw is.
+type Mode uint8
+
+// Modes.
+const (
+	// ModeSample: one token per row of a Sample call.
+	ModeSample Mode = iota
+	// ModePairs: SampleN with replacement, four draws per row counted as two ordered
+	// pairs (draws 0 and 1, draws 2 and 3), tested against the independent pair law
+	// p_a·p_b: every draw has the row's law and the two draws of a pair are independent.
+	ModePairs
+	// ModeDistinct: SampleDistinct, two draws without replacement per row, the ordered
+	// pair tested against the successive-sampling law p_a·p_b/(1 - p_a).
+	ModeDistinct
+)
+
+// String returns the mode's name.
+func (m Mode) String() string {
+	switch m {
+	case ModeSample:
+		return "sample"
+	case ModePairs:
+		return "pairs"
+	case ModeDistinct:
+		return "distinct"
+	}
+	return "mode(?)"
+}
+
+// Cells returns the number of outcomes a draw of the case can have: the vocabulary, or
+// its square for the pair modes (pair (a, b) is outcome a·V + b).
+func (c *Case) Cells() int {
+	if c.Mode == ModeSample {
+		return c.Vocab()
+	}
+	return c.Vocab() * c.Vocab()
 }
 
 // Vocab returns the vocabulary size.
@@ -183,7 +231,7 @@ func (c *Case) Vocab() int { return len(c.Logits) }
 
 // Params returns the sampler parameters of draw number step.
 func (c *Case) Params(step uint64) sampler.Params {
-	return sampler.Params{
+	p := sampler.Params{
 		Temperature: c.Temperature,
 		TopK:        c.TopK,
 		TopP:        c.TopP,
@@ -192,6 +240,12 @@ func (c *Case) Params(step uint64) sampler.Params {
 		HasSeed:     true,
 		Step:        step,
 	}
+	if c.Processors != nil {
+		p.RepetitionPenalty = c.Processors.Repetition
+		p.FrequencyPenalty = c.Processors.Frequency
+		p.PresencePenalty = c.Processors.Presence
+	}
+	return p
 }
 
 // Options returns the sampler options of the case: the Gumbel switch set explicitly (never
@@ -290,6 +344,7 @@ func Cases(cfg Config) []Case {
 			}
 		}
 	}
+	out = append(out, v2Cases(cfg, seed, alpha, draws)...)
 
 	if full {
 		add(Flat, LargeVocab, 1, pathGumbel, BinDeciles, FullFlatLargeDraws, "")

@@ -26,7 +26,7 @@ type Check struct {
 
 // Checks returns the property checks, in a fixed order.
 func Checks() []Check {
-	return []Check{
+	return append([]Check{
 		{"reproducible", "the same seed and step draw the same tokens, in another call and in a new sampler; another step draws others", checkReproducible},
 		{"batch-invariance", "a row's token does not depend on the batch size, its position, the other rows or the split phase", checkBatchInvariance},
 		{"greedy", "greedy rows (T = 0, top-k 1) take the lowest index of the largest logit, with the Gumbel switch on or off", checkGreedy},
@@ -34,7 +34,7 @@ func Checks() []Check {
 		{"kill-switch", "with the Gumbel switch off, unfiltered rows take the categorical path and draw the inverse CDF of philox.CategoricalUniform64; filtered rows do the same with either switch", checkKillSwitch},
 		{"half-precision", "float16 and bfloat16 rows draw what their exact float32 values draw", checkHalfPrecision},
 		{"bad-input", "bad rows get their own error and token -1; the other rows of the batch keep their tokens; bad calls get call errors", checkBadInput},
-	}
+	}, v2Checks()...)
 }
 
 // probeVocab is the vocabulary of most checks: odd, so no row is a whole number of

@@ -33,11 +33,31 @@
 // row to another, or, among 128 bins, a 10% error in the probability of a token that
 // holds 1%. Pass another threshold through Config.Alpha.
 //
+// # ABI version 2 features
+//
+// Logit processors (a sparse bias, allowed and banned tokens, the repetition penalty on a
+// tracked prompt) are cases of their own ([Case.Processors]): the reference applies them
+// to the row in the float32 order of kernelsrc/ABI.md ([ProcessedLogits]) and the test is
+// against the exact float64 softmax of the processed logits, on the Gumbel route and on a
+// filtered route. Frequency and presence penalties act on counts the device keeps: a
+// [TrackedCase] lets every row draw a few tokens (counted by the kernel), compares the
+// device's counts with a recount, then tests the next draw against the distribution those
+// counts give ([RunTracked]). [ModePairs] cases test SampleN (every draw has the row's law,
+// and the draws of a pair are independent: the ordered pair against p_a·p_b) and
+// [ModeDistinct] cases SampleDistinct (the ordered pair against the successive-sampling law
+// p_a·p_b/(1 - p_a)). The log-probability records, the top log-probabilities, SampleN
+// against Sample, and determinism across batch positions and Batch.Launch are property
+// [Check]s.
+//
 // # Sizes
 //
 // [SizeCI] is what `go test` runs on the CPU device, well within two minutes on two cores:
 // 1e6 draws for the small-vocabulary Gumbel-max cases, 2.5e5 for the categorical and
 // filtered ones, a few thousand for the 151936-token rows, whose [Case.Detects] states
-// what they can still detect. [SizeFull] is the GPU suite: 1e6 draws per case, 2e7 for
-// the flat 151936-token row, whose tie-bias trap needs that many.
+// what they can still detect; 2.5e5 for the processor cases, 4e5 pairs for the pair
+// cases and 5e4 tested draws for the tracked cases, each stating what it still detects
+// (TestProcessorCasesHaveTeeth, TestPairCasesCatchBiasedSamplers and RunTracked's
+// non-centralities show that a skipped or misapplied processor is caught). [SizeFull] is
+// the GPU suite: 1e6 draws per case, 2e7 for the flat 151936-token row, whose tie-bias
+// trap needs that many.
 package statistical

@@ -26,9 +26,23 @@ const boundaryMargin = 1e-5
 // float64 arithmetic might keep different tokens.
 var ErrAmbiguous = errors.New("statistical: filter boundary too close to call")
 
-// Expected returns the exact probability of every token of a case (see [Probabilities]).
+// Expected returns the exact probability of every outcome of a case (see [Case.Cells]):
+// [Probabilities] of the case's logits, processed first when the case has processors
+// ([ProcessedLogits]), and for the pair modes the law of the ordered pair
+// ([PairProbabilities]).
 func Expected(c *Case) ([]float64, error) {
-	return Probabilities(c.Logits, c.Temperature, Filter{TopK: c.TopK, TopP: c.TopP, MinP: c.MinP})
+	logits := c.Logits
+	if c.Processors != nil {
+		var err error
+		if logits, err = ProcessedLogits(logits, *c.Processors); err != nil {
+			return nil, err
+		}
+	}
+	p, err := Probabilities(logits, c.Temperature, Filter{TopK: c.TopK, TopP: c.TopP, MinP: c.MinP})
+	if err != nil || c.Mode == ModeSample {
+		return p, err
+	}
+	return PairProbabilities(p, c.Mode == ModePairs)
 }
 
 // Probabilities returns, in float64, the distribution a sampler must draw from for one row:

@@ -10,11 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The GPU suite: every case of SizeFull and every property check on the device that
-// gumbel.Open picks ($GUMBEL_BACKEND, else the first GPU backend that opens). A
-// gpu-tagged run expects a GPU: landing on the CPU device is a failure, not a skip.
+// The GPU suite: every case of SizeFull (the ABI version 2 processor and pair cases
+// included), the tracked penalty cases at full size, the log-probability errors at
+// V = 151936, and every property check, on the device that gumbel.Open picks
+// ($GUMBEL_BACKEND, else the first GPU backend that opens). A gpu-tagged run expects a
+// GPU: landing on the CPU device is a failure, not a skip.
 //
-//	go test -tags gpu -timeout 60m -v ./tests/statistical/
+//	go test -tags gpu -timeout 90m -v ./tests/statistical/
 
 func openGPU(t *testing.T) runtime.Device {
 	t.Helper()
@@ -31,6 +33,16 @@ func openGPU(t *testing.T) runtime.Device {
 func TestSuiteGPU(t *testing.T) {
 	dev := openGPU(t)
 	runSuite(t, dev, Config{Size: SizeFull})
+}
+
+func TestTrackedGPU(t *testing.T) {
+	dev := openGPU(t)
+	runTrackedSuite(t, dev, Config{Size: SizeFull})
+}
+
+func TestLogprobErrorsGPU(t *testing.T) {
+	dev := openGPU(t)
+	measureLogprobs(t, dev)
 }
 
 func TestChecksGPU(t *testing.T) {

@@ -72,6 +72,10 @@ func Logits(shape Shape, vocab int, temperature float32) []float32 {
 		}
 	case DiffuseTail:
 		diffuseTail(x, temperature)
+	case Spread:
+		for i := range x {
+			x[i] = float32(g.next())
+		}
 	}
 	return x
 }

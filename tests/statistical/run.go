@@ -88,8 +88,8 @@ func RunDrawer(d Drawer, c Case, progress func(done, total int)) Outcome {
 	out.Pass = verdict.Pass(c.Alpha)
 	switch {
 	case verdict.ZeroDrawn > 0:
-		out.Message = fmt.Sprintf("%d draws of zero-probability tokens (first: token %d, logit %v)",
-			verdict.ZeroDrawn, verdict.FirstZero, c.Logits[verdict.FirstZero])
+		out.Message = fmt.Sprintf("%d draws of zero-probability outcomes (first: %s)",
+			verdict.ZeroDrawn, c.describe(verdict.FirstZero))
 	case !out.Pass:
 		out.Message = fmt.Sprintf("chi2 = %.1f on %d df: p = %.3g < %.0e", out.ChiSquare, out.DF, out.PValue, c.Alpha)
 	default:
@@ -108,8 +108,9 @@ const (
 )
 
 // SamplerDrawer draws a case's tokens with a [sampler.Sampler]: the case's row is copied
-// into device memory once per batch row, and each Draw is one Sample call whose rows
-// carry the case's seed and consecutive steps.
+// into device memory once per batch row (with the case's processors attached to every
+// row), and each Draw is one Sample call whose rows carry the case's seed and consecutive
+// steps (SampleN or SampleDistinct for the pair modes).
 type SamplerDrawer struct {
 	c      *Case
 	dev    runtime.Device
@@ -120,7 +121,19 @@ type SamplerDrawer struct {
 	res    sampler.Result
 }
 
-// NewSamplerDrawer opens a sampler with the case's options on dev and uploads the rows.
+// pairDraws is the number of SampleN draws per row of a ModePairs case: two pairs.
+const pairDraws = 4
+
+// outcomesPerRow is the number of counted outcomes one row of a call gives.
+func (c *Case) outcomesPerRow() int {
+	if c.Mode == ModePairs {
+		return pairDraws / 2
+	}
+	return 1
+}
+
+// NewSamplerDrawer opens a sampler with the case's options on dev, uploads the rows and
+// attaches the case's processors to each.
 func NewSamplerDrawer(dev runtime.Device, c *Case) (*SamplerDrawer, error) {
 	v := c.Vocab()
 	if v == 0 {
@@ -130,7 +143,8 @@ func NewSamplerDrawer(dev runtime.Device, c *Case) (*SamplerDrawer, error) {
 	if dev.Info().Backend == runtime.CPU {
 		budget = logitsBudgetCPU
 	}
-	rows := max(1, min(maxRowsPerCall, budget/(4*v), c.Draws))
+	per := c.outcomesPerRow()
+	rows := max(1, min(maxRowsPerCall, budget/(4*v), (c.Draws+per-1)/per))
 	s, err := sampler.New(dev, c.Options())
 	if err != nil {
 		return nil, fmt.Errorf("statistical: new sampler: %w", err)
@@ -153,36 +167,139 @@ func NewSamplerDrawer(dev runtime.Device, c *Case) (*SamplerDrawer, error) {
 		d.Close()
 		return nil, fmt.Errorf("statistical: upload logits: %w", err)
 	}
+	if p := c.Processors; p != nil {
+		for r := 0; r < rows; r++ {
+			if err := attachProcessors(s, r, v, p); err != nil {
+				d.Close()
+				return nil, err
+			}
+		}
+	}
 	return d, nil
 }
 
-// Batch returns the rows of one Sample call.
-func (d *SamplerDrawer) Batch() int { return d.rows }
+// attachProcessors gives logits row r of s the static processors of p: bias, allowed and
+// banned tokens. Token tracking is (re)started before every draw (see retrack).
+func attachProcessors(s *sampler.Sampler, r, vocab int, p *Processors) error {
+	if p.BiasTokens != nil {
+		if err := s.SetLogitBias(r, vocab, p.BiasTokens, p.BiasValues); err != nil {
+			return fmt.Errorf("statistical: row %d: logit bias: %w", r, err)
+		}
+	}
+	if p.Allowed != nil {
+		if err := s.SetAllowedTokens(r, vocab, p.Allowed); err != nil {
+			return fmt.Errorf("statistical: row %d: allowed tokens: %w", r, err)
+		}
+	}
+	if p.Banned != nil {
+		if err := s.SetBannedTokens(r, vocab, p.Banned); err != nil {
+			return fmt.Errorf("statistical: row %d: banned tokens: %w", r, err)
+		}
+	}
+	return nil
+}
 
-// Draw samples len(tokens) rows with steps first, first+1, ... and checks that every row
-// took the case's route without error.
+// retrack restarts the token counts of rows [0, n) at the case's prompt. Every sampled
+// token of a tracked row is counted on the device, which would change the next draw's
+// penalties: restarting before each call keeps every draw at the same counts (the
+// prompt's), so that all draws share one distribution.
+func (d *SamplerDrawer) retrack(n int) error {
+	p := d.c.Processors
+	if p == nil || p.Prompt == nil {
+		return nil
+	}
+	for r := 0; r < n; r++ {
+		if err := d.s.TrackTokens(r, d.c.Vocab(), p.Prompt); err != nil {
+			return fmt.Errorf("row %d: track tokens: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// Batch returns the outcomes of one call: rows for single draws and distinct pairs, two
+// pairs per row for SampleN pairs.
+func (d *SamplerDrawer) Batch() int { return d.rows * d.c.outcomesPerRow() }
+
+// Draw samples len(tokens) outcomes with draw numbers first, first+1, ... and checks
+// that every row took the case's route without error. Draw number k of a ModeSample or
+// ModeDistinct case uses step k; pair k of a ModePairs case is the SampleN draws at steps
+// 2k and 2k+1 (a row's four draws are two consecutive pairs), so no two outcomes share a
+// step. A pair outcome is first·V + second.
 func (d *SamplerDrawer) Draw(first uint64, tokens []int32) error {
-	n := len(tokens)
+	per := d.c.outcomesPerRow()
+	n := (len(tokens) + per - 1) / per
 	if n > d.rows {
-		return fmt.Errorf("statistical: %d draws in one call, batch is %d", n, d.rows)
+		return fmt.Errorf("statistical: %d draws in one call, batch is %d", len(tokens), d.Batch())
 	}
-	for i := 0; i < n; i++ {
-		d.params[i] = d.c.Params(first + uint64(i))
-	}
-	logits := sampler.Logits{Data: d.buf, DType: sampler.Float32, Rows: n, Vocab: d.c.Vocab()}
-	if err := d.s.Sample(logits, d.params[:n], &d.res); err != nil {
+	if err := d.retrack(n); err != nil {
 		return err
+	}
+	v := d.c.Vocab()
+	logits := sampler.Logits{Data: d.buf, DType: sampler.Float32, Rows: n, Vocab: v}
+	var err error
+	switch d.c.Mode {
+	case ModeSample:
+		for i := 0; i < n; i++ {
+			d.params[i] = d.c.Params(first + uint64(i))
+		}
+		err = d.s.Sample(logits, d.params[:n], &d.res)
+	case ModePairs:
+		for i := 0; i < n; i++ {
+			d.params[i] = d.c.Params(2*first + uint64(pairDraws*i))
+		}
+		err = d.s.SampleN(logits, d.params[:n], pairDraws, &d.res)
+	case ModeDistinct:
+		for i := 0; i < n; i++ {
+			d.params[i] = d.c.Params(first + uint64(i))
+		}
+		err = d.s.SampleDistinct(logits, d.params[:n], 2, &d.res)
+	default:
+		return fmt.Errorf("statistical: unknown mode %d", d.c.Mode)
+	}
+	if err != nil {
+		return err
+	}
+	draws := d.c.Mode.draws()
+	if d.res.Draws != draws || len(d.res.Tokens) < n*draws {
+		return fmt.Errorf("result holds %d draws per row (%d tokens) for %d rows, want %d", d.res.Draws, len(d.res.Tokens), n, draws)
 	}
 	for i := 0; i < n; i++ {
 		if err := d.res.Errs[i]; err != nil {
-			return fmt.Errorf("row %d (step %d): %w", i, first+uint64(i), err)
+			return fmt.Errorf("row %d (step %d): %w", i, d.params[i].Step, err)
 		}
-		if r := d.res.Routes[i]; r != d.c.Route {
-			return fmt.Errorf("row %d (step %d) took route %v, want %v", i, first+uint64(i), r, d.c.Route)
+		// SampleDistinct draws through the topn kernel whatever the row's route.
+		if r := d.res.Routes[i]; r != d.c.Route && d.c.Mode != ModeDistinct {
+			return fmt.Errorf("row %d (step %d) took route %v, want %v", i, d.params[i].Step, r, d.c.Route)
 		}
-		tokens[i] = d.res.Tokens[i]
+		row := d.res.Tokens[i*draws : (i+1)*draws]
+		for _, t := range row {
+			if t < 0 || int(t) >= v {
+				return fmt.Errorf("row %d (step %d): token %d outside [0, %d)", i, d.params[i].Step, t, v)
+			}
+		}
+		switch d.c.Mode {
+		case ModeSample:
+			tokens[i] = row[0]
+		case ModeDistinct:
+			tokens[i] = row[0]*int32(v) + row[1]
+		case ModePairs:
+			for j := 0; j < per && i*per+j < len(tokens); j++ {
+				tokens[i*per+j] = row[2*j]*int32(v) + row[2*j+1]
+			}
+		}
 	}
 	return nil
+}
+
+// draws returns the tokens per row of one call in a mode.
+func (m Mode) draws() int {
+	switch m {
+	case ModePairs:
+		return pairDraws
+	case ModeDistinct:
+		return 2
+	}
+	return 1
 }
 
 // Close releases the sampler and the logits buffer.
@@ -197,4 +314,14 @@ func (d *SamplerDrawer) Close() error {
 		d.buf = nil
 	}
 	return errors.Join(errs...)
+}
+
+// describe names outcome i of a case: a token and its logit, or a pair of them.
+func (c *Case) describe(i int) string {
+	v := c.Vocab()
+	token := func(t int) string { return fmt.Sprintf("token %d, logit %v", t, c.Logits[t]) }
+	if c.Mode == ModeSample {
+		return token(i)
+	}
+	return fmt.Sprintf("pair (%s; %s)", token(i/v), token(i%v))
 }

@@ -39,6 +39,53 @@ func TestChecksCPU(t *testing.T) {
 	runChecks(t, dev)
 }
 
+func TestTrackedCPU(t *testing.T) {
+	dev := openCPU(t)
+	runTrackedSuite(t, dev, ciConfig())
+}
+
+// TestLogprobErrorsCPU measures the log-probability records at Qwen2's vocabulary (the
+// logprobs check runs at probeVocab) and logs the largest errors.
+func TestLogprobErrorsCPU(t *testing.T) {
+	dev := openCPU(t)
+	measureLogprobs(t, dev)
+}
+
+// runTrackedSuite runs every tracked penalty case of cfg on dev, one subtest each, and
+// checks that each could have caught a sampler that ignores its penalties or never
+// counts its tokens.
+func runTrackedSuite(t *testing.T, dev runtime.Device, cfg Config) {
+	for _, tc := range TrackedCases(cfg) {
+		t.Run(tc.Name, func(t *testing.T) {
+			out, rep := RunTracked(dev, tc)
+			require.Equal(t, tc.Draws, out.Draws, out.Message)
+			assert.True(t, out.Pass, "%s: %s", tc.Name, out.Message)
+			assert.Positive(t, rep.CountsCompared, out.Message)
+			assert.Less(t, rep.Ambiguous*100, tc.Draws, "at most 1%% of the draws may be too close to call")
+			if !testing.Short() {
+				// Each broken sampler must be caught by one of the two tests.
+				caught := func(tokens, counts float64) bool {
+					return tokens > rep.Tokens.Detectable || counts > rep.Counts.Detectable
+				}
+				assert.True(t, caught(rep.Tokens.Ignored, rep.Counts.Ignored), "the case must be able to see ignored penalties")
+				assert.True(t, caught(rep.Tokens.Unrecorded, rep.Counts.Unrecorded), "the case must be able to see uncounted outputs")
+				assert.True(t, caught(rep.Tokens.CountedOnce, rep.Counts.CountedOnce), "the case must be able to see a frequency penalty that counts once")
+			}
+			t.Logf("%d draws, %d bins: %s", out.Draws, out.Bins, out.Message)
+		})
+	}
+}
+
+// measureLogprobs runs MeasureLogprobs at LargeVocab on dev and logs what it saw.
+func measureLogprobs(t *testing.T, dev runtime.Device) {
+	rep, err := MeasureLogprobs(dev, LargeVocab)
+	require.NoError(t, err)
+	assert.Equal(t, 16, rep.Records+rep.Ambiguous)
+	t.Logf("V %d, %d records (%d rows too close to a filter boundary to compare): largest absolute errors raw %.3g, processed %.3g, log-normalisers %.3g; "+
+		"relative to the tolerance raw %.3f, processed %.3f, raw LSE %.3f, processed LSE %.3f",
+		LargeVocab, rep.Records, rep.Ambiguous, rep.AbsRaw, rep.AbsProcessed, rep.AbsLSE, rep.RelRaw, rep.RelProcessed, rep.RelRawLSE, rep.RelProcessedLSE)
+}
+
 // runSuite runs every case of cfg on dev, one subtest each.
 func runSuite(t *testing.T, dev runtime.Device, cfg Config) {
 	for _, c := range Cases(cfg) {

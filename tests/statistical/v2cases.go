@@ -1,0 +1,309 @@
+package statistical
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/gumbel-go/gumbel/philox"
+	"github.com/gumbel-go/gumbel/sampler"
+)
+
+// Draw counts of the ABI version 2 cases (logit processors, pairs of draws).
+const (
+	// CIProcessorDraws is the draw count of every processor case in SizeCI, on either
+	// route: a processor that is skipped or misapplied moves a whole token's mass (a
+	// non-centrality in the thousands, see TestProcessorCasesHaveTeeth), so a quarter of
+	// the Gumbel cases' million is plenty; each case's Detects says what finer error it
+	// still catches.
+	CIProcessorDraws = 250_000
+	// CIPairDraws is the number of ordered pairs of each pair case in SizeCI.
+	CIPairDraws = 400_000
+	// PairVocab is the vocabulary of the pair cases: 64 ordered pairs, every one drawn
+	// thousands of times.
+	PairVocab = 8
+)
+
+// processorPath is the route and filter of a processor case.
+var (
+	// pathMinPLoose keeps tokens within about 3.9 nats of the top: looser than
+	// pathMinP, so that at T = 1 the cut falls among the penalised negative logits of
+	// the repetition cases (dividing them instead of multiplying keeps tokens the cut
+	// removes). At T = 1.5 the processed bimodal row may span less than that, and the
+	// case tests the processors on the categorical kernel with little or no cut.
+	pathMinPLoose = path{label: "minp0.02", gumbel: true, route: sampler.RouteCategorical, minP: 0.02}
+)
+
+// processorSpec builds a case's processors from its logits row.
+type processorSpec struct {
+	label string
+	build func(x []float32) *Processors
+	// filtered is the filtered path the processor is also sampled on.
+	filtered path
+}
+
+// processorSpecs are the processors of the suite, each sampled on the Gumbel route and on
+// a filtered (categorical) route.
+var processorSpecs = []processorSpec{
+	{"bias", biasProcessors, pathTopKTopP},
+	{"allowed", allowedProcessors, pathMinP},
+	{"banned", bannedProcessors, pathTopKTopP},
+	{"repetition", repetitionProcessors, pathMinPLoose},
+	{"all", allProcessors, pathMinPLoose},
+}
+
+// ranked returns the indices of x by value, largest first, ties to the lowest index.
+func ranked(x []float32) []int32 {
+	r := make([]int32, len(x))
+	for i := range r {
+		r[i] = int32(i)
+	}
+	sort.SliceStable(r, func(a, b int) bool { return x[r[a]] > x[r[b]] })
+	return r
+}
+
+// BiasBan is the bias that bans a token outright: its processed weight is exp(-1e9)
+// = 0 in float64, so a single draw of it fails the case. BiasOpenAIBan is the -100 that
+// OpenAI's API documents as a ban: e^-100 of the top's weight, never drawn in practice.
+const (
+	BiasBan       = -1e9
+	BiasOpenAIBan = -100
+)
+
+// biasProcessors: a sparse bias list that bans the top token outright, gives the
+// runner-up OpenAI's -100, promotes the least likely token to half a nat below the old
+// top, and nudges six body tokens by ±0.75.
+func biasProcessors(x []float32) *Processors {
+	r := ranked(x)
+	rare := r[len(r)-1]
+	p := &Processors{}
+	add := func(t int32, b float32) {
+		p.BiasTokens = append(p.BiasTokens, t)
+		p.BiasValues = append(p.BiasValues, b)
+	}
+	add(r[0], BiasBan)
+	add(r[1], BiasOpenAIBan)
+	add(rare, x[r[0]]-x[rare]-0.5)
+	for j := 2; j < 8; j++ {
+		add(r[j], float32(0.75*float64(1-2*(j%2))))
+	}
+	return p
+}
+
+// allowedProcessors: only every third token, the top token and the least likely one.
+func allowedProcessors(x []float32) *Processors {
+	r := ranked(x)
+	p := &Processors{Allowed: []int32{r[0], r[len(r)-1]}}
+	for i := 1; i < len(x); i += 3 {
+		if int32(i) != r[0] && int32(i) != r[len(r)-1] {
+			p.Allowed = append(p.Allowed, int32(i))
+		}
+	}
+	return p
+}
+
+// bannedProcessors: the first, third and fifth most likely tokens and every ninth.
+func bannedProcessors(x []float32) *Processors {
+	r := ranked(x)
+	p := &Processors{Banned: []int32{r[0], r[2], r[4]}}
+	for i := 5; i < len(x); i += 9 {
+		if int32(i) != r[0] && int32(i) != r[2] && int32(i) != r[4] {
+			p.Banned = append(p.Banned, int32(i))
+		}
+	}
+	return p
+}
+
+// repetitionProcessors: a repetition penalty of 1.8 on a prompt of the six most likely
+// tokens (positive logits, divided) and the eight tokens just below -0.3 (negative
+// logits, multiplied: a sampler that divides them too draws them more, not less).
+func repetitionProcessors(x []float32) *Processors {
+	return &Processors{Prompt: repetitionPrompt(x), Repetition: 1.8}
+}
+
+func repetitionPrompt(x []float32) []int32 {
+	r := ranked(x)
+	prompt := append([]int32(nil), r[:6]...)
+	negatives := 0
+	for _, t := range r {
+		if x[t] < -0.3 && negatives < 8 {
+			prompt = append(prompt, t)
+			negatives++
+		}
+	}
+	return prompt
+}
+
+// allProcessors: bias, allowed, banned and the repetition penalty together, on
+// overlapping tokens, so that their order (bias, penalties, mask) matters: the prompt's
+// top tokens are biased too, and (x + b)/1.8 is not x/1.8 + b.
+func allProcessors(x []float32) *Processors {
+	r := ranked(x)
+	p := &Processors{Prompt: repetitionPrompt(x), Repetition: 1.8}
+	p.BiasTokens = []int32{r[0], r[1], r[3], r[len(r)-1]}
+	p.BiasValues = []float32{1.5, BiasBan, -1, x[r[0]] - x[r[len(r)-1]] - 1}
+	for i := 0; i < len(x); i++ {
+		if i%4 != 2 || int32(i) == r[0] || int32(i) == r[len(r)-1] {
+			p.Allowed = append(p.Allowed, int32(i))
+		}
+	}
+	// Ban two tokens the allowed list keeps, or the ban would change nothing.
+	for _, t := range r[2:] {
+		if t%4 != 2 && len(p.Banned) < 2 {
+			p.Banned = append(p.Banned, t)
+		}
+	}
+	return p
+}
+
+// v2Cases adds the ABI version 2 cases to a suite: every processor on the Gumbel route
+// and on a filtered route, and the pair cases of SampleN and SampleDistinct.
+func v2Cases(cfg Config, seed uint64, alpha float64, draws func(int) int) []Case {
+	full := cfg.Size == SizeFull
+	var out []Case
+	add := func(c Case, n int) {
+		c.Seed = philox.SplitMix64(seed ^ hashName(c.Name))
+		c.Alpha = alpha
+		c.Draws = draws(n)
+		if c.Binning == BinTokens && c.Mode == ModeSample && !full {
+			c.Detects = detectsTokenShift(&c)
+		}
+		out = append(out, c)
+	}
+	processorDraws, pairDraws := CIProcessorDraws, CIPairDraws
+	if full {
+		processorDraws, pairDraws = FullDraws, FullDraws
+	}
+	temps := []float32{1}
+	if full {
+		temps = Temperatures
+	}
+	for _, spec := range processorSpecs {
+		for _, t := range temps {
+			for _, p := range []path{pathGumbel, spec.filtered} {
+				logits := Logits(Bimodal, SmallVocab, t)
+				c := Case{
+					Name:        fmt.Sprintf("%s/V%d/T%.1f/%s/%s", Bimodal, SmallVocab, t, p.label, spec.label),
+					Shape:       Bimodal,
+					Route:       p.route,
+					Gumbel:      p.gumbel,
+					Temperature: t,
+					TopK:        p.topK,
+					TopP:        p.topP,
+					MinP:        p.minP,
+					Logits:      logits,
+					Processors:  spec.build(logits),
+				}
+				add(c, processorDraws)
+			}
+		}
+	}
+	for _, t := range temps {
+		for _, mode := range []Mode{ModePairs, ModeDistinct} {
+			add(Case{
+				Name:        fmt.Sprintf("%s/V%d/T%.1f/%s/%s", Spread, PairVocab, t, pathGumbel.label, mode),
+				Shape:       Spread,
+				Route:       sampler.RouteGumbel,
+				Gumbel:      true,
+				Temperature: t,
+				Logits:      Logits(Spread, PairVocab, t),
+				Mode:        mode,
+			}, pairDraws)
+		}
+	}
+	if !full {
+		for i := range out {
+			if out[i].Mode != ModeSample {
+				out[i].Detects = detectsPairs(&out[i])
+			}
+		}
+	}
+	return out
+}
+
+// detectsTokenShift states the smallest relative error in the probability of a token
+// holding 1% of the mass that a case catches half the time: non-centrality
+// n·0.01·delta² on one degree of freedom's worth of bins.
+func detectsTokenShift(c *Case) string {
+	lambda := DetectableNoncentrality(1, c.Alpha, 0.5)
+	delta := math.Sqrt(lambda / (float64(c.Draws) * 0.01))
+	return fmt.Sprintf("%d draws catch (with probability 1/2) a relative error of %.0f%% in a token that holds 1%% of the mass, "+
+		"or a whole skipped processor (TestProcessorCasesHaveTeeth)", c.Draws, delta*100)
+}
+
+// detectsPairs states what a pair case catches half the time. With replacement: a
+// second draw that copies the first with probability eps moves the pair law by a
+// non-centrality n·eps²·(V - 1) per pair (the sum over cells of eps²·p_a²(1[a=b] -
+// p_b)²/(p_a·p_b)). Without replacement: the non-centrality per pair of the wrong law
+// "independent draws, repeats rejected", p_a·p_b/(1 - Σp²), which every sampler that
+// forgets to renormalise after the first pick follows.
+func detectsPairs(c *Case) string {
+	v := c.Vocab()
+	df := v*v - 1
+	if c.Mode == ModeDistinct {
+		df = v*(v-1) - 1
+	}
+	lambda := DetectableNoncentrality(df, c.Alpha, 0.5)
+	n := float64(c.Draws)
+	if c.Mode == ModePairs {
+		eps := math.Sqrt(lambda / (n * float64(v-1)))
+		return fmt.Sprintf("%d pairs catch (with probability 1/2) a second draw that copies the first %.2g of the time", c.Draws, eps)
+	}
+	perPair, err := rejectionLawNoncentrality(c)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	return fmt.Sprintf("%d pairs give the rejection law's error a non-centrality of %.0f, where %.0f is caught half the time",
+		c.Draws, perPair*n, lambda)
+}
+
+// rejectionLawNoncentrality returns, per pair, the chi-square non-centrality between the
+// successive-sampling law of a distinct case and the law of two independent draws with
+// repeats rejected.
+func rejectionLawNoncentrality(c *Case) (float64, error) {
+	p, err := Probabilities(c.Logits, c.Temperature, Filter{})
+	if err != nil {
+		return 0, err
+	}
+	want, err := PairProbabilities(p, false)
+	if err != nil {
+		return 0, err
+	}
+	return Noncentrality(want, rejectionLaw(p)), nil
+}
+
+// rejectionLaw is p_a·p_b/(1 - Σp²) off the diagonal: two independent draws, kept when
+// they differ.
+func rejectionLaw(p []float64) []float64 {
+	v := len(p)
+	sq := 0.0
+	for _, q := range p {
+		sq += q * q
+	}
+	out := make([]float64, v*v)
+	for a := range p {
+		for b := range p {
+			if a != b {
+				out[a*v+b] = p[a] * p[b] / (1 - sq)
+			}
+		}
+	}
+	return out
+}
+
+// Noncentrality returns the chi-square non-centrality per draw of a sampler that
+// follows law got when want is expected: Σ (got - want)²/want over the outcomes want
+// allows, +Inf when got puts mass where want has none.
+func Noncentrality(want, got []float64) float64 {
+	sum := 0.0
+	for i := range want {
+		switch {
+		case want[i] > 0:
+			d := got[i] - want[i]
+			sum += d * d / want[i]
+		case got[i] > 0:
+			return math.Inf(1)
+		}
+	}
+	return sum
+}
