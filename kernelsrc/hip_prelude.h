@@ -1,9 +1,9 @@
 // HIP prelude: hiprtc compiles this file followed by sampling.cu. It maps the few CUDA
 // built-ins that sampling.cu uses and HIP spells differently; the rest (__umulhi,
 // __umul64hi, __float2ull_rz, __clz, __float_as_uint, __uint_as_float, __threadfence,
-// atomicAdd/Or/Exch, warpSize, __align__, __launch_bounds__, fmaxf, fabsf, logf, log1pf,
-// expf) HIP provides under the CUDA name. sampling.cu uses sm_80's __reduce_max_sync
-// only where __CUDA_ARCH__ says so, which HIP never defines.
+// atomicAdd/Or/Exch/Max, warpSize, __align__, __launch_bounds__, fmaxf, fabsf, logf,
+// log1pf, expf) HIP provides under the CUDA name. sampling.cu uses sm_80's
+// __reduce_max_sync only where __CUDA_ARCH__ says so, which HIP never defines.
 
 // No multiply-add contraction anywhere in the kernels: clang's HIP default is to fuse
 // a * b + c, which would change the contract's separately rounded scores. The runtime
@@ -16,6 +16,24 @@
 // contract(off): separately rounded IEEE round-to-nearest operations.
 #define __fmul_rn(a, b) ((float)(a) * (float)(b))
 #define __fadd_rn(a, b) ((float)(a) + (float)(b))
+// IEEE division, correctly rounded: HIP's default for float division.
+#define __fdiv_rn(a, b) ((float)(a) / (float)(b))
+
+// The log-sum-exps' fast 2^x (sampling.cu uses PTX's ex2.approx on CUDA): the hardware
+// v_exp_f32 where the compiler offers it, else the device library's exp2f.
+#define GB_HAVE_EXP2_FAST 1
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_amdgcn_exp2f)
+#define GB_EXP2_BUILTIN 1
+#endif
+#endif
+__device__ __forceinline__ float gb_exp2_fast(float x) {
+#ifdef GB_EXP2_BUILTIN
+    return __builtin_amdgcn_exp2f(x);
+#else
+    return exp2f(x);
+#endif
+}
 
 // Warp shuffles: HIP's take no mask (the whole wavefront takes part, as every call in
 // sampling.cu does) and default to width = warpSize (64 on CDNA, 32 on RDNA).

@@ -7,8 +7,15 @@
 // integer operations. It compiles as C++03 and later.
 //
 // Numerics: every float operation whose rounding the contract fixes is written with
-// __fmul_rn/__fadd_rn (never contracted into a multiply-add, whatever the compiler
-// options), and logf/log1pf/expf are the accurate library functions, not intrinsics.
+// __fmul_rn/__fadd_rn/__fdiv_rn (never contracted into a multiply-add, whatever the
+// compiler options), and logf/log1pf/expf are the accurate library functions, not
+// intrinsics. Only the log-sum-exps of the log-probability records (ABI version 2) use
+// the hardware's fast 2^x, which the ABI allows there.
+//
+// ABI version 2 (log-probabilities, logit processors, draws over grid.z, RECORD and
+// ADVANCE, device routing, topn): each combination of a row's features runs its own
+// template instantiation of gumbel_argmax's scan, chosen by block-uniform branches, so a
+// row without them runs exactly the version-1 loop.
 //
 // Block shape: any blockDim.x that is a multiple of the warp size, up to 1024 (and at most
 // warpSize warps, which every real device satisfies). Shared arrays are sized for
@@ -27,7 +34,7 @@ typedef unsigned long long gb_u64;
 typedef unsigned short gb_u16;
 typedef int gb_i32;
 
-// RowParams of ABI.md: 16 little-endian 32-bit words per launch row.
+// RowParams of ABI.md (version 2): 16 little-endian 32-bit words per launch row.
 struct gb_row_params {
     gb_u32 row;
     float temperature;
@@ -36,8 +43,29 @@ struct gb_row_params {
     gb_u32 top_k;
     float top_p;
     float min_p;
-    gb_u32 reserved[7];
+    gb_u32 flags; // GB_RF_*
+    float repetition_penalty;
+    float frequency_penalty;
+    float presence_penalty;
+    gb_u32 topn;
+    gb_u32 reserved[2];
 };
+
+// Row flags of RowParams word 9 (ABI.md, version 2).
+#define GB_RF_LOGPROBS 1u
+#define GB_RF_ADVANCE 2u
+#define GB_RF_RECORD 4u
+#define GB_RF_ROUTED 8u
+#define GB_RF_CATEGORICAL 16u
+#define GB_RF_BIAS 32u
+#define GB_RF_MASK 64u
+#define GB_RF_PENALTIES 128u
+#define GB_RF_PERTURBED 256u
+#define GB_RF_PROCESSORS (GB_RF_BIAS | GB_RF_MASK | GB_RF_PENALTIES)
+
+#define GB_TOPN_MAX 20       // the largest n of the topn kernel
+#define GB_TOPN_STRIDE 22    // partials words per topn block: 20 keys, the LSE pair, spare
+#define GB_COUNT_MASK 0x7FFFFFFFu // the output count of a counts word; bit 31: prompt token
 
 #define GB_MAX_THREADS 1024
 #define GB_MAX_WARPS 32
@@ -206,19 +234,19 @@ __device__ __forceinline__ gb_u32 gb_flags(float x) {
     return x != -gb_inf() ? GB_FLAG_FINITE : 0u;
 }
 
-// gb_finish turns a row's winner key and flags into its token and status.
-__device__ __forceinline__ void gb_finish(gb_i32* tokens, gb_i32* status, gb_u32 row, gb_u64 key,
-                                          gb_u32 flags) {
+// gb_finish turns a draw's winner key and row flags into the token and status of its
+// output slot, and returns the status.
+__device__ __forceinline__ gb_i32 gb_finish(gb_i32* tokens, gb_i32* status, gb_u64 slot, gb_u64 key, gb_u32 flags) {
+    gb_i32 st = GB_STATUS_OK;
+    gb_i32 tok = (gb_i32)(0xFFFFFFFFu - (gb_u32)key);
     if (flags & GB_FLAG_NONFINITE) {
-        tokens[row] = -1;
-        status[row] = GB_STATUS_NONFINITE;
+        st = GB_STATUS_NONFINITE;
     } else if (!(flags & GB_FLAG_FINITE)) {
-        tokens[row] = -1;
-        status[row] = GB_STATUS_NO_FINITE;
-    } else {
-        tokens[row] = (gb_i32)(0xFFFFFFFFu - (gb_u32)key);
-        status[row] = GB_STATUS_OK;
+        st = GB_STATUS_NO_FINITE;
     }
+    tokens[slot] = st == GB_STATUS_OK ? tok : -1;
+    status[slot] = st;
+    return st;
 }
 
 // gb_bad_row reports the rows the ABI answers with status 3: temperature negative, NaN,
@@ -543,6 +571,286 @@ __device__ __forceinline__ void gb_hist_add(gb_u32* s_cnt, gb_u64* s_mass, const
 }
 
 // ---------------------------------------------------------------------------------------
+// Version 2 helpers: fast exponentials, online log-sum-exps, logit processors, the
+// log-probability record and the end-of-draws work of a row.
+
+// gb_exp2_fast is 2^x by the hardware approximation (PTX ex2.approx: relative error about
+// 2^-22, within the ABI's 2^-20 for log-sum-exps; results below 2^-126 flush to 0, which
+// no sum of terms of at least 1 notices). hip_prelude.h and the emulation bring their own.
+#ifndef GB_HAVE_EXP2_FAST
+__device__ __forceinline__ float gb_exp2_fast(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
+
+#define GB_LOG2E 1.44269504088896340736f
+
+// gb_lse is an online log-sum-exp: m the largest member (-Inf while empty) and
+// s = Σ exp(v - m) over the members. Members are added by groups of four, so the rescale
+// (one exponential) is paid only when a group raises m; each member costs a subtraction,
+// a multiplication and one exponential, 2^(fl(v - m) · log2 e). The difference comes
+// first so that no product overflows (|m| may be near FLT_MAX), and the exponential, a
+// special-function instruction, is the cost that counts.
+struct gb_lse {
+    float m, s;
+};
+
+__device__ __forceinline__ void gb_lse_init(gb_lse& a) {
+    a.m = -gb_inf();
+    a.s = 0.0f;
+}
+
+// gb_exp_diff is exp(v - m) for v <= m (0 for v = -Inf).
+__device__ __forceinline__ float gb_exp_diff(float v, float m) {
+    return gb_exp2_fast(__fmul_rn(__fadd_rn(v, -m), GB_LOG2E));
+}
+
+// gb_lse_add4 adds the four values v, whose largest (NaN ignored) is gm; -Inf members
+// add nothing. A NaN or +Inf member spoils the sum, but such a row ends with status 1,
+// whose record is NaN whatever the sum.
+__device__ __forceinline__ void gb_lse_add4(gb_lse& a, const float v[4], float gm) {
+    if (!(gm > -gb_inf())) {
+        return;
+    }
+    if (gm > a.m) {
+        a.s = __fmul_rn(a.s, gb_exp_diff(a.m, gm)); // 0 · 0 while empty
+        a.m = gm;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        a.s = __fadd_rn(a.s, gb_exp_diff(v[j], a.m));
+    }
+}
+
+// gb_lse_merge adds the members of the pair (m, s) to a.
+__device__ __forceinline__ void gb_lse_merge(gb_lse& a, float m, float s) {
+    if (!(m > -gb_inf())) {
+        return; // empty
+    }
+    if (m > a.m) {
+        a.s = __fadd_rn(__fmul_rn(a.s, gb_exp_diff(a.m, m)), s);
+        a.m = m;
+    } else {
+        a.s = __fadd_rn(a.s, __fmul_rn(s, gb_exp_diff(m, a.m)));
+    }
+}
+
+// gb_lse_value is log Σ exp(v) over the members: -Inf for none, +Inf for a set holding
+// +Inf (a scaled logit may overflow; its sum is NaN by then).
+__device__ __forceinline__ float gb_lse_value(float m, float s) {
+    if (!(m > -gb_inf()) || m == gb_inf()) {
+        return m > -gb_inf() ? m : -gb_inf();
+    }
+    return __fadd_rn(m, logf(s));
+}
+
+// gb_lse_pack is the partials word of ABI.md: the max in the low half, the sum in the high.
+__device__ __forceinline__ gb_u64 gb_lse_pack(const gb_lse& a) {
+    return ((gb_u64)__float_as_uint(a.s) << 32) | __float_as_uint(a.m);
+}
+
+__device__ __forceinline__ void gb_lse_merge_packed(gb_lse& a, gb_u64 w) {
+    gb_lse_merge(a, __uint_as_float((gb_u32)w), __uint_as_float((gb_u32)(w >> 32)));
+}
+
+// gb_block_lse leaves in thread 0 the block's merge of a (and of b when two is set; two
+// must be the same for the whole block). s_pair holds 2 · GB_MAX_WARPS words.
+__device__ __forceinline__ void gb_block_lse(gb_lse& a, gb_lse& b, bool two, gb_u64* s_pair) {
+    for (int d = warpSize / 2; d > 0; d >>= 1) {
+        // Only lane 0's result is kept, and its chain never reads past the warp.
+        float m = __uint_as_float(__shfl_down_sync(0xFFFFFFFFu, __float_as_uint(a.m), d));
+        float s = __uint_as_float(__shfl_down_sync(0xFFFFFFFFu, __float_as_uint(a.s), d));
+        gb_lse_merge(a, m, s);
+        if (two) {
+            m = __uint_as_float(__shfl_down_sync(0xFFFFFFFFu, __float_as_uint(b.m), d));
+            s = __uint_as_float(__shfl_down_sync(0xFFFFFFFFu, __float_as_uint(b.s), d));
+            gb_lse_merge(b, m, s);
+        }
+    }
+    if (gb_lane() == 0u) {
+        s_pair[2u * gb_warp()] = gb_lse_pack(a);
+        s_pair[2u * gb_warp() + 1u] = gb_lse_pack(b);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0u) {
+        gb_lse_init(a);
+        gb_lse_init(b);
+        for (gb_u32 w = 0; w < gb_num_warps(); ++w) {
+            gb_lse_merge_packed(a, s_pair[2u * w]);
+            if (two) {
+                gb_lse_merge_packed(b, s_pair[2u * w + 1u]);
+            }
+        }
+    }
+    __syncthreads();
+}
+
+// gb_proc is a row's logit processors (ABI.md, "Processed logits").
+struct gb_proc {
+    gb_u32 flags;         // the row's GB_RF_BIAS, GB_RF_MASK and GB_RF_PENALTIES bits
+    const float* bias;    // the row's V biases
+    const gb_u32* counts; // the row's V counts
+    const gb_u32* mask;   // the row's ceil(V / 32) mask words
+    float rep, freq, pres;
+};
+
+__device__ __forceinline__ gb_proc gb_make_proc(const gb_row_params& p, const float* bias, const gb_u32* counts,
+                                                const gb_u32* mask, gb_u32 vocab) {
+    gb_proc pc;
+    pc.flags = p.flags & GB_RF_PROCESSORS;
+    const gb_u64 r = p.row;
+    // A buffer whose feature is off may be 8 bytes long: no pointer into it is formed.
+    pc.bias = (pc.flags & GB_RF_BIAS) ? bias + r * vocab : bias;
+    pc.counts = (pc.flags & GB_RF_PENALTIES) ? counts + r * vocab : counts;
+    pc.mask = (pc.flags & GB_RF_MASK) ? mask + r * ((vocab + 31u) / 32u) : mask;
+    pc.rep = p.repetition_penalty;
+    pc.freq = p.frequency_penalty;
+    pc.pres = p.presence_penalty;
+    return pc;
+}
+
+// gb_unmasked is the processed logit of element i before the mask: bias, then penalties,
+// each operation rounded on its own.
+__device__ __forceinline__ float gb_unmasked(const gb_proc& pc, float x, gb_u32 i) {
+    if (pc.flags & GB_RF_BIAS) {
+        x = __fadd_rn(x, pc.bias[i]);
+    }
+    if (pc.flags & GB_RF_PENALTIES) {
+        const gb_u32 c = pc.counts[i];
+        if (c != 0u && pc.rep != 1.0f) {
+            x = x > 0.0f ? __fdiv_rn(x, pc.rep) : __fmul_rn(x, pc.rep);
+        }
+        const gb_u32 out = c & GB_COUNT_MASK;
+        if (out != 0u) {
+            x = __fadd_rn(x, -__fmul_rn(pc.freq, (float)out));
+            x = __fadd_rn(x, -pc.pres);
+        }
+    }
+    return x;
+}
+
+// gb_allowed reports whether the mask lets element i through.
+__device__ __forceinline__ bool gb_allowed(const gb_proc& pc, gb_u32 i) {
+    return !(pc.flags & GB_RF_MASK) || ((pc.mask[i >> 5] >> (i & 31u)) & 1u) != 0u;
+}
+
+// gb_process1 is the processed logit x' of element i.
+__device__ __forceinline__ float gb_process1(const gb_proc& pc, float x, gb_u32 i) {
+    x = gb_unmasked(pc, x, i);
+    return gb_allowed(pc, i) ? x : -gb_inf();
+}
+
+// gb_process_group writes the processed logits of the n elements g..g+3 (g a multiple of
+// 4, so one mask word holds all four) to xp, -Inf past n, and returns their row flags:
+// NaN or +Inf is taken before the mask, a finite logit after it (ABI.md).
+__device__ __forceinline__ gb_u32 gb_process_group(const gb_proc& pc, gb_u32 g, gb_u32 n, const float x[4],
+                                                   float xp[4]) {
+    const gb_u32 mword = ((pc.flags & GB_RF_MASK) && n != 0u) ? pc.mask[g >> 5] : 0xFFFFFFFFu;
+    gb_u32 f = 0u;
+#pragma unroll
+    for (gb_u32 j = 0; j < 4u; ++j) {
+        float v = -gb_inf();
+        if (j < n) {
+            v = gb_unmasked(pc, x[j], g + j);
+            const gb_u32 fj = gb_flags(v);
+            if ((mword >> ((g + j) & 31u)) & 1u) {
+                f |= fj;
+            } else {
+                f |= fj & GB_FLAG_NONFINITE;
+                v = -gb_inf();
+            }
+        }
+        xp[j] = v;
+    }
+    return f;
+}
+
+// gb_load_processed reads a group like gb_load_group and replaces it by its processed
+// logits when the row has processors (pc.flags is the same for the whole block).
+template <int KIND>
+__device__ __forceinline__ gb_u32 gb_load_processed(const typename gb_io<KIND>::elem* row, gb_u32 g, gb_u32 end,
+                                                    bool vec, const gb_proc& pc, float x[4]) {
+    const gb_u32 n = gb_load_group<KIND>(row, g, end, vec, x);
+    if (pc.flags != 0u) {
+        gb_process_group(pc, g, n, x, x);
+    }
+    return n;
+}
+
+// gb_step_plus is a row's step plus z, mod 2^64.
+__device__ __forceinline__ void gb_step_plus(const gb_row_params& p, gb_u32 z, gb_u32& lo, gb_u32& hi) {
+    const gb_u64 s = (((gb_u64)p.step_hi << 32) | p.step_lo) + z;
+    lo = (gb_u32)s;
+    hi = (gb_u32)(s >> 32);
+}
+
+// gb_write_record stores a slot's log-probability record (ABI.md): NaN unless ok.
+__device__ __forceinline__ void gb_write_record(float* logprobs, gb_u64 o, bool ok, float raw_x, float lse_raw,
+                                                float proc_v, float lse_proc) {
+    float* rec = logprobs + 4u * o;
+    if (!ok) {
+        const float nan = __uint_as_float(0x7FC00000u);
+        rec[0] = rec[1] = rec[2] = rec[3] = nan;
+        return;
+    }
+    rec[0] = __fadd_rn(raw_x, -lse_raw);
+    rec[1] = __fadd_rn(proc_v, -lse_proc);
+    rec[2] = lse_raw;
+    rec[3] = lse_proc;
+}
+
+// gb_row_done is the end-of-draw work of thread 0 of the block that finished draw z of
+// launch row y, after that draw's outputs are written: the last of the row's D draws to
+// get here does the row's RECORD and ADVANCE (ABI.md, "Draws"). Every block of every draw
+// has read the row's step and counts before it counted its arrival, so nothing races.
+__device__ __forceinline__ void gb_row_done(gb_row_params* params, const gb_row_params& p, gb_u32 y,
+                                            gb_u32* counters, const gb_i32* tokens, const gb_i32* status,
+                                            gb_u32* counts, gb_u32 vocab) {
+    if (!(p.flags & (GB_RF_ADVANCE | GB_RF_RECORD))) {
+        return;
+    }
+    const gb_u32 D = gridDim.z;
+    if (D > 1u) {
+        __threadfence(); // this draw's outputs before its arrival
+        gb_u32* c = counters + 2u * (gb_u64)gridDim.y * D + y;
+        if (atomicAdd(c, 1u) != D - 1u) {
+            return;
+        }
+        atomicExch(c, 0u);
+        __threadfence(); // every draw's outputs before the reads below
+    }
+    if (p.flags & GB_RF_RECORD) {
+        const gb_u64 first = (gb_u64)p.row * D;
+        gb_u32* row_counts = counts + (gb_u64)p.row * vocab;
+        for (gb_u32 z = 0; z < D; ++z) {
+            if (((const volatile gb_i32*)status)[first + z] != GB_STATUS_OK) {
+                continue;
+            }
+            const gb_i32 tok = ((const volatile gb_i32*)tokens)[first + z];
+            if (tok < 0 || (gb_u32)tok >= vocab) {
+                continue; // cannot happen for status 0
+            }
+            const gb_u32 c = row_counts[tok];
+            if ((c & GB_COUNT_MASK) != GB_COUNT_MASK) {
+                row_counts[tok] = c + 1u; // keeps bit 31, the prompt mark
+            }
+        }
+    }
+    if (p.flags & GB_RF_ADVANCE) {
+        gb_u32 lo, hi;
+        gb_step_plus(p, D, lo, hi);
+        params[y].step_lo = lo;
+        params[y].step_hi = hi;
+    }
+}
+
+// gb_bad_flags reports reserved flag bits (ABI.md: bits 9-31 are zero); such a row gets
+// status 3.
+__device__ __forceinline__ bool gb_bad_flags(gb_u32 flags) { return (flags >> 9) != 0u; }
+
+// ---------------------------------------------------------------------------------------
 // gumbel_argmax (ABI.md): greedy and Gumbel-max rows, S >= 1 blocks per row, one launch.
 
 // gb_group_flags returns the row flags of a group of n elements. A finite sum of four
@@ -641,15 +949,41 @@ __device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], con
     }
 }
 
-// gb_scan_greedy folds the chunk [start, end) into the thread's best key: score = x. A
-// thread meets its groups in index order (the groups of one trip too), so a group only
-// matters when its largest value beats the best so far strictly, and then its first
-// element of that value wins (-0 equals +0, as their order keys do). -Inf never becomes
-// a best: a row whose finite logits are all missing ends with status 2 (NaN and +Inf:
-// status 1) whatever the key.
-template <int KIND>
+// gb_prepare processes a thread's groups of one trip: the row flags, the values the scan
+// ranks (xp: the processed logits with PROC, else the logits) and, with NL = 2, the raw
+// log-sum-exp over the logits themselves (NL = 1: the scan's one log-sum-exp covers both).
+template <bool PROC, int NL, int G>
+__device__ __forceinline__ void gb_prepare(const gb_proc& pc, gb_u32 g, gb_u32 stride, const float cur[G][4],
+                                           const gb_u32 n[G], float xp[G][4], gb_u32& flags, gb_lse& raw) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        if (PROC) {
+            flags |= gb_process_group(pc, g + (gb_u32)i * stride, n[i], cur[i], xp[i]);
+        } else {
+            flags |= gb_group_flags(cur[i], n[i]);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                xp[i][k] = cur[i][k];
+            }
+        }
+        if (NL == 2) {
+            gb_lse_add4(raw, cur[i], gb_max4(cur[i]));
+        }
+    }
+}
+
+// gb_scan_greedy folds the chunk [start, end) into the thread's best key: score = x'
+// (the logit itself without PROC). A thread meets its groups in index order (the groups
+// of one trip too), so a group only matters when its largest value beats the best so far
+// strictly, and then its first element of that value wins (-0 equals +0, as their order
+// keys do). -Inf never becomes a best: a row whose finite logits are all missing ends
+// with status 2 (NaN and +Inf: status 1) whatever the key. NL log-sum-exps run beside
+// it: proc over x' (the greedy record's temperature-1 distribution) and, with NL = 2,
+// raw over the logits.
+template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem* row, gb_u32 start,
-                                               gb_u32 end, bool vec, gb_u64& tkey, gb_u32& flags) {
+                                               gb_u32 end, bool vec, const gb_proc& pc, gb_u64& tkey,
+                                               gb_u32& flags, gb_lse& raw, gb_lse& proc) {
     const gb_u32 stride = 4u * blockDim.x;
     const gb_u32 trip = GB_GROUPS * stride;
     float tbest = -gb_inf();
@@ -667,15 +1001,19 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
 #else
         gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
 #endif
+        float xp[GB_GROUPS][4];
+        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, xp, flags, raw);
 #pragma unroll
         for (int i = 0; i < GB_GROUPS; ++i) {
-            flags |= gb_group_flags(cur[i], n[i]);
-            const float mx = gb_max4(cur[i]); // elements past end read as -Inf
+            const float mx = gb_max4(xp[i]); // elements past end read as -Inf
+            if (NL >= 1) {
+                gb_lse_add4(proc, xp[i], mx);
+            }
             if (mx > tbest) {
                 gb_u32 j = 3u;
-                j = cur[i][2] == mx ? 2u : j;
-                j = cur[i][1] == mx ? 1u : j;
-                j = cur[i][0] == mx ? 0u : j;
+                j = xp[i][2] == mx ? 2u : j;
+                j = xp[i][1] == mx ? 1u : j;
+                j = xp[i][0] == mx ? 0u : j;
                 tbest = mx;
                 tkey = gb_pack(mx, g + (gb_u32)i * stride + j);
             }
@@ -806,10 +1144,16 @@ __device__ __forceinline__ float gb_tile_bound(const typename gb_io<KIND>::elem*
 // element whose fl(x·invT + bound(w)) is below it skips its logarithms. Neither changes
 // the result: a skipped score is provably below the winner's. The trip count is the same
 // for every thread of the block, as the warp reduction requires.
-template <int KIND>
+//
+// With PROC every bound and score is of the processed logits x'. NL log-sum-exps run
+// beside it (every element counts, skipped or not): proc over fl(x'·invT) and, with
+// NL = 2, raw over the logits; NL = 1 only when the two are the same (no processors,
+// invT = 1).
+template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem* row, gb_u32 start,
-                                               gb_u32 end, bool vec, float invT, const gb_row_params& p,
-                                               gb_u32* s_bound, gb_u64& tkey, gb_u32& flags) {
+                                               gb_u32 end, bool vec, float invT, gb_u32 step_lo, gb_u32 step_hi,
+                                               const gb_row_params& p, const gb_proc& pc, gb_u32* s_bound,
+                                               gb_u64& tkey, gb_u32& flags, gb_lse& raw, gb_lse& proc) {
     const gb_u32 stride = 4u * blockDim.x;
     const gb_u32 trip = GB_GROUPS * stride;
     float tbest = -gb_inf(); // the thread's best score: the score of tkey
@@ -824,8 +1168,12 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
     gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
 #endif
     // Every score this block computes, and its winner's, is at least tile: the per-trip
-    // bounds of the groups' own maxima below add nothing to it.
-    const float tile = gb_tile_bound<KIND, GB_GROUPS>(row, g, end, vec, invT, cur, s_bound);
+    // bounds of the groups' own maxima below add nothing to it. The tile bound reads raw
+    // logits, so rows with processors do without it (and keep the per-trip bounds).
+    float tile = -gb_inf();
+    if (!PROC) {
+        tile = gb_tile_bound<KIND, GB_GROUPS>(row, g, end, vec, invT, cur, s_bound);
+    }
 #endif
     for (gb_u32 g0 = start; g0 < end; g0 += trip) {
 #if GB_PREFETCH
@@ -842,17 +1190,20 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
 #else
         float lower = tbest;
 #endif
+        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, xs, flags, raw);
 #pragma unroll
         for (int i = 0; i < GB_GROUPS; ++i) {
-            flags |= gb_group_flags(cur[i], n[i]);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                xs[i][j] = __fmul_rn(cur[i][j], invT);
+                xs[i][j] = __fmul_rn(xs[i][j], invT);
             }
             mx[i] = gb_max4(xs[i]);
-#if !GB_TILE_BOUND
-            lower = fmaxf(lower, __fadd_rn(mx[i], GB_MIN_GUMBEL));
-#endif
+            if (NL >= 1) {
+                gb_lse_add4(proc, xs[i], mx[i]);
+            }
+            if (!GB_TILE_BOUND || PROC) {
+                lower = fmaxf(lower, __fadd_rn(mx[i], GB_MIN_GUMBEL));
+            }
         }
         float wlower = gb_warp_max_f32_all(lower);
 #if GB_BLOCK_BOUND
@@ -874,7 +1225,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                 c0[i] = (g + (gb_u32)i * stride) >> 2;
             }
             gb_u32 w[GB_GROUPS][4];
-            gb_philox_groups<GB_GROUPS>(c0, p.step_lo, p.step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
+            gb_philox_groups<GB_GROUPS>(c0, step_lo, step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
             bool need[GB_GROUPS][4];
             bool any_tail = false;
 #pragma unroll
@@ -889,8 +1240,8 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
             }
             gb_u32 t[GB_GROUPS][4];
             if (any_tail) {
-                gb_philox_groups<GB_GROUPS>(c0, p.step_lo, p.step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo,
-                                            p.seed_hi, t);
+                gb_philox_groups<GB_GROUPS>(c0, step_lo, step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi,
+                                            t);
             } else {
 #pragma unroll
                 for (int i = 0; i < GB_GROUPS; ++i) {
@@ -951,24 +1302,61 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
     }
 }
 
+// gb_finish_draw is thread 0's work for a draw whose winner key and row flags are known:
+// the token and status of slot o, the log-probability record (LOGPROBS) from the
+// block's merged log-sum-exps (nl = 1: proc stands for both), and the end-of-draws work.
+template <int KIND>
+__device__ __forceinline__ void gb_finish_draw(const typename gb_io<KIND>::elem* row, gb_row_params* params,
+                                               const gb_row_params& p, gb_u32 y, gb_u64 o, gb_u64 key,
+                                               gb_u32 flags, float invT, const gb_proc& pc, int nl,
+                                               const gb_lse& raw, const gb_lse& proc, gb_i32* tokens,
+                                               gb_i32* status, float* logprobs, gb_u32* counters, gb_u32* counts,
+                                               gb_u32 vocab) {
+    const gb_i32 st = gb_finish(tokens, status, o, key, flags);
+    if (p.flags & GB_RF_LOGPROBS) {
+        float x = 0.0f, v = 0.0f, lse_raw = 0.0f, lse_proc = 0.0f;
+        if (st == GB_STATUS_OK) {
+            const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)key;
+            x = gb_io<KIND>::load1(row + tok);
+            // Greedy rows have invT = 1: fl(x' · 1) = x'.
+            v = __fmul_rn(gb_process1(pc, x, tok), invT);
+            lse_proc = gb_lse_value(proc.m, proc.s);
+            lse_raw = nl == 1 ? lse_proc : gb_lse_value(raw.m, raw.s);
+        }
+        gb_write_record(logprobs, o, st == GB_STATUS_OK, x, lse_raw, v, lse_proc);
+    }
+    gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
+}
+
 template <int KIND>
 __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::elem* __restrict__ logits,
-                                                 const gb_row_params* __restrict__ params, gb_i32* tokens,
-                                                 gb_i32* status, gb_u64* partials, gb_u32* counters,
-                                                 gb_u64 row_stride, gb_u32 vocab) {
+                                                 gb_row_params* params, gb_i32* tokens, gb_i32* status,
+                                                 gb_u64* partials, gb_u32* counters, gb_u64 row_stride,
+                                                 gb_u32 vocab, float* logprobs, const float* bias, gb_u32* counts,
+                                                 const gb_u32* mask) {
     __shared__ gb_u64 s_key[GB_MAX_WARPS];
     __shared__ gb_u32 s_flags[GB_MAX_WARPS];
+    __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
     __shared__ gb_u32 s_last;
     __shared__ gb_u32 s_bound; // GB_BLOCK_BOUND: the order key of the block's lower bound
 
     const gb_u32 y = blockIdx.y;
+    const gb_u32 z = blockIdx.z;
     const gb_u32 nblocks = gridDim.x;
     const gb_row_params p = params[y];
-    if (gb_bad_row(p.temperature, vocab)) {
-        // Uniform for every block of the row: none touches the counters.
+    if ((p.flags & GB_RF_ROUTED) && (p.flags & GB_RF_CATEGORICAL)) {
+        return; // the categorical kernel's row: left entirely alone
+    }
+    const gb_u64 o = (gb_u64)p.row * gridDim.z + z; // this draw's output slot
+    if (gb_bad_flags(p.flags) || gb_bad_row(p.temperature, vocab)) {
+        // Uniform for every block of the row: none touches the counters, and the row
+        // gets no end-of-draws work.
         if (blockIdx.x == 0u && threadIdx.x == 0u) {
-            tokens[p.row] = -1;
-            status[p.row] = GB_STATUS_BAD_PARAMS;
+            tokens[o] = -1;
+            status[o] = GB_STATUS_BAD_PARAMS;
+            if (p.flags & GB_RF_LOGPROBS) {
+                gb_write_record(logprobs, o, false, 0.0f, 0.0f, 0.0f, 0.0f);
+            }
         }
         return;
     }
@@ -983,12 +1371,36 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
 
     const typename gb_io<KIND>::elem* row = logits + (gb_u64)p.row * row_stride;
     const bool vec = gb_io<KIND>::vec_ok(row);
+    const bool greedy = p.temperature == 0.0f;
+    const float invT = greedy ? 1.0f : 1.0f / p.temperature;
+    const gb_proc pc = gb_make_proc(p, bias, counts, mask, vocab);
+    const bool procs = pc.flags != 0u;
+    // The log-sum-exps the record needs: none, one (raw and processed are the same set:
+    // no processors and invT = 1, greedy rows included) or two.
+    const int nl = !(p.flags & GB_RF_LOGPROBS) ? 0 : (!procs && invT == 1.0f) ? 1 : 2;
 
+    // Each combination of features is its own instantiation of the scan, so a row without
+    // them runs exactly the version-1 loop; the branches are uniform for the block.
     gb_u64 tkey = 0ull;
     gb_u32 flags = 0u;
-    if (p.temperature == 0.0f) {
-        gb_scan_greedy<KIND>(row, start, end, vec, tkey, flags);
+    gb_lse raw, proc;
+    gb_lse_init(raw);
+    gb_lse_init(proc);
+    if (greedy) {
+        if (!procs) {
+            if (nl == 0) {
+                gb_scan_greedy<KIND, false, 0>(row, start, end, vec, pc, tkey, flags, raw, proc);
+            } else {
+                gb_scan_greedy<KIND, false, 1>(row, start, end, vec, pc, tkey, flags, raw, proc);
+            }
+        } else if (nl == 0) {
+            gb_scan_greedy<KIND, true, 0>(row, start, end, vec, pc, tkey, flags, raw, proc);
+        } else {
+            gb_scan_greedy<KIND, true, 2>(row, start, end, vec, pc, tkey, flags, raw, proc);
+        }
     } else {
+        gb_u32 step_lo, step_hi;
+        gb_step_plus(p, z, step_lo, step_hi);
 #if GB_BLOCK_BOUND
         // The branch is the same for the whole block (one row per block).
         if (threadIdx.x == 0u) {
@@ -996,25 +1408,56 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
         }
         __syncthreads();
 #endif
-        gb_scan_gumbel<KIND>(row, start, end, vec, 1.0f / p.temperature, p, &s_bound, tkey, flags);
+        if (!procs) {
+            if (nl == 0) {
+                gb_scan_gumbel<KIND, false, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, tkey,
+                                               flags, raw, proc);
+            } else if (nl == 1) {
+                gb_scan_gumbel<KIND, false, 1>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, tkey,
+                                               flags, raw, proc);
+            } else {
+                gb_scan_gumbel<KIND, false, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, tkey,
+                                               flags, raw, proc);
+            }
+        } else if (nl == 0) {
+            gb_scan_gumbel<KIND, true, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, tkey, flags,
+                                          raw, proc);
+        } else {
+            gb_scan_gumbel<KIND, true, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, tkey, flags,
+                                          raw, proc);
+        }
     }
     gb_block_reduce_key(tkey, flags, s_key, s_flags);
+    if (nl == 1) {
+        gb_block_lse(proc, raw, false, s_pair); // the one log-sum-exp is proc
+    } else if (nl == 2) {
+        gb_block_lse(raw, proc, true, s_pair);
+    }
 
     if (nblocks == 1u) {
         if (threadIdx.x == 0u) {
-            gb_finish(tokens, status, p.row, tkey, flags);
+            gb_finish_draw<KIND>(row, params, p, y, o, tkey, flags, invT, pc, nl, raw, proc, tokens, status,
+                                 logprobs, counters, counts, vocab);
         }
         return;
     }
 
-    // Split phase: publish the partial, then count arrivals; the last block reduces.
+    // Split phase: publish the partials, then count arrivals; the last block reduces.
+    const gb_u64 draw_row = (gb_u64)z * gridDim.y + y; // this draw's row of the scratch
+    gb_u64* part = partials + draw_row * nblocks;
+    gb_u64* pair = partials + (gb_u64)gridDim.y * gridDim.z * nblocks + 2u * draw_row * nblocks;
+    gb_u32* cnt = counters + 2u * draw_row;
     if (threadIdx.x == 0u) {
-        partials[(gb_u64)y * nblocks + blockIdx.x] = tkey;
+        part[blockIdx.x] = tkey;
+        if (nl != 0) {
+            pair[2u * blockIdx.x] = gb_lse_pack(nl == 1 ? proc : raw);
+            pair[2u * blockIdx.x + 1u] = gb_lse_pack(proc);
+        }
         if (flags != 0u) {
-            atomicOr(&counters[2u * y + 1u], flags);
+            atomicOr(&cnt[1], flags);
         }
         __threadfence();
-        gb_u32 prev = atomicAdd(&counters[2u * y], 1u);
+        gb_u32 prev = atomicAdd(&cnt[0], 1u);
         s_last = prev == nblocks - 1u ? 1u : 0u;
     }
     __syncthreads();
@@ -1022,17 +1465,28 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
         return;
     }
     __threadfence();
-    const volatile gb_u64* vpart = partials + (gb_u64)y * nblocks;
+    const volatile gb_u64* vpart = part;
+    const volatile gb_u64* vpair = pair;
     gb_u64 key = 0ull;
+    gb_lse_init(raw);
+    gb_lse_init(proc);
     for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
         key = gb_max_u64(key, vpart[i]);
+        if (nl != 0) {
+            gb_lse_merge_packed(raw, vpair[2u * i]);
+            gb_lse_merge_packed(proc, vpair[2u * i + 1u]);
+        }
     }
     gb_u32 none = 0u;
     gb_block_reduce_key(key, none, s_key, s_flags);
+    if (nl != 0) {
+        gb_block_lse(raw, proc, true, s_pair);
+    }
     if (threadIdx.x == 0u) {
-        gb_u32 row_flags = atomicExch(&counters[2u * y + 1u], 0u);
-        atomicExch(&counters[2u * y], 0u);
-        gb_finish(tokens, status, p.row, key, row_flags);
+        gb_u32 row_flags = atomicExch(&cnt[1], 0u);
+        atomicExch(&cnt[0], 0u);
+        gb_finish_draw<KIND>(row, params, p, y, o, key, row_flags, invT, pc, nl, raw, proc, tokens, status, logprobs,
+                             counters, counts, vocab);
     }
 }
 
@@ -1079,29 +1533,43 @@ __device__ __forceinline__ gb_u64 gb_kept_q(float x, const gb_row_state& st) {
 
 template <int KIND>
 __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem* __restrict__ logits,
-                                               const gb_row_params* __restrict__ params, gb_i32* tokens,
-                                               gb_i32* status, gb_u32 vocab, gb_u64 row_stride) {
+                                               gb_row_params* params, gb_i32* tokens, gb_i32* status,
+                                               gb_u32* counters, gb_u64 row_stride, gb_u32 vocab, float* logprobs,
+                                               const float* bias, gb_u32* counts, const gb_u32* mask) {
     __shared__ gb_u32 s_cnt[GB_BINS];
     __shared__ gb_u64 s_mass[GB_BINS];
     __shared__ gb_u64 s_red[GB_MAX_WARPS];
     __shared__ gb_u64 s_bcast[2];
     __shared__ gb_u64 s_tile[GB_MAX_TILES];
     __shared__ gb_i32 s_token;
+    __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
+    __shared__ float s_lse[2]; // LOGPROBS: the raw and (greedy rows) processed log-normalisers
 
     if (blockIdx.x != 0u) {
         return; // one block per row; extra blocks of a wider grid have nothing to do
     }
     const gb_u32 y = blockIdx.y;
+    const gb_u32 z = blockIdx.z;
     const gb_row_params p = params[y];
-    if (gb_bad_row(p.temperature, vocab)) {
+    if ((p.flags & GB_RF_ROUTED) && !(p.flags & GB_RF_CATEGORICAL)) {
+        return; // the gumbel_argmax kernel's row: left entirely alone
+    }
+    const gb_u64 o = (gb_u64)p.row * gridDim.z + z; // this draw's output slot
+    const bool lp = (p.flags & GB_RF_LOGPROBS) != 0u;
+    if (gb_bad_flags(p.flags) || gb_bad_row(p.temperature, vocab)) {
         if (threadIdx.x == 0u) {
-            tokens[p.row] = -1;
-            status[p.row] = GB_STATUS_BAD_PARAMS;
+            tokens[o] = -1;
+            status[o] = GB_STATUS_BAD_PARAMS;
+            if (lp) {
+                gb_write_record(logprobs, o, false, 0.0f, 0.0f, 0.0f, 0.0f);
+            }
         }
         return;
     }
     const typename gb_io<KIND>::elem* row = logits + (gb_u64)p.row * row_stride;
     const bool vec = gb_io<KIND>::vec_ok(row);
+    const gb_proc pc = gb_make_proc(p, bias, counts, mask, vocab);
+    const bool greedy = p.temperature == 0.0f;
     const bool topk_on = p.top_k > 0u && p.top_k < vocab;
     const bool topp_on = p.top_p > 0.0f && p.top_p < 1.0f;
 
@@ -1112,11 +1580,25 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
         }
         __syncthreads();
     }
+    // With LOGPROBS, the raw log-sum-exp over the logits, and for greedy rows the one
+    // over x' (their record's temperature-1 distribution).
     gb_u32 mkey = 0u;
     gb_u32 flags = 0u;
+    gb_lse raw, proc;
+    gb_lse_init(raw);
+    gb_lse_init(proc);
     for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += 4u * blockDim.x) {
         float x[4];
         const gb_u32 n = gb_load_group<KIND>(row, g, vocab, vec, x);
+        if (lp) {
+            gb_lse_add4(raw, x, gb_max4(x));
+        }
+        if (pc.flags != 0u) {
+            flags |= gb_process_group(pc, g, n, x, x);
+        }
+        if (lp && greedy) {
+            gb_lse_add4(proc, x, gb_max4(x));
+        }
         gb_u32 bins[4];
         bool ok[4];
         const gb_u64 zeros[4] = {0ull, 0ull, 0ull, 0ull};
@@ -1126,7 +1608,9 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
             gb_u32 k = gb_orderkey(x[j]);
             bins[j] = k >> 24;
             if (ok[j]) {
-                flags |= gb_flags(x[j]);
+                if (pc.flags == 0u) {
+                    flags |= gb_flags(x[j]);
+                }
                 mkey = gb_max_u32(mkey, k);
             }
         }
@@ -1135,9 +1619,21 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
         }
     }
     gb_block_max_or(mkey, flags, s_red, s_bcast);
+    if (lp) {
+        gb_block_lse(raw, proc, greedy, s_pair);
+        if (threadIdx.x == 0u) {
+            // Kept in shared memory, not in registers across the passes below.
+            s_lse[0] = gb_lse_value(raw.m, raw.s);
+            s_lse[1] = gb_lse_value(proc.m, proc.s);
+        }
+    }
     if ((flags & GB_FLAG_NONFINITE) || !(flags & GB_FLAG_FINITE)) {
         if (threadIdx.x == 0u) {
-            gb_finish(tokens, status, p.row, 0ull, flags);
+            gb_finish(tokens, status, o, 0ull, flags);
+            if (lp) {
+                gb_write_record(logprobs, o, false, 0.0f, 0.0f, 0.0f, 0.0f);
+            }
+            gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
         }
         return;
     }
@@ -1145,13 +1641,13 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     gb_row_state st;
     st.m = gb_orderkey_inverse(mkey);
 
-    if (p.temperature == 0.0f) {
+    if (greedy) {
         // Greedy on every path: the first index whose logit equals m.
         gb_u32 first = 0u; // 0xFFFFFFFF - index, largest first
         const gb_u32 stride = 4u * blockDim.x;
         for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += stride) {
             float x[4];
-            gb_u32 n = gb_load_group<KIND>(row, g, vocab, vec, x);
+            gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
 #pragma unroll
             for (gb_u32 j = 0; j < 4u; ++j) {
                 if (j < n && x[j] == st.m) {
@@ -1162,8 +1658,14 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
         gb_u32 none = 0u;
         gb_block_max_or(first, none, s_red, s_bcast);
         if (threadIdx.x == 0u) {
-            tokens[p.row] = (gb_i32)(0xFFFFFFFFu - first);
-            status[p.row] = GB_STATUS_OK;
+            const gb_u32 tok = 0xFFFFFFFFu - first;
+            tokens[o] = (gb_i32)tok;
+            status[o] = GB_STATUS_OK;
+            if (lp) {
+                const float x = gb_io<KIND>::load1(row + tok);
+                gb_write_record(logprobs, o, true, x, s_lse[0], gb_process1(pc, x, tok), s_lse[1]);
+            }
+            gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
         }
         return;
     }
@@ -1193,7 +1695,7 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
                 const gb_u64 zeros[4] = {0ull, 0ull, 0ull, 0ull};
                 for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += 4u * blockDim.x) {
                     float x[4];
-                    const gb_u32 n = gb_load_group<KIND>(row, g, vocab, vec, x);
+                    const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
                     gb_u32 bins[4];
                     bool ok[4];
 #pragma unroll
@@ -1231,7 +1733,7 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
             __syncthreads();
             for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += 4u * blockDim.x) {
                 float x[4];
-                const gb_u32 n = gb_load_group<KIND>(row, g, vocab, vec, x);
+                const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
                 gb_u32 bins[4];
                 gb_u64 q[4];
                 bool ok[4];
@@ -1281,7 +1783,7 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     for (gb_u32 c = 0u; c < nchunks; ++c) {
         const gb_u32 g = c * chunk + 4u * threadIdx.x;
         float x[4];
-        const gb_u32 n = gb_load_group<KIND>(row, g, vocab, vec, x);
+        const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
 #pragma unroll
         for (gb_u32 j = 0; j < 4u; ++j) {
             if (j < n) {
@@ -1305,7 +1807,9 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     // crosses target (each lane owns GB_MAX_TILES / warpSize consecutive tiles), then the
     // block scans that tile's chunks in index order.
     gb_u32 ph[4];
-    gb_philox(0u, p.step_lo, p.step_hi, GB_PURPOSE_CATEGORICAL, p.seed_lo, p.seed_hi, ph);
+    gb_u32 step_lo, step_hi;
+    gb_step_plus(p, z, step_lo, step_hi);
+    gb_philox(0u, step_lo, step_hi, GB_PURPOSE_CATEGORICAL, p.seed_lo, p.seed_hi, ph);
     const gb_u64 u = ((gb_u64)ph[1] << 32) | ph[0];
     gb_u64 lane_sum = 0ull;  // the mass of this lane's tiles (warp 0)
     gb_u64 lane_excl = 0ull; // the mass of the tiles before them
@@ -1327,7 +1831,8 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
         }
     }
     __syncthreads();
-    const gb_u64 target = __umul64hi(u, s_bcast[0]);
+    const gb_u64 s_kept = s_bcast[0];
+    const gb_u64 target = __umul64hi(u, s_kept);
     __syncthreads();
     if (gb_warp() == 0u) {
         const gb_u32 per = GB_MAX_TILES / warpSize;
@@ -1370,7 +1875,7 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     for (gb_u32 c = tile * tile_chunks; c < c_end; ++c) {
         const gb_u32 g = c * chunk + 4u * threadIdx.x;
         float x[4];
-        const gb_u32 n = gb_load_group<KIND>(row, g, vocab, vec, x);
+        const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
         gb_u64 q[4];
         gb_u64 local = 0ull;
 #pragma unroll
@@ -1398,44 +1903,373 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     __syncthreads();
     if (threadIdx.x == 0u) {
         // s_token stays -1 only if S were 0, which cannot happen (see above).
-        tokens[p.row] = s_token;
-        status[p.row] = s_token >= 0 ? GB_STATUS_OK : GB_STATUS_NO_FINITE;
+        const gb_i32 tok = s_token;
+        tokens[o] = tok;
+        status[o] = tok >= 0 ? GB_STATUS_OK : GB_STATUS_NO_FINITE;
+        if (lp) {
+            // The kept set renormalised: ln(S_kept · 2^-F) is its log-normaliser relative
+            // to exp(fl((x' - m) · invT)).
+            float x = 0.0f, d = 0.0f, ln_s = 0.0f;
+            if (tok >= 0) {
+                x = gb_io<KIND>::load1(row + tok);
+                d = __fmul_rn(__fadd_rn(gb_process1(pc, x, (gb_u32)tok), -st.m), st.invT);
+                ln_s = logf(__fmul_rn((float)s_kept, __uint_as_float((127u - (63u - bitlen)) << 23)));
+            }
+            const float lse_proc = __fadd_rn(__fmul_rn(st.m, st.invT), ln_s);
+            float* rec = logprobs + 4u * o;
+            gb_write_record(logprobs, o, tok >= 0, x, s_lse[0], 0.0f, 0.0f);
+            if (tok >= 0) {
+                rec[1] = __fadd_rn(d, -ln_s);
+                rec[3] = lse_proc;
+            }
+        }
+        gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// topn (ABI.md, version 2): the N <= 20 largest keys of a row (raw logits, or Gumbel
+// scores with PERTURBED), S >= 1 blocks per row, one launch. Each thread keeps its own
+// top list in registers (a fixed-size, fully unrolled insertion, so nothing goes to local
+// memory) behind one comparison with its N-th key; a block merges its threads' lists in
+// N rounds of a block-wide max, and the last block of the row merges the S lists the
+// same way.
+
+// gb_topn_insert puts key into a thread's list (largest first, 0 = empty) and returns the
+// new N-th entry, the threshold a key must beat to enter.
+__device__ __forceinline__ gb_u64 gb_topn_insert(gb_u64 lst[GB_TOPN_MAX], gb_u64 key, gb_u32 N) {
+    gb_u64 thr = 0ull;
+#pragma unroll
+    for (int j = 0; j < GB_TOPN_MAX; ++j) {
+        const gb_u64 a = lst[j];
+        const bool gt = key > a;
+        lst[j] = gt ? key : a;
+        key = gt ? a : key;
+        thr = (gb_u32)j + 1u == N ? lst[j] : thr;
+    }
+    return thr;
+}
+
+// gb_block_max_u64_all returns the block's largest value to every thread.
+__device__ __forceinline__ gb_u64 gb_block_max_u64_all(gb_u64 v, gb_u64* s_red, gb_u64* s_bcast) {
+    for (int d = warpSize / 2; d > 0; d >>= 1) {
+        v = gb_max_u64(v, gb_shfl_down_u64(v, d));
+    }
+    if (gb_lane() == 0u) {
+        s_red[gb_warp()] = v;
+    }
+    __syncthreads();
+    if (gb_warp() == 0u) {
+        v = gb_lane() < gb_num_warps() ? s_red[gb_lane()] : 0ull;
+        for (int d = warpSize / 2; d > 0; d >>= 1) {
+            v = gb_max_u64(v, gb_shfl_down_u64(v, d));
+        }
+        if (gb_lane() == 0u) {
+            s_bcast[0] = v;
+        }
+    }
+    __syncthreads();
+    const gb_u64 best = s_bcast[0];
+    __syncthreads();
+    return best;
+}
+
+// gb_topn_merge moves the block's N largest keys of the threads' lists into s_top
+// (0 where there are fewer), emptying the lists as it goes.
+__device__ __forceinline__ void gb_topn_merge(gb_u64 lst[GB_TOPN_MAX], gb_u32 N, gb_u64* s_top, gb_u64* s_red,
+                                              gb_u64* s_bcast) {
+    for (gb_u32 k = 0; k < N; ++k) {
+        const gb_u64 best = gb_block_max_u64_all(lst[0], s_red, s_bcast);
+        if (threadIdx.x == 0u) {
+            s_top[k] = best;
+        }
+        if (best != 0ull && lst[0] == best) { // keys are unique: one thread pops
+#pragma unroll
+            for (int j = 0; j + 1 < GB_TOPN_MAX; ++j) {
+                lst[j] = lst[j + 1];
+            }
+            lst[GB_TOPN_MAX - 1] = 0ull;
+        }
+    }
+    __syncthreads();
+}
+
+// gb_topn_scan folds the chunk [start, end) into a thread's top list (see gb_topn):
+// NOISY ranks Gumbel scores, PROC processes the logits first.
+template <int KIND, bool NOISY, bool PROC>
+__device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* row, gb_u32 start, gb_u32 end,
+                                             bool vec, gb_u32 N, float invT, const gb_row_params& p,
+                                             const gb_proc& pc, gb_u64 lst[GB_TOPN_MAX], gb_u64& thr,
+                                             gb_u32& flags, gb_lse& lse) {
+    for (gb_u32 g = start + 4u * threadIdx.x; g < end; g += 4u * blockDim.x) {
+        float v[4];
+        const gb_u32 n = gb_load_group<KIND>(row, g, end, vec, v);
+        if (PROC) {
+            flags |= gb_process_group(pc, g, n, v, v);
+        } else {
+            flags |= gb_group_flags(v, n);
+        }
+        if (NOISY) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                v[j] = __fmul_rn(v[j], invT);
+            }
+        }
+        const float mx = gb_max4(v);
+        gb_lse_add4(lse, v, mx);
+        if (!(mx > -gb_inf())) {
+            continue; // -Inf keys never enter
+        }
+        if (!NOISY) {
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                if (j < n && v[j] > -gb_inf()) {
+                    const gb_u64 k = gb_pack(v[j], g + j);
+                    if (k > thr) {
+                        thr = gb_topn_insert(lst, k, N);
+                    }
+                }
+            }
+            continue;
+        }
+        // A score below the thread's N-th cannot be in the block's top N: skip the noise
+        // where a bound says so (exactly, as gumbel_argmax does).
+        const float thr_score = thr != 0ull ? gb_orderkey_inverse((gb_u32)(thr >> 32)) : -gb_inf();
+        if (__fadd_rn(mx, GB_MAX_GUMBEL) < thr_score) {
+            continue;
+        }
+        gb_u32 w[4];
+        gb_philox(g >> 2, p.step_lo, p.step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
+        bool need[4];
+        bool any_tail = false;
+#pragma unroll
+        for (gb_u32 j = 0; j < 4u; ++j) {
+            need[j] = j < n && v[j] > -gb_inf() && !(__fadd_rn(v[j], gb_cheap_bound(w[j])) < thr_score);
+            any_tail = any_tail || (need[j] && w[j] < GB_TAIL_THRESHOLD);
+        }
+        gb_u32 t[4] = {0u, 0u, 0u, 0u};
+        if (any_tail) {
+            gb_philox(g >> 2, p.step_lo, p.step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi, t);
+        }
+#pragma unroll
+        for (gb_u32 j = 0; j < 4u; ++j) {
+            if (need[j]) {
+                const gb_u64 k = gb_pack(__fadd_rn(v[j], gb_gumbel(w[j], t[j])), g + j);
+                if (k > thr) {
+                    thr = gb_topn_insert(lst, k, N);
+                }
+            }
+        }
+    }
+}
+
+template <int KIND>
+__device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __restrict__ logits,
+                                        const gb_row_params* __restrict__ params, gb_i32* out_tokens,
+                                        float* out_values, gb_u64* partials, gb_u32* counters, gb_u64 row_stride,
+                                        gb_u32 vocab, const float* bias, const gb_u32* counts, const gb_u32* mask) {
+    __shared__ gb_u64 s_red[GB_MAX_WARPS];
+    __shared__ gb_u64 s_bcast[2];
+    __shared__ gb_u64 s_top[GB_TOPN_MAX];
+    __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
+    __shared__ gb_u32 s_last;
+    __shared__ float s_lse;
+
+    if (blockIdx.z != 0u) {
+        return; // topn draws nothing: a deeper grid's extra blocks have no work
+    }
+    const gb_u32 y = blockIdx.y;
+    const gb_u32 nblocks = gridDim.x;
+    const gb_row_params p = params[y];
+    const gb_u32 N = p.topn;
+    gb_i32* otok = out_tokens + (gb_u64)p.row * GB_TOPN_MAX;
+    float* oval = out_values + (gb_u64)p.row * GB_TOPN_MAX;
+    const bool bad_n = N < 1u || N > GB_TOPN_MAX;
+    if (bad_n || gb_bad_flags(p.flags) || gb_bad_row(p.temperature, vocab)) {
+        if (blockIdx.x == 0u) {
+            for (gb_u32 j = threadIdx.x; j < (bad_n ? GB_TOPN_MAX : N); j += blockDim.x) {
+                otok[j] = -1;
+                oval[j] = __uint_as_float(0x7FC00000u);
+            }
+        }
+        return;
+    }
+
+    gb_u32 per = vocab / nblocks + (vocab % nblocks != 0u ? 1u : 0u);
+    per = (per + 3u) & ~3u;
+    const gb_u64 start64 = (gb_u64)blockIdx.x * per;
+    const gb_u32 start = start64 < vocab ? (gb_u32)start64 : vocab;
+    const gb_u32 end = start64 + per < vocab ? (gb_u32)(start64 + per) : vocab;
+
+    const typename gb_io<KIND>::elem* row = logits + (gb_u64)p.row * row_stride;
+    const bool vec = gb_io<KIND>::vec_ok(row);
+    const bool perturbed = (p.flags & GB_RF_PERTURBED) != 0u;
+    const bool greedy = p.temperature == 0.0f;
+    const float invT = perturbed && !greedy ? 1.0f / p.temperature : 1.0f;
+    gb_proc pc = gb_make_proc(p, bias, counts, mask, vocab);
+    if (!perturbed) {
+        pc.flags = 0u; // raw logits: no processing
+    }
+
+    // Keys: the raw logit; with PERTURBED the Gumbel score fl(fl(x' · invT) + g) (greedy:
+    // x'). The log-sum-exp runs over the values the keys perturb: x, or fl(x' · invT).
+    // Each kind of row has its own instantiation of the scan, so the plain one (top
+    // log-probabilities) carries neither Philox nor processor state.
+    gb_u64 lst[GB_TOPN_MAX];
+#pragma unroll
+    for (int j = 0; j < GB_TOPN_MAX; ++j) {
+        lst[j] = 0ull;
+    }
+    gb_u64 thr = 0ull;
+    gb_u32 flags = 0u;
+    gb_lse lse;
+    gb_lse_init(lse);
+    if (!perturbed || (greedy && pc.flags == 0u)) {
+        gb_topn_scan<KIND, false, false>(row, start, end, vec, N, invT, p, pc, lst, thr, flags, lse);
+    } else if (greedy) {
+        gb_topn_scan<KIND, false, true>(row, start, end, vec, N, invT, p, pc, lst, thr, flags, lse);
+    } else if (pc.flags == 0u) {
+        gb_topn_scan<KIND, true, false>(row, start, end, vec, N, invT, p, pc, lst, thr, flags, lse);
+    } else {
+        gb_topn_scan<KIND, true, true>(row, start, end, vec, N, invT, p, pc, lst, thr, flags, lse);
+    }
+    gb_u32 none = 0u;
+    gb_block_max_or(none, flags, s_red, s_bcast);
+    gb_block_lse(lse, lse, false, s_pair);
+    gb_topn_merge(lst, N, s_top, s_red, s_bcast);
+
+    if (nblocks > 1u) {
+        gb_u64* part = partials + (gb_u64)GB_TOPN_STRIDE * ((gb_u64)y * nblocks + blockIdx.x);
+        if (threadIdx.x == 0u) {
+            for (gb_u32 j = 0; j < GB_TOPN_MAX; ++j) {
+                part[j] = j < N ? s_top[j] : 0ull;
+            }
+            part[GB_TOPN_MAX] = gb_lse_pack(lse);
+            if (flags != 0u) {
+                atomicOr(&counters[2u * y + 1u], flags);
+            }
+            __threadfence();
+            const gb_u32 prev = atomicAdd(&counters[2u * y], 1u);
+            s_last = prev == nblocks - 1u ? 1u : 0u;
+        }
+        __syncthreads();
+        if (s_last == 0u) {
+            return;
+        }
+        __threadfence();
+        const volatile gb_u64* vpart = partials + (gb_u64)GB_TOPN_STRIDE * y * nblocks;
+        // What the block merge left in the lists is below this block's published N.
+#pragma unroll
+        for (int j = 0; j < GB_TOPN_MAX; ++j) {
+            lst[j] = 0ull;
+        }
+        thr = 0ull;
+        gb_lse_init(lse);
+        for (gb_u32 i = threadIdx.x; i < nblocks * GB_TOPN_MAX; i += blockDim.x) {
+            const gb_u64 k = vpart[(gb_u64)GB_TOPN_STRIDE * (i / GB_TOPN_MAX) + i % GB_TOPN_MAX];
+            if (k > thr) {
+                thr = gb_topn_insert(lst, k, N);
+            }
+        }
+        for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
+            gb_lse_merge_packed(lse, vpart[(gb_u64)GB_TOPN_STRIDE * i + GB_TOPN_MAX]);
+        }
+        gb_block_lse(lse, lse, false, s_pair);
+        gb_topn_merge(lst, N, s_top, s_red, s_bcast);
+        if (threadIdx.x == 0u) {
+            flags = atomicExch(&counters[2u * y + 1u], 0u);
+            atomicExch(&counters[2u * y], 0u);
+            s_last = flags;
+        }
+        __syncthreads();
+        flags = s_last;
+    }
+    if (threadIdx.x == 0u) {
+        s_lse = gb_lse_value(lse.m, lse.s);
+    }
+    __syncthreads();
+    for (gb_u32 j = threadIdx.x; j < N; j += blockDim.x) {
+        const gb_u64 k = s_top[j];
+        if (flags & GB_FLAG_NONFINITE) {
+            otok[j] = -1;
+            oval[j] = __uint_as_float(0x7FC00000u);
+        } else if (k == 0ull) {
+            otok[j] = -1;
+            oval[j] = -gb_inf();
+        } else {
+            const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)k;
+            const float x = gb_io<KIND>::load1(row + tok);
+            otok[j] = (gb_i32)tok;
+            oval[j] = __fadd_rn(__fmul_rn(gb_process1(pc, x, tok), invT), -s_lse);
+        }
     }
 }
 
 // ---------------------------------------------------------------------------------------
 // Entry points (names and arguments: ABI.md).
 
-#define GB_ARGS(T)                                                                            \
-    const T *__restrict__ logits, const gb_row_params *__restrict__ params, gb_i32 *tokens,    \
-        gb_i32 *status, gb_u64 *partials, gb_u32 *counters, gb_u64 row_stride, gb_u32 vocab
+#define GB_ARGS(T)                                                                                   \
+    const T *__restrict__ logits, gb_row_params *params, gb_i32 *tokens, gb_i32 *status, gb_u64 *partials, \
+        gb_u32 *counters, gb_u64 row_stride, gb_u32 vocab, float *logprobs, const float *bias, gb_u32 *counts,  \
+        const gb_u32 *mask
+#define GB_PASS logits, params, tokens, status, partials, counters, row_stride, vocab, logprobs, bias, counts, mask
+#define GB_PASS_CAT logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts, mask
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, GB_MIN_BLOCKS) gumbel_argmax_f32(GB_ARGS(float)) {
-    gb_gumbel_argmax<GB_F32>(logits, params, tokens, status, partials, counters, row_stride, vocab);
+    gb_gumbel_argmax<GB_F32>(GB_PASS);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, GB_MIN_BLOCKS) gumbel_argmax_f16(GB_ARGS(gb_u16)) {
-    gb_gumbel_argmax<GB_F16>(logits, params, tokens, status, partials, counters, row_stride, vocab);
+    gb_gumbel_argmax<GB_F16>(GB_PASS);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, GB_MIN_BLOCKS) gumbel_argmax_bf16(GB_ARGS(gb_u16)) {
-    gb_gumbel_argmax<GB_BF16>(logits, params, tokens, status, partials, counters, row_stride, vocab);
+    gb_gumbel_argmax<GB_BF16>(GB_PASS);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) categorical_f32(GB_ARGS(float)) {
-    (void)partials;
-    (void)counters;
-    gb_categorical<GB_F32>(logits, params, tokens, status, vocab, row_stride);
+    (void)partials; // one block per row: no partials
+    gb_categorical<GB_F32>(GB_PASS_CAT);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) categorical_f16(GB_ARGS(gb_u16)) {
     (void)partials;
-    (void)counters;
-    gb_categorical<GB_F16>(logits, params, tokens, status, vocab, row_stride);
+    gb_categorical<GB_F16>(GB_PASS_CAT);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) categorical_bf16(GB_ARGS(gb_u16)) {
     (void)partials;
-    (void)counters;
-    gb_categorical<GB_BF16>(logits, params, tokens, status, vocab, row_stride);
+    gb_categorical<GB_BF16>(GB_PASS_CAT);
+}
+
+// GB_TOPN_THREADS is topn's __launch_bounds__: at 1024 threads (64 registers) the thread
+// lists of 20 keys spill part of themselves to local memory (NVRTC 11.8, sm_90: 170
+// bytes on the plain path, 300 on the perturbed and processed one), at 512 they fit in
+// 121 registers and the kernel reports 512 as its MaxThreadsPerBlock. Time both with
+// GUMBEL_NVRTC_OPTIONS=-DGB_TOPN_THREADS=512.
+#ifndef GB_TOPN_THREADS
+#define GB_TOPN_THREADS GB_MAX_THREADS
+#endif
+
+// topn takes the 12 arguments at the positions of the other kernels (as the Go edition
+// reads ABI.md): argument 8, the logprobs slot, is unused.
+#define GB_TOPN_ARGS(T)                                                                                      \
+    const T *__restrict__ logits, const gb_row_params *__restrict__ params, gb_i32 *out_tokens, float *out_values, \
+        gb_u64 *partials, gb_u32 *counters, gb_u64 row_stride, gb_u32 vocab, float *unused, const float *bias,  \
+        const gb_u32 *counts, const gb_u32 *mask
+#define GB_TOPN_PASS logits, params, out_tokens, out_values, partials, counters, row_stride, vocab, bias, counts, mask
+
+extern "C" __global__ void __launch_bounds__(GB_TOPN_THREADS) topn_f32(GB_TOPN_ARGS(float)) {
+    (void)unused;
+    gb_topn<GB_F32>(GB_TOPN_PASS);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_TOPN_THREADS) topn_f16(GB_TOPN_ARGS(gb_u16)) {
+    (void)unused;
+    gb_topn<GB_F16>(GB_TOPN_PASS);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_TOPN_THREADS) topn_bf16(GB_TOPN_ARGS(gb_u16)) {
+    (void)unused;
+    gb_topn<GB_BF16>(GB_TOPN_PASS);
 }

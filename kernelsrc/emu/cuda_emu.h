@@ -200,6 +200,12 @@ inline int __clz(int x) { return x == 0 ? 32 : std::countl_zero(static_cast<std:
 // Separately rounded float32 operations (-ffp-contract=off keeps them apart).
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+
+// The log-sum-exps' fast 2^x: exact here (rounded from double), where the GPU's
+// approximation differs by about 2^-22 relative; the tests allow for that.
+#define GB_HAVE_EXP2_FAST 1
+inline float gb_exp2_fast(float x) { return static_cast<float>(std::exp2(static_cast<double>(x))); }
 
 // __float2ull_rz: truncation toward zero, saturating like the GPU instruction.
 inline unsigned long long __float2ull_rz(float f) {

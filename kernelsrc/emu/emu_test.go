@@ -29,13 +29,23 @@ func encodeJob(t *testing.T, ls []*launch) []byte {
 	w(uint32(jobMagic))
 	w(uint32(len(ls)))
 	for _, l := range ls {
-		w([]uint32{uint32(l.kernel), uint32(l.dtype), uint32(l.gridX), uint32(len(l.params)),
-			uint32(l.block), uint32(l.warp), uint32(l.vocab), uint32(l.slack)})
+		w([]uint32{uint32(l.kernel), uint32(l.dtype), uint32(l.gridX), uint32(len(l.params)), uint32(l.draws()),
+			uint32(l.block), uint32(l.warp), uint32(l.vocab), uint32(l.slack), uint32(l.slots)})
 		w(uint64(l.stride))
-		w([]uint32{uint32(l.slots), 0})
 		w(uint64(len(l.logits)))
 		b.Write(l.logits)
 		b.Write(l.paramBytes())
+		require.Equal(t, len(l.bias), len(l.counts), "%s: bias and counts travel together", l.name)
+		w(uint32(len(l.bias)))
+		w(l.bias)
+		w(l.counts)
+		w(uint32(len(l.mask)))
+		w(l.mask)
+		lp := uint32(0)
+		if l.logprobs {
+			lp = 1
+		}
+		w(lp)
 	}
 	return b.Bytes()
 }
@@ -46,14 +56,22 @@ func decodeResults(t *testing.T, data []byte, ls []*launch) []outcome {
 	r := bytes.NewReader(data)
 	out := make([]outcome, len(ls))
 	for i, l := range ls {
-		o := outcome{
-			tokens:   make([]int32, l.slots),
-			status:   make([]int32, l.slots),
-			counters: make([]uint32, 2*len(l.params)),
+		o := l.newOutcome()
+		get := func(v any) { require.NoError(t, binary.Read(r, binary.LittleEndian, v), "result of %s", l.name) }
+		get(o.tokens)
+		get(o.status)
+		if o.logprobs != nil {
+			get(o.logprobs)
 		}
-		require.NoError(t, binary.Read(r, binary.LittleEndian, o.tokens), "result of %s", l.name)
-		require.NoError(t, binary.Read(r, binary.LittleEndian, o.status), "result of %s", l.name)
-		require.NoError(t, binary.Read(r, binary.LittleEndian, o.counters), "result of %s", l.name)
+		get(o.counters)
+		if l.kernel != kernelTopN {
+			if len(l.counts) > 0 {
+				o.counts = make([]uint32, len(l.counts))
+				get(o.counts)
+			}
+			o.params = make([]byte, len(l.params)*paramsBytes)
+			get(o.params)
+		}
 		out[i] = o
 	}
 	require.Zero(t, r.Len(), "trailing bytes in the result file")

@@ -58,7 +58,8 @@ func gpuLaunches(r *rand.Rand) []*launch {
 }
 
 // runDevice runs the launch on dev, twice: the second run starts from the counters the
-// first left behind (zero, by the ABI) and must give the same answer.
+// first left behind (zero, by the ABI) and from fresh copies of params and counts (which
+// ADVANCE and RECORD change), and must give the same answer.
 func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) outcome {
 	t.Helper()
 	k, err := mod.Kernel(kernelNames[l.kernel] + kernelsrc.Suffixes[l.dtype])
@@ -75,9 +76,14 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 		}
 	}()
 	alloc := func(bytes int) runtime.Buffer {
-		b, err := dev.Alloc(bytes)
+		b, err := dev.Alloc(max(bytes, 8))
 		require.NoError(t, err)
 		bufs = append(bufs, b)
+		return b
+	}
+	upload := func(data []byte) runtime.Buffer {
+		b := alloc(len(data))
+		require.NoError(t, s.CopyToDevice(b, 0, data))
 		return b
 	}
 	// The logits start slack bytes (rounded to the element size) into their buffer, so
@@ -86,29 +92,45 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 	logits := alloc(len(l.logits) + 16)
 	require.NoError(t, s.CopyToDevice(logits, off, l.logits))
 	params := alloc(n * paramsBytes)
-	require.NoError(t, s.CopyToDevice(params, 0, l.paramBytes()))
-	tokens, status := alloc(4*l.slots), alloc(4*l.slots)
-	partials := alloc(8 * n * l.gridX)
-	counters := alloc(8 * n)
-	require.NoError(t, s.Zero(counters, 0, 8*n))
+	fresh := l.newOutcome()
+	tokens, status := alloc(4*len(fresh.tokens)), alloc(4*len(fresh.status))
+	logprobs := alloc(4 * len(fresh.logprobs))
+	partials := alloc(8 * l.numPartials())
+	counters := alloc(4 * l.numCounters())
+	require.NoError(t, s.Zero(counters, 0, 4*l.numCounters()))
+	bias, mask := upload(auxBuffer(l.bias)), upload(auxBuffer(l.mask))
+	counts := alloc(len(auxBuffer(l.counts)))
 
-	untouchedSlots := make([]int32, l.slots)
-	for i := range untouchedSlots {
-		untouchedSlots[i] = untouched
-	}
 	var a runtime.Args
 	var runs [2]outcome
 	for i := range runs {
-		require.NoError(t, s.CopyToDevice(tokens, 0, runtime.BytesOf(untouchedSlots)))
-		require.NoError(t, s.CopyToDevice(status, 0, runtime.BytesOf(untouchedSlots)))
+		o := l.newOutcome()
+		require.NoError(t, s.CopyToDevice(tokens, 0, runtime.BytesOf(o.tokens)))
+		require.NoError(t, s.CopyToDevice(status, 0, runtime.BytesOf(o.status)))
+		if o.logprobs != nil {
+			require.NoError(t, s.CopyToDevice(logprobs, 0, runtime.BytesOf(o.logprobs)))
+		}
+		require.NoError(t, s.CopyToDevice(params, 0, l.paramBytes()))
+		require.NoError(t, s.CopyToDevice(counts, 0, auxBuffer(l.counts)))
 		a.Reset().BufferAt(logits, off).Buffer(params).Buffer(tokens).Buffer(status).
-			Buffer(partials).Buffer(counters).U64(uint64(l.stride)).U32(uint32(l.vocab))
-		require.NoError(t, s.Launch(k, runtime.Dim3{X: l.gridX, Y: n, Z: 1}, runtime.Dim3{X: block, Y: 1, Z: 1}, &a),
-			"%s", l.name)
-		o := outcome{tokens: make([]int32, l.slots), status: make([]int32, l.slots), counters: make([]uint32, 2*n)}
+			Buffer(partials).Buffer(counters).U64(uint64(l.stride)).U32(uint32(l.vocab)).
+			Buffer(logprobs).Buffer(bias).Buffer(counts).Buffer(mask)
+		grid := runtime.Dim3{X: l.gridX, Y: n, Z: l.draws()}
+		require.NoError(t, s.Launch(k, grid, runtime.Dim3{X: block, Y: 1, Z: 1}, &a), "%s", l.name)
 		require.NoError(t, s.CopyToHost(runtime.BytesOf(o.tokens), tokens, 0))
 		require.NoError(t, s.CopyToHost(runtime.BytesOf(o.status), status, 0))
+		if o.logprobs != nil {
+			require.NoError(t, s.CopyToHost(runtime.BytesOf(o.logprobs), logprobs, 0))
+		}
 		require.NoError(t, s.CopyToHost(runtime.BytesOf(o.counters), counters, 0))
+		if l.kernel != kernelTopN {
+			if len(l.counts) > 0 {
+				o.counts = make([]uint32, len(l.counts))
+				require.NoError(t, s.CopyToHost(runtime.BytesOf(o.counts), counts, 0))
+			}
+			o.params = make([]byte, n*paramsBytes)
+			require.NoError(t, s.CopyToHost(o.params, params, 0))
+		}
 		require.NoError(t, s.Synchronize(), "%s", l.name)
 		runs[i] = o
 	}
@@ -133,4 +155,56 @@ func TestGPUCUDAEditionMatchesGoEdition(t *testing.T) {
 		got[i] = runDevice(t, dev, mod, l)
 	}
 	compareWithGo(t, "CUDA edition on "+dev.Info().Name, ls, got)
+}
+
+// TestGPUCUDAEditionV2MatchesGoEdition runs the version-2 workload (processors, draws,
+// RECORD, ADVANCE, routing, log-probability records, topn) on the GPU, plus full-size
+// log-probability and topn launches.
+func TestGPUCUDAEditionV2MatchesGoEdition(t *testing.T) {
+	opened, err := runtime.Open(runtime.OpenOptions{Backend: string(runtime.CUDA)})
+	require.NoError(t, err)
+	dev := opened.Device
+	defer dev.Close()
+	mod, err := dev.Load(kernelsrc.Sampling())
+	require.NoError(t, err)
+	defer mod.Close()
+
+	r := rand.New(rand.NewPCG(20261130, 4))
+	ls := v2Launches(r)
+	for _, l := range ls {
+		l.block, l.warp = gpuShape(r, l.gridX)
+	}
+	for dt := range 3 {
+		for _, kernel := range []int{kernelGumbel, kernelTopN} {
+			for _, s := range []int{1, 37} {
+				l := &launch{kernel: kernel, dtype: dt, gridX: s, gridZ: 1 + 2*(s%2), block: 1024, vocab: 151936,
+					stride: 151936, slots: 9}
+				if kernel == kernelTopN {
+					l.gridZ = 1
+				}
+				l.name = fmt.Sprintf("gpu v2 %s dtype=%d S=%d V=151936", kernelNames[kernel], dt, s)
+				l.fill(r)
+				l.withProcessors(r)
+				l.logprobs = kernel != kernelTopN
+				l.rows(r, func(p *rowParams) {
+					v2Flags(r, p)
+					p.topN = 20
+					if r.IntN(2) == 0 {
+						p.flags |= flagPerturbed
+					}
+					if kernel == kernelTopN {
+						p.flags &^= flagLogprobs | flagRecord | flagAdvance
+					}
+				})
+				ls = append(ls, l)
+			}
+		}
+	}
+	got := make([]outcome, len(ls))
+	for i, l := range ls {
+		got[i] = runDevice(t, dev, mod, l)
+	}
+	seen, kinds := matchGo(t, ls, got)
+	t.Logf("slots by status %v; sampled by path %v; coverage %v", seen, kinds, v2Coverage(ls, got))
+	require.Positive(t, seen[0])
 }

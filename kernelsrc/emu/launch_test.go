@@ -24,25 +24,44 @@ import (
 const (
 	kernelGumbel      = 0
 	kernelCategorical = 1
+	kernelTopN        = 2
 
 	dtF32  = 0
 	dtF16  = 1
 	dtBF16 = 2
 
-	jobMagic    = 0x4D454247 // "GBEM"
+	jobMagic    = 0x32454247 // "GBE2"
 	paramsBytes = 64
 	untouched   = -7 // what the driver and the Go run put in every slot beforehand
+	maxTopN     = 20 // the topn kernels' output stride
+	topnStride  = 22 // uint64 partials per topn block
 )
 
-var kernelNames = [2]string{kernelsrc.GumbelArgmax, kernelsrc.Categorical}
+// Row flags of RowParams word 9 (ABI.md, version 2).
+const (
+	flagLogprobs    uint32 = 1 << 0
+	flagAdvance     uint32 = 1 << 1
+	flagRecord      uint32 = 1 << 2
+	flagRouted      uint32 = 1 << 3
+	flagCategorical uint32 = 1 << 4
+	flagBias        uint32 = 1 << 5
+	flagMask        uint32 = 1 << 6
+	flagPenalties   uint32 = 1 << 7
+	flagPerturbed   uint32 = 1 << 8
+)
+
+var kernelNames = [3]string{kernelsrc.GumbelArgmax, kernelsrc.Categorical, kernelsrc.TopN}
 
 // rowParams is one RowParams entry (ABI.md).
 type rowParams struct {
-	row         uint32
-	temperature float32
-	seed, step  uint64
-	topK        uint32
-	topP, minP  float32
+	row                             uint32
+	temperature                     float32
+	seed, step                      uint64
+	topK                            uint32
+	topP, minP                      float32
+	flags                           uint32
+	repetition, frequency, presence float32
+	topN                            uint32
 }
 
 // launch is one kernel launch, run by the emulated CUDA edition and by the Go edition.
@@ -51,6 +70,7 @@ type launch struct {
 	kernel int
 	dtype  int
 	gridX  int
+	gridZ  int // draws per row; 0 reads as 1
 	block  int
 	warp   int // the emulated warp size: 32 (NVIDIA, RDNA) or 64 (CDNA)
 	vocab  int
@@ -59,12 +79,21 @@ type launch struct {
 	slots  int // logits rows, token and status slots
 	logits []byte
 	params []rowParams
+	// Version 2 buffers, one entry per logits row and element (mask: per 32 elements);
+	// nil passes an 8-byte buffer, as ABI.md allows when no row uses the feature.
+	bias     []float32
+	counts   []uint32
+	mask     []uint32
+	logprobs bool // pass a logprobs buffer
 }
 
 // outcome is what a launch leaves behind.
 type outcome struct {
-	tokens, status []int32
+	tokens, status []int32   // topn: status holds the values' bits
+	logprobs       []float32 // records, when the launch passes a logprobs buffer
 	counters       []uint32
+	counts         []uint32 // the counts buffer afterwards (RECORD)
+	params         []byte   // the params buffer afterwards (ADVANCE)
 }
 
 func (l *launch) elemSize() int {
@@ -72,6 +101,34 @@ func (l *launch) elemSize() int {
 		return 4
 	}
 	return 2
+}
+
+// draws is grid.z.
+func (l *launch) draws() int { return max(l.gridZ, 1) }
+
+// outSlots is the number of token (and status) slots of the launch.
+func (l *launch) outSlots() int {
+	if l.kernel == kernelTopN {
+		return l.slots * maxTopN
+	}
+	return l.slots * l.draws()
+}
+
+// numCounters and numPartials are the scratch sizes of ABI.md.
+func (l *launch) numCounters() int {
+	n := len(l.params)
+	if l.kernel == kernelTopN {
+		return 2 * n
+	}
+	return 2*n*l.draws() + n
+}
+
+func (l *launch) numPartials() int {
+	n := len(l.params)
+	if l.kernel == kernelTopN {
+		return topnStride * n * l.gridX
+	}
+	return 3 * n * l.draws() * l.gridX
 }
 
 func (l *launch) paramBytes() []byte {
@@ -88,8 +145,40 @@ func (l *launch) paramBytes() []byte {
 		put(6, p.topK)
 		put(7, math.Float32bits(p.topP))
 		put(8, math.Float32bits(p.minP))
+		put(9, p.flags)
+		put(10, math.Float32bits(p.repetition))
+		put(11, math.Float32bits(p.frequency))
+		put(12, math.Float32bits(p.presence))
+		put(13, p.topN)
 	}
 	return b
+}
+
+// auxBuffer is a version-2 buffer's bytes, or 8 bytes when the launch has none.
+func auxBuffer[T uint32 | float32](s []T) []byte {
+	if len(s) == 0 {
+		return make([]byte, 8)
+	}
+	return append([]byte(nil), runtime.BytesOf(s)...)
+}
+
+// newOutcome is an outcome whose slots hold untouched (and logprobs -7) beforehand.
+func (l *launch) newOutcome() outcome {
+	o := outcome{
+		tokens:   make([]int32, l.outSlots()),
+		status:   make([]int32, l.outSlots()),
+		counters: make([]uint32, l.numCounters()),
+	}
+	for i := range o.tokens {
+		o.tokens[i], o.status[i] = untouched, untouched
+	}
+	if l.logprobs && l.kernel != kernelTopN {
+		o.logprobs = make([]float32, 4*l.outSlots())
+		for i := range o.logprobs {
+			o.logprobs[i] = untouched
+		}
+	}
+	return o
 }
 
 // runGo runs the launch through the Go edition on the CPU device.
@@ -98,28 +187,39 @@ func runGo(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) outc
 	k, err := mod.Kernel(kernelNames[l.kernel] + kernelsrc.Suffixes[l.dtype])
 	require.NoError(t, err)
 	n := len(l.params)
-	o := outcome{
-		tokens:   make([]int32, l.slots),
-		status:   make([]int32, l.slots),
-		counters: make([]uint32, 2*n),
-	}
-	for i := range o.tokens {
-		o.tokens[i], o.status[i] = untouched, untouched
-	}
-	partials := make([]uint64, n*l.gridX)
+	o := l.newOutcome()
+	partials := make([]uint64, l.numPartials())
 	logits := append([]byte(nil), l.logits...)
+	params := l.paramBytes()
+	logprobs := make([]byte, 8)
+	if o.logprobs != nil {
+		logprobs = runtime.BytesOf(o.logprobs)
+	}
+	counts := auxBuffer(l.counts)
 	var a runtime.Args
 	a.Buffer(cpu.Wrap(logits)).
-		Buffer(cpu.Wrap(l.paramBytes())).
+		Buffer(cpu.Wrap(params)).
 		Buffer(cpu.Wrap(runtime.BytesOf(o.tokens))).
 		Buffer(cpu.Wrap(runtime.BytesOf(o.status))).
 		Buffer(cpu.Wrap(runtime.BytesOf(partials))).
 		Buffer(cpu.Wrap(runtime.BytesOf(o.counters))).
 		U64(uint64(l.stride)).
-		U32(uint32(l.vocab))
+		U32(uint32(l.vocab)).
+		Buffer(cpu.Wrap(logprobs)).
+		Buffer(cpu.Wrap(auxBuffer(l.bias))).
+		Buffer(cpu.Wrap(counts)).
+		Buffer(cpu.Wrap(auxBuffer(l.mask)))
 	s := dev.DefaultStream()
-	require.NoError(t, s.Launch(k, runtime.Dim3{X: l.gridX, Y: n, Z: 1}, runtime.Dim3{X: l.block, Y: 1, Z: 1}, &a))
+	grid := runtime.Dim3{X: l.gridX, Y: n, Z: l.draws()}
+	require.NoError(t, s.Launch(k, grid, runtime.Dim3{X: l.block, Y: 1, Z: 1}, &a))
 	require.NoError(t, s.Synchronize())
+	if l.kernel != kernelTopN {
+		if len(l.counts) > 0 {
+			o.counts = make([]uint32, len(l.counts))
+			copy(runtime.BytesOf(o.counts), counts)
+		}
+		o.params = params
+	}
 	return o
 }
 
@@ -143,8 +243,10 @@ func compareWithGo(t *testing.T, what string, ls []*launch, got []outcome) {
 }
 
 // matchGo runs every launch through the Go edition on the CPU device and asserts that got
-// matches it (tokens, statuses, untouched slots, zeroed counters); it returns the Go
-// edition's rows by status and its sampled rows by path.
+// matches it: tokens and statuses exactly (untouched slots included), log-probability
+// records and topn values within recordTolerance, counts and params (RECORD, ADVANCE)
+// exactly, and zeroed counters. It returns the Go edition's output slots by status and
+// its sampled slots by path.
 func matchGo(t *testing.T, ls []*launch, got []outcome) (seen [4]int, kinds map[string]int) {
 	t.Helper()
 	dev, err := cpu.Open()
@@ -157,21 +259,99 @@ func matchGo(t *testing.T, ls []*launch, got []outcome) (seen [4]int, kinds map[
 	kinds = map[string]int{}
 	for i, l := range ls {
 		want := runGo(t, dev, mod, l)
+		if l.kernel == kernelTopN {
+			matchTopN(t, l, want, got[i], kinds)
+			continue
+		}
+		d := l.draws()
 		for y, p := range l.params {
-			assert.Equal(t, want.status[p.row], got[i].status[p.row],
-				"%s: launch row %d (slot %d, %+v): status", l.name, y, p.row, p)
-			assert.Equal(t, want.tokens[p.row], got[i].tokens[p.row],
-				"%s: launch row %d (slot %d, %+v): token", l.name, y, p.row, p)
-			seen[want.status[p.row]]++
-			if want.status[p.row] == 0 {
-				kinds[rowKind(l, p)]++
+			for z := range d {
+				o := int(p.row)*d + z
+				assert.Equal(t, want.status[o], got[i].status[o],
+					"%s: launch row %d draw %d (slot %d, %+v): status", l.name, y, z, o, p)
+				assert.Equal(t, want.tokens[o], got[i].tokens[o],
+					"%s: launch row %d draw %d (slot %d, %+v): token", l.name, y, z, o, p)
+				if st := want.status[o]; st >= 0 && int(st) < len(seen) {
+					seen[st]++
+					if st == 0 {
+						kinds[rowKind(l, p)]++
+					}
+				}
 			}
 		}
 		assert.Equal(t, want.tokens, got[i].tokens, "%s: tokens (unnamed slots untouched)", l.name)
 		assert.Equal(t, want.status, got[i].status, "%s: status", l.name)
-		assert.Equal(t, make([]uint32, 2*len(l.params)), got[i].counters, "%s: counters left non-zero", l.name)
+		matchRecords(t, l.name+": logprobs", want.logprobs, got[i].logprobs, 4)
+		assert.Equal(t, make([]uint32, l.numCounters()), got[i].counters, "%s: counters left non-zero", l.name)
+		assert.Equal(t, want.counts, got[i].counts, "%s: counts after RECORD", l.name)
+		assert.Equal(t, want.params, got[i].params, "%s: params after ADVANCE", l.name)
 	}
 	return seen, kinds
+}
+
+// recordTolerance is how far a log-probability word may lie from the Go edition's:
+// 1e-5 relative to the record's own magnitudes (the log-sum-exps are float32 sums of
+// fast exponentials on the GPU, float64 sums in Go).
+func recordTolerance(words ...float32) float64 {
+	m := 1.0
+	for _, w := range words {
+		if a := math.Abs(float64(w)); a > m && !math.IsInf(a, 0) {
+			m = a
+		}
+	}
+	return 1e-5 * m
+}
+
+// matchRecords compares float32 words group by group (a record of 4 words, or one topn
+// value): NaN, infinities and the untouched marker exactly, other values within
+// recordTolerance of the group's words.
+func matchRecords(t *testing.T, what string, want, got []float32, group int) {
+	t.Helper()
+	require.Len(t, got, len(want), "%s", what)
+	for g := 0; g < len(want); g += group {
+		w, h := want[g:g+group], got[g:g+group]
+		tol := recordTolerance(w...)
+		for k := range w {
+			switch {
+			case w[k] != w[k]:
+				assert.True(t, h[k] != h[k], "%s: word %d is %v, want NaN", what, g+k, h[k])
+			case math.IsInf(float64(w[k]), 0) || w[k] == untouched:
+				assert.Equal(t, w[k], h[k], "%s: word %d", what, g+k)
+			default:
+				assert.InDelta(t, w[k], h[k], tol, "%s: word %d (record %v, want %v)", what, g+k, h, w)
+			}
+		}
+	}
+}
+
+// matchTopN compares a topn launch: tokens exactly, values as records of one word.
+func matchTopN(t *testing.T, l *launch, want, got outcome, kinds map[string]int) {
+	t.Helper()
+	assert.Equal(t, want.tokens, got.tokens, "%s: topn tokens", l.name)
+	values := func(bits []int32) []float32 {
+		v := make([]float32, len(bits))
+		for i, b := range bits {
+			if b == untouched {
+				v[i] = untouched
+			} else {
+				v[i] = math.Float32frombits(uint32(b))
+			}
+		}
+		return v
+	}
+	matchRecords(t, l.name+": topn values", values(want.status), values(got.status), 1)
+	assert.Equal(t, make([]uint32, l.numCounters()), got.counters, "%s: counters left non-zero", l.name)
+	for _, p := range l.params {
+		for j := range maxTopN {
+			if want.tokens[int(p.row)*maxTopN+j] >= 0 {
+				if p.flags&flagPerturbed != 0 {
+					kinds["topn perturbed"]++
+				} else {
+					kinds["topn"]++
+				}
+			}
+		}
+	}
 }
 
 // rowKind names the path a sampled row took, for the coverage check.

@@ -101,7 +101,7 @@ func TestCompileSamplingKernels(t *testing.T) {
 	for _, tc := range ciTargets {
 		t.Run(tc.target, func(t *testing.T) {
 			kernels := compileAndRead(t, kernelsrc.Sampling(), tc.target, tc.mach, tc.wave)
-			for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical} {
+			for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical, kernelsrc.TopN} {
 				for _, suffix := range kernelsrc.Suffixes {
 					assert.Contains(t, kernels, base+suffix, "kernel %s%s in the %s code object", base, suffix, tc.target)
 				}

@@ -1,14 +1,21 @@
 // emu_driver runs the launches of a job file through sampling.cu on the CPU (cuda_emu.h)
-// and writes what the kernels left in tokens, status and counters. emu_test.go writes the
-// jobs and compares the results with the Go edition.
+// and writes what the kernels left in their output and scratch buffers. emu_test.go
+// writes the jobs and compares the results with the Go edition.
 //
 // Usage: emu_driver JOB RESULT, or emu_driver --units UNITS RESULT (see units below).
 //
-// JOB (little-endian): u32 magic "GBEM", u32 count, then per launch:
-//   u32 kernel (0 gumbel_argmax, 1 categorical), u32 dtype (0 f32, 1 f16, 2 bf16),
-//   u32 grid_x, u32 grid_y, u32 block_x, u32 warp_size, u32 vocab, u32 slack,
-//   u64 row_stride, u32 slots, u32 reserved, u64 logits_bytes, logits, params (grid_y * 64).
-// RESULT, per launch: i32 tokens[slots], i32 status[slots], u32 counters[2 * grid_y].
+// JOB (little-endian): u32 magic "GBE2", u32 count, then per launch:
+//   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn), u32 dtype (0 f32, 1 f16, 2 bf16),
+//   u32 grid_x, u32 grid_y, u32 grid_z, u32 block_x, u32 warp_size, u32 vocab, u32 slack,
+//   u32 slots (logits rows), u64 row_stride, u64 logits_bytes, logits, params (grid_y * 64),
+//   u32 aux (elements of bias and counts: 0, or slots * vocab), f32 bias[aux], u32 counts[aux],
+//   u32 mask_words, u32 mask[mask_words], u32 logprobs (1: a logprobs buffer, 0: none).
+// A buffer of no elements is passed as an 8-byte one, as ABI.md allows for a feature no
+// row uses.
+// RESULT, per launch: gumbel_argmax and categorical: i32 tokens[slots * grid_z],
+//   i32 status[slots * grid_z], f32 logprobs[4 * slots * grid_z] (when asked for),
+//   u32 counters[2 * grid_y * grid_z + grid_y], u32 counts[aux], params (grid_y * 64);
+//   topn: i32 tokens[slots * 20], f32 values[slots * 20], u32 counters[2 * grid_y].
 //
 // With GB_EMU_TRACE set, each launch is named on stderr as it ends (to see where the
 // time goes: the emulation is slow per barrier, not per element).
@@ -28,7 +35,7 @@
 
 namespace {
 
-constexpr std::uint32_t kMagic = 0x4D454247u; // "GBEM"
+constexpr std::uint32_t kMagic = 0x32454247u; // "GBE2"
 constexpr std::int32_t kUntouched = -7;
 
 // guarded is memory of n bytes that ends slack bytes before an inaccessible page and
@@ -86,9 +93,29 @@ struct reader {
     }
 };
 
-using gumbel_fn = void (*)(const float*, const gb_row_params*, gb_i32*, gb_i32*, gb_u64*, gb_u32*, gb_u64, gb_u32);
-using gumbel16_fn = void (*)(const gb_u16*, const gb_row_params*, gb_i32*, gb_i32*, gb_u64*, gb_u32*, gb_u64,
-                             gb_u32);
+template <typename T>
+using sample_fn = void (*)(const T*, gb_row_params*, gb_i32*, gb_i32*, gb_u64*, gb_u32*, gb_u64, gb_u32, float*,
+                           const float*, gb_u32*, const gb_u32*);
+template <typename T>
+using topn_fn = void (*)(const T*, const gb_row_params*, gb_i32*, float*, gb_u64*, gb_u32*, gb_u64, gb_u32, float*,
+                         const float*, const gb_u32*, const gb_u32*);
+
+// copy_in fills a guarded buffer of n elements of T (at least 8 bytes) from the job.
+template <typename T>
+std::unique_ptr<guarded> copy_in(reader& r, std::size_t n) {
+    auto g = std::make_unique<guarded>(n == 0 ? 8 : n * sizeof(T), 0);
+    if (n == 0) {
+        std::memset(g->as<unsigned char>(), 0x5A, 8);
+    } else {
+        std::memcpy(g->as<unsigned char>(), r.take(n * sizeof(T)), n * sizeof(T));
+    }
+    return g;
+}
+
+template <typename T>
+void put(std::ofstream& out, const T* p, std::size_t n) {
+    out.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n * sizeof(T)));
+}
 
 } // namespace
 
@@ -157,56 +184,98 @@ int main(int argc, char** argv) {
         const std::uint32_t dtype = r.get<std::uint32_t>();
         const std::uint32_t grid_x = r.get<std::uint32_t>();
         const std::uint32_t grid_y = r.get<std::uint32_t>();
+        const std::uint32_t grid_z = r.get<std::uint32_t>();
         const std::uint32_t block_x = r.get<std::uint32_t>();
         const std::uint32_t warp = r.get<std::uint32_t>();
         const std::uint32_t vocab = r.get<std::uint32_t>();
         const std::uint32_t slack = r.get<std::uint32_t>();
-        const std::uint64_t stride = r.get<std::uint64_t>();
         const std::uint32_t slots = r.get<std::uint32_t>();
-        (void)r.get<std::uint32_t>();
+        const std::uint64_t stride = r.get<std::uint64_t>();
         const std::uint64_t nbytes = r.get<std::uint64_t>();
-        if (kernel > 1 || dtype > 2 || grid_x == 0 || grid_y == 0 || slots == 0) {
+        if (kernel > 2 || dtype > 2 || grid_x == 0 || grid_y == 0 || grid_z == 0 || slots == 0) {
             gb_emu::fail("bad launch header");
         }
+        const bool topn = kernel == 2;
 
         guarded logits(nbytes, slack);
         std::memcpy(logits.as<unsigned char>(), r.take(nbytes), nbytes);
         guarded params(std::size_t{grid_y} * 64, 0);
         std::memcpy(params.as<unsigned char>(), r.take(std::size_t{grid_y} * 64), std::size_t{grid_y} * 64);
-        guarded tokens(std::size_t{slots} * 4, 0);
-        guarded status(std::size_t{slots} * 4, 0);
-        for (std::uint32_t s = 0; s < slots; ++s) {
+        const std::uint32_t aux = r.get<std::uint32_t>();
+        auto bias = copy_in<float>(r, aux);
+        auto counts = copy_in<gb_u32>(r, aux);
+        const std::uint32_t mask_words = r.get<std::uint32_t>();
+        auto mask = copy_in<gb_u32>(r, mask_words);
+        const bool want_lp = r.get<std::uint32_t>() != 0;
+
+        const std::size_t outs = topn ? std::size_t{slots} * GB_TOPN_MAX : std::size_t{slots} * grid_z;
+        guarded tokens(outs * 4, 0);
+        guarded status(outs * 4, 0);
+        for (std::size_t s = 0; s < outs; ++s) {
             tokens.as<gb_i32>()[s] = kUntouched;
             status.as<gb_i32>()[s] = kUntouched;
         }
-        guarded partials(std::size_t{grid_x} * grid_y * 8, 0);
-        std::memset(partials.as<unsigned char>(), 0xA5, std::size_t{grid_x} * grid_y * 8);
-        guarded counters(std::size_t{grid_y} * 8, 0);
-        std::memset(counters.as<unsigned char>(), 0, std::size_t{grid_y} * 8);
+        const std::size_t nlp = want_lp ? 4 * outs : 2;
+        guarded logprobs(nlp * 4, 0);
+        for (std::size_t s = 0; s < nlp; ++s) {
+            logprobs.as<float>()[s] = -7.0f;
+        }
+        const std::size_t npart =
+            topn ? std::size_t{GB_TOPN_STRIDE} * grid_x * grid_y : std::size_t{3} * grid_x * grid_y * grid_z;
+        guarded partials(npart * 8, 0);
+        std::memset(partials.as<unsigned char>(), 0xA5, npart * 8);
+        const std::size_t ncnt = topn ? std::size_t{2} * grid_y : std::size_t{2} * grid_y * grid_z + grid_y;
+        guarded counters(ncnt * 4, 0);
+        std::memset(counters.as<unsigned char>(), 0, ncnt * 4);
 
-        const gb_emu::dim3 grid{grid_x, grid_y, 1};
+        const gb_emu::dim3 grid{grid_x, grid_y, grid_z};
         const gb_emu::dim3 block{block_x, 1, 1};
-        const auto* prm = params.as<const gb_row_params>();
+        auto* prm = params.as<gb_row_params>();
         gb_i32* tok = tokens.as<gb_i32>();
         gb_i32* st = status.as<gb_i32>();
         gb_u64* part = partials.as<gb_u64>();
         gb_u32* cnt = counters.as<gb_u32>();
-        if (dtype == 0) {
-            const gumbel_fn fns[2] = {gumbel_argmax_f32, categorical_f32};
-            gb_emu::launch(fns[kernel], grid, block, static_cast<int>(warp), logits.as<const float>(), prm, tok, st,
-                           part, cnt, static_cast<gb_u64>(stride), vocab);
+        float* lp = logprobs.as<float>();
+        const float* bs = bias->as<const float>();
+        gb_u32* cs = counts->as<gb_u32>();
+        const gb_u32* mk = mask->as<const gb_u32>();
+        const int w = static_cast<int>(warp);
+        if (topn) {
+            float* values = reinterpret_cast<float*>(st);
+            if (dtype == 0) {
+                gb_emu::launch(topn_fn<float>(topn_f32), grid, block, w, logits.as<const float>(), prm, tok, values,
+                               part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
+            } else {
+                const topn_fn<gb_u16> fns[2] = {topn_f16, topn_bf16};
+                gb_emu::launch(fns[dtype - 1], grid, block, w, logits.as<const gb_u16>(), prm, tok, values, part, cnt,
+                               static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
+            }
+        } else if (dtype == 0) {
+            const sample_fn<float> fns[2] = {gumbel_argmax_f32, categorical_f32};
+            gb_emu::launch(fns[kernel], grid, block, w, logits.as<const float>(), prm, tok, st, part, cnt,
+                           static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
         } else {
-            const gumbel16_fn fns[2][2] = {{gumbel_argmax_f16, categorical_f16}, {gumbel_argmax_bf16, categorical_bf16}};
-            gb_emu::launch(fns[dtype - 1][kernel], grid, block, static_cast<int>(warp), logits.as<const gb_u16>(), prm,
-                           tok, st, part, cnt, static_cast<gb_u64>(stride), vocab);
+            const sample_fn<gb_u16> fns[2][2] = {{gumbel_argmax_f16, categorical_f16},
+                                                 {gumbel_argmax_bf16, categorical_bf16}};
+            gb_emu::launch(fns[dtype - 1][kernel], grid, block, w, logits.as<const gb_u16>(), prm, tok, st, part, cnt,
+                           static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
         }
         if (std::getenv("GB_EMU_TRACE") != nullptr) {
-            std::fprintf(stderr, "launch %u: kernel %u dtype %u grid %ux%u block %u vocab %u\n", i, kernel, dtype,
-                         grid_x, grid_y, block_x, vocab);
+            std::fprintf(stderr, "launch %u: kernel %u dtype %u grid %ux%ux%u block %u vocab %u\n", i, kernel, dtype,
+                         grid_x, grid_y, grid_z, block_x, vocab);
         }
-        out.write(reinterpret_cast<const char*>(tok), std::streamsize{slots} * 4);
-        out.write(reinterpret_cast<const char*>(st), std::streamsize{slots} * 4);
-        out.write(reinterpret_cast<const char*>(cnt), std::streamsize{grid_y} * 8);
+        put(out, tok, outs);
+        put(out, st, outs);
+        if (!topn) {
+            if (want_lp) {
+                put(out, lp, 4 * outs);
+            }
+        }
+        put(out, cnt, ncnt);
+        if (!topn) {
+            put(out, cs, aux);
+            put(out, params.as<const unsigned char>(), std::size_t{grid_y} * 64);
+        }
     }
     if (r.off != r.buf.size()) {
         gb_emu::fail("trailing bytes in job file");

@@ -1,0 +1,140 @@
+//go:build gpu
+
+package emu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/runtime"
+	_ "github.com/gumbel-go/gumbel/runtime/cuda" // registers the CUDA backend
+)
+
+// BenchmarkGPUKernelFeatures times one launch of the CUDA edition per version-2 feature
+// at the size (V = 151936, batch 8, bf16 logits), by CUDA events around 200
+// back-to-back launches, so that it is device time, free of launch overhead. Compare
+// each line's device-µs/launch with "gumbel" (log-probabilities must cost < 10%):
+//
+//	CGO_ENABLED=0 go test -tags gpu -c -o .gpu/kernelsrc_emu.test ./kernelsrc/emu
+//	(cd kernelsrc/emu && ../../.gpu/kernelsrc_emu.test -test.run '^$' -test.bench GPUKernelFeatures)
+func BenchmarkGPUKernelFeatures(b *testing.B) {
+	opened, err := runtime.Open(runtime.OpenOptions{Backend: string(runtime.CUDA)})
+	require.NoError(b, err)
+	dev := opened.Device
+	defer dev.Close()
+	mod, err := dev.Load(kernelsrc.Sampling())
+	require.NoError(b, err)
+	defer mod.Close()
+
+	const vocab, batch, launches = 151936, 8, 200
+	r := rand.New(rand.NewPCG(7, 7))
+	base := &launch{kernel: kernelGumbel, dtype: dtBF16, vocab: vocab, stride: vocab, slots: batch + 1}
+	base.fill(r)
+	base.withProcessors(r)
+	for i := range base.mask {
+		base.mask[i] = ^uint32(0) // every token allowed: the work of a mask, not its effect
+	}
+	procs := flagBias | flagMask | flagPenalties
+	cases := []struct {
+		name   string
+		kernel int
+		flags  uint32
+		temp   float32
+		draws  int
+	}{
+		{"gumbel", kernelGumbel, 0, 0.8, 1},
+		{"gumbel+logprobs", kernelGumbel, flagLogprobs, 0.8, 1},
+		{"gumbel T=1", kernelGumbel, 0, 1, 1},
+		{"gumbel+logprobs T=1", kernelGumbel, flagLogprobs, 1, 1},
+		{"greedy", kernelGumbel, 0, 0, 1},
+		{"greedy+logprobs", kernelGumbel, flagLogprobs, 0, 1},
+		{"gumbel+processors", kernelGumbel, procs, 0.8, 1},
+		{"gumbel+processors+logprobs", kernelGumbel, procs | flagLogprobs, 0.8, 1},
+		{"gumbel draws=4", kernelGumbel, 0, 0.8, 4},
+		{"topn 20", kernelTopN, 0, 0.8, 1},
+		{"topn 20 perturbed", kernelTopN, flagPerturbed, 0.8, 1},
+	}
+	for _, s := range []int{1, 17} {
+		for _, c := range cases {
+			b.Run(fmt.Sprintf("S=%d/%s", s, c.name), func(b *testing.B) {
+				l := *base
+				l.kernel, l.gridX, l.gridZ, l.block = c.kernel, s, c.draws, 1024
+				l.logprobs = c.flags&flagLogprobs != 0
+				l.params = make([]rowParams, batch)
+				for y := range l.params {
+					l.params[y] = rowParams{row: uint32(y), temperature: c.temp, seed: uint64(y), step: 9,
+						flags: c.flags, repetition: 1.1, frequency: 0.2, presence: 0.1, topN: 20}
+				}
+				us := timeLaunches(b, dev, mod, &l, launches)
+				b.ReportMetric(us, "device-µs/launch")
+			})
+		}
+	}
+}
+
+// timeLaunches runs the launch n times back to back, b.N times over, and returns the mean
+// device time of one launch in microseconds.
+func timeLaunches(b *testing.B, dev runtime.Device, mod runtime.Module, l *launch, n int) float64 {
+	k, err := mod.Kernel(kernelNames[l.kernel] + kernelsrc.Suffixes[l.dtype])
+	require.NoError(b, err)
+	s := dev.DefaultStream()
+	var bufs []runtime.Buffer
+	defer func() {
+		for _, buf := range bufs {
+			require.NoError(b, buf.Free())
+		}
+	}()
+	upload := func(data []byte, size int) runtime.Buffer {
+		buf, err := dev.Alloc(max(size, len(data), 8))
+		require.NoError(b, err)
+		bufs = append(bufs, buf)
+		if len(data) > 0 {
+			require.NoError(b, s.CopyToDevice(buf, 0, data))
+		}
+		return buf
+	}
+	out := l.newOutcome()
+	logits := upload(l.logits, 0)
+	params := upload(l.paramBytes(), 0)
+	tokens := upload(nil, 4*len(out.tokens))
+	status := upload(nil, 4*len(out.status))
+	logprobs := upload(nil, 4*len(out.logprobs))
+	partials := upload(nil, 8*l.numPartials())
+	counters := upload(nil, 4*l.numCounters())
+	require.NoError(b, s.Zero(counters, 0, 4*l.numCounters()))
+	bias, counts, mask := upload(auxBuffer(l.bias), 0), upload(auxBuffer(l.counts), 0), upload(auxBuffer(l.mask), 0)
+	var a runtime.Args
+	a.Buffer(logits).Buffer(params).Buffer(tokens).Buffer(status).Buffer(partials).Buffer(counters).
+		U64(uint64(l.stride)).U32(uint32(l.vocab)).Buffer(logprobs).Buffer(bias).Buffer(counts).Buffer(mask)
+	require.NoError(b, a.Err())
+	grid := runtime.Dim3{X: l.gridX, Y: len(l.params), Z: l.draws()}
+	block := runtime.Dim3{X: min(l.block, k.MaxThreadsPerBlock()), Y: 1, Z: 1}
+	start, err := dev.NewEvent()
+	require.NoError(b, err)
+	defer start.Close()
+	stop, err := dev.NewEvent()
+	require.NoError(b, err)
+	defer stop.Close()
+	require.NoError(b, s.Launch(k, grid, block, &a)) // warm-up
+	require.NoError(b, s.Synchronize())
+	var total float64
+	b.ResetTimer()
+	for range b.N {
+		require.NoError(b, s.Record(start))
+		for range n {
+			if err := s.Launch(k, grid, block, &a); err != nil {
+				b.Fatal(err)
+			}
+		}
+		require.NoError(b, s.Record(stop))
+		require.NoError(b, stop.Synchronize())
+		ms, err := stop.ElapsedSince(start)
+		require.NoError(b, err)
+		total += float64(ms) * 1000 / float64(n)
+	}
+	return total / float64(b.N)
+}
