@@ -102,16 +102,20 @@ func TestGPUSamplingProgramCompiles(t *testing.T) {
 	if st.Log != "" {
 		t.Logf("NVRTC log:\n%s", st.Log)
 	}
-	for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical} {
+	for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical, kernelsrc.TopN} {
 		for _, suffix := range kernelsrc.Suffixes {
 			k, err := m.Kernel(base + suffix)
 			require.NoError(t, err)
 			t.Logf("%s: max %d threads per block", k.Name(), k.MaxThreadsPerBlock())
 			assert.Equal(t, 1024, k.MaxThreadsPerBlock(), "%s should allow 1024-thread blocks", k.Name())
-			assert.Equal(t, []int{8, 8, 8, 8, 8, 8, 8, 4}, k.(*kernel).paramSizes, "%s parameters (ABI.md)", k.Name())
+			assert.Equal(t, abiParamSizes, k.(*kernel).paramSizes, "%s parameters (ABI.md, version 2)", k.Name())
 		}
 	}
 }
+
+// abiParamSizes are the parameter sizes of every sampling kernel (ABI.md, version 2):
+// six buffers, row_stride (u64), vocab (u32), four more buffers.
+var abiParamSizes = []int{8, 8, 8, 8, 8, 8, 8, 4, 8, 8, 8, 8}
 
 const emptySource = `extern "C" __global__ void empty() {}`
 

@@ -108,7 +108,7 @@ func TestGPUCubinParamCounts(t *testing.T) {
 	require.NoError(t, err)
 	m := mod.(*module)
 	require.NotNil(t, m.cubin, "the H200 target compiles to a CUBIN")
-	for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical} {
+	for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical, kernelsrc.TopN} {
 		for _, suffix := range kernelsrc.Suffixes {
 			name := base + suffix
 			kk, err := mod.Kernel(name)
@@ -116,14 +116,14 @@ func TestGPUCubinParamCounts(t *testing.T) {
 			k := kk.(*kernel)
 			n, ok := cubinParamCount(m.cubin, name)
 			require.True(t, ok, name)
-			assert.Equal(t, 8, n, name)
+			assert.Equal(t, len(abiParamSizes), n, name)
 			var probed []int
 			require.NoError(t, d.withContext(func() error {
 				probed = paramSizes(d.drv, k.fn, -1)
 				return nil
 			}))
 			assert.Equal(t, probed, k.paramSizes, name)
-			assert.Equal(t, []int{8, 8, 8, 8, 8, 8, 8, 4}, k.paramSizes, name)
+			assert.Equal(t, abiParamSizes, k.paramSizes, name)
 		}
 	}
 }

@@ -149,7 +149,7 @@ func TestGPUSamplingKernelsLoad(t *testing.T) {
 	mod, err := d.Load(kernelsrc.Sampling())
 	require.NoError(t, err)
 	defer mod.Close()
-	for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical} {
+	for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical, kernelsrc.TopN} {
 		for _, suffix := range kernelsrc.Suffixes {
 			k, err := mod.Kernel(base + suffix)
 			require.NoError(t, err)
