@@ -10,7 +10,8 @@
 // __fmul_rn/__fadd_rn/__fdiv_rn (never contracted into a multiply-add, whatever the
 // compiler options), and logf/log1pf/expf are the accurate library functions, not
 // intrinsics. Only the log-sum-exps of the log-probability records (ABI version 2) use
-// the hardware's fast 2^x, which the ABI allows there.
+// fast exponentials, which the ABI allows there: the hardware's 2^x and a polynomial one
+// written with explicit fused multiply-adds (gb_exp2_poly).
 //
 // ABI version 2 (log-probabilities, logit processors, draws over grid.z, RECORD and
 // ADVANCE, device routing, topn): each combination of a row's features runs its own
@@ -370,29 +371,6 @@ __device__ __forceinline__ gb_u32 gb_warp_max_u32_all(gb_u32 v) {
     return v;
 }
 
-// gb_block_reduce_key leaves in thread 0 the block's largest key and the OR of its flags.
-__device__ __forceinline__ void gb_block_reduce_key(gb_u64& key, gb_u32& flags, gb_u64* s_key,
-                                                    gb_u32* s_flags) {
-    for (int d = warpSize / 2; d > 0; d >>= 1) {
-        key = gb_max_u64(key, gb_shfl_down_u64(key, d));
-        flags |= gb_shfl_down_u32(flags, d);
-    }
-    if (gb_lane() == 0u) {
-        s_key[gb_warp()] = key;
-        s_flags[gb_warp()] = flags;
-    }
-    __syncthreads();
-    if (gb_warp() == 0u) {
-        bool have = gb_lane() < gb_num_warps();
-        key = have ? s_key[gb_lane()] : 0ull;
-        flags = have ? s_flags[gb_lane()] : 0u;
-        for (int d = warpSize / 2; d > 0; d >>= 1) {
-            key = gb_max_u64(key, gb_shfl_down_u64(key, d));
-            flags |= gb_shfl_down_u32(flags, d);
-        }
-    }
-}
-
 // gb_block_max_or returns to every thread the block's largest value and OR of flags.
 __device__ __forceinline__ void gb_block_max_or(gb_u32& value, gb_u32& flags, gb_u64* s_red,
                                                 gb_u64* s_bcast) {
@@ -618,10 +596,53 @@ __device__ __forceinline__ void gb_lse_add4(gb_lse& a, const float v[4], float g
         a.s = __fmul_rn(a.s, gb_exp_diff(a.m, gm)); // 0 · 0 while empty
         a.m = gm;
     }
+    // The four terms are independent; summed in pairs, only one addition per group waits
+    // on the running sum.
+    const float e01 = __fadd_rn(gb_exp_diff(v[0], a.m), gb_exp_diff(v[1], a.m));
+    const float e23 = __fadd_rn(gb_exp_diff(v[2], a.m), gb_exp_diff(v[3], a.m));
+    a.s = __fadd_rn(a.s, __fadd_rn(e01, e23));
+}
+
+// gb_exp2_poly is 2^x for x <= 0 on the FMA pipe instead of the special-function unit,
+// whose 16 lanes per multiprocessor and clock bound the per-element cost of a row that
+// needs two log-sum-exps (FlashAttention-3 and -4 split softmax's exponentials the same
+// way): x = j + f with j an integer (rounded by adding 1.5 * 2^23, whose low bits then
+// hold j) and |f| <= 1/2, a degree-5 minimax polynomial for 2^f (c0 = 1: 2^0 is exactly
+// 1), and j added to the exponent field. Relative error at most 2.2e-7 (2^-22.1, checked
+// against double exp2 for every float in [-125, 0]), within the ABI's 2^-20. x is clamped
+// at -125 so that the exponent stays normal: a member 125 octaves below the maximum adds
+// 2^-125 instead of 0 (so does -Inf, and NaN, whose rows end with status 1), which no sum
+// holding the maximum's 1 notices. Explicit fused multiply-adds: the file is compiled
+// with contraction off, and only this approximation may use them.
+__device__ __forceinline__ float gb_exp2_poly(float x) {
+    x = fmaxf(x, -125.0f);
+    const float t = __fadd_rn(x, 12582912.0f);
+    const float f = __fadd_rn(x, -__fadd_rn(t, -12582912.0f)); // exact
+    float q = 1.327647245e-3f;
+    q = __fmaf_rn(q, f, 9.675540961e-3f);
+    q = __fmaf_rn(q, f, 5.550713092e-2f);
+    q = __fmaf_rn(q, f, 2.402212024e-1f);
+    q = __fmaf_rn(q, f, 6.931469440e-1f);
+    q = __fmaf_rn(q, f, 1.0f);
+    return __uint_as_float(__float_as_uint(q) + (__float_as_uint(t) << 23));
+}
+
+// gb_lse_add4_poly is gb_lse_add4 with the members' exponentials on the FMA pipe (the
+// rescale, paid only when the maximum rises, stays on the special-function unit).
+__device__ __forceinline__ void gb_lse_add4_poly(gb_lse& a, const float v[4], float gm) {
+    if (!(gm > -gb_inf())) {
+        return;
+    }
+    if (gm > a.m) {
+        a.s = __fmul_rn(a.s, gb_exp_diff(a.m, gm));
+        a.m = gm;
+    }
+    float e[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        a.s = __fadd_rn(a.s, gb_exp_diff(v[j], a.m));
+        e[j] = gb_exp2_poly(__fmul_rn(__fadd_rn(v[j], -a.m), GB_LOG2E));
     }
+    a.s = __fadd_rn(a.s, __fadd_rn(__fadd_rn(e[0], e[1]), __fadd_rn(e[2], e[3])));
 }
 
 // gb_lse_merge adds the members of the pair (m, s) to a.
@@ -655,37 +676,99 @@ __device__ __forceinline__ void gb_lse_merge_packed(gb_lse& a, gb_u64 w) {
     gb_lse_merge(a, __uint_as_float((gb_u32)w), __uint_as_float((gb_u32)(w >> 32)));
 }
 
-// gb_block_lse leaves in thread 0 the block's merge of a (and of b when two is set; two
-// must be the same for the whole block). s_pair holds 2 · GB_MAX_WARPS words.
-__device__ __forceinline__ void gb_block_lse(gb_lse& a, gb_lse& b, bool two, gb_u64* s_pair) {
+// gb_lse_rescale sets a.m to the warp's largest maximum and returns a.s rescaled to it
+// (every lane gets the same m): one warp max and one exponential, after which merging is
+// plain addition. A lane that holds the maximum (or nothing, when the whole warp is
+// empty) keeps its sum as it is.
+__device__ __forceinline__ float gb_lse_rescale(gb_lse& a) {
+    const float m = gb_warp_max_f32_all(a.m);
+    const float s = a.m == m ? a.s : __fmul_rn(a.s, gb_exp_diff(a.m, m));
+    a.m = m;
+    return s;
+}
+
+__device__ __forceinline__ float gb_shfl_down_f32(float v, gb_u32 d) {
+    return __uint_as_float(__shfl_down_sync(0xFFFFFFFFu, __float_as_uint(v), d));
+}
+
+// gb_warp_lse2 leaves in lane 0 the warp's merge of a (and of b when two is set): the
+// chain is one max, one exponential and a tree of additions, not an exponential per
+// level of the tree. Only lane 0's sums are exact (shfl_down returns a lane its own value
+// past the warp's end, and lane 0's tree never reads there).
+__device__ __forceinline__ void gb_warp_lse2(gb_lse& a, gb_lse& b, bool two) {
+    float sa = gb_lse_rescale(a);
+    float sb = two ? gb_lse_rescale(b) : 0.0f;
     for (int d = warpSize / 2; d > 0; d >>= 1) {
-        // Only lane 0's result is kept, and its chain never reads past the warp.
-        float m = __uint_as_float(__shfl_down_sync(0xFFFFFFFFu, __float_as_uint(a.m), d));
-        float s = __uint_as_float(__shfl_down_sync(0xFFFFFFFFu, __float_as_uint(a.s), d));
-        gb_lse_merge(a, m, s);
+        sa = __fadd_rn(sa, gb_shfl_down_f32(sa, d));
         if (two) {
-            m = __uint_as_float(__shfl_down_sync(0xFFFFFFFFu, __float_as_uint(b.m), d));
-            s = __uint_as_float(__shfl_down_sync(0xFFFFFFFFu, __float_as_uint(b.s), d));
-            gb_lse_merge(b, m, s);
+            sb = __fadd_rn(sb, gb_shfl_down_f32(sb, d));
         }
     }
+    a.s = sa;
+    if (two) {
+        b.s = sb;
+    }
+}
+
+__device__ __forceinline__ gb_lse gb_lse_unpack(gb_u64 w) {
+    gb_lse a;
+    a.m = __uint_as_float((gb_u32)w);
+    a.s = __uint_as_float((gb_u32)(w >> 32));
+    return a;
+}
+
+// gb_block_lse leaves in thread 0 the block's merge of a (and of b when two is set; two
+// must be the same for the whole block; a and b may be one variable when it is clear).
+// s_pair holds 2 * GB_MAX_WARPS words. The warps' results meet in one round of shared
+// memory, which warp 0 merges as a warp merges its lanes.
+__device__ __forceinline__ void gb_block_lse(gb_lse& a, gb_lse& b, bool two, gb_u64* s_pair) {
+    gb_warp_lse2(a, b, two);
     if (gb_lane() == 0u) {
         s_pair[2u * gb_warp()] = gb_lse_pack(a);
-        s_pair[2u * gb_warp() + 1u] = gb_lse_pack(b);
+        if (two) {
+            s_pair[2u * gb_warp() + 1u] = gb_lse_pack(b);
+        }
     }
     __syncthreads();
-    if (threadIdx.x == 0u) {
-        gb_lse_init(a);
-        gb_lse_init(b);
-        for (gb_u32 w = 0; w < gb_num_warps(); ++w) {
-            gb_lse_merge_packed(a, s_pair[2u * w]);
-            if (two) {
-                gb_lse_merge_packed(b, s_pair[2u * w + 1u]);
-            }
+    if (gb_warp() == 0u) {
+        const bool have = gb_lane() < gb_num_warps();
+        gb_lse e;
+        gb_lse_init(e);
+        a = have ? gb_lse_unpack(s_pair[2u * gb_lane()]) : e;
+        if (two) {
+            b = have ? gb_lse_unpack(s_pair[2u * gb_lane() + 1u]) : e;
         }
+        gb_warp_lse2(a, b, two);
     }
     __syncthreads();
 }
+
+// gb_lse_logprob returns v - LSE for the set (m, s), and the LSE itself in lse. The
+// difference is taken from m, fl(fl(v - m) - log s): subtracting the float32 LSE would
+// cancel wherever |m| is large (a logit pushed near 2^29 by a frequency penalty, say),
+// where fl(m + log s) rounds back to m and every log-probability would read 0. A set
+// whose maximum is not finite follows IEEE arithmetic on the LSE (ABI.md).
+__device__ __forceinline__ float gb_lse_logprob(float v, float m, float s, float& lse) {
+    if (!(m > -gb_inf()) || m == gb_inf()) {
+        lse = gb_lse_value(m, s);
+        return __fadd_rn(v, -lse);
+    }
+    const float l = logf(s);
+    lse = __fadd_rn(m, l);
+    return __fadd_rn(__fadd_rn(v, -m), -l);
+}
+
+// gb_win is what a block of gumbel_argmax reduces at the end of a draw: the winner's key,
+// the OR of the row flags and, for the log-probability record (NL > 0), the winner's raw
+// logit x and the value v its processed log-probability is taken of (fl(x' * invT)), so
+// that no load waits on the winner once it is known, and the log-sum-exps (NL = 1: proc
+// only, the one set; NL = 2: both).
+struct gb_win {
+    gb_u64 key;
+    gb_u32 flags;
+    float x, v;
+    gb_lse raw, proc;
+};
 
 // gb_proc is a row's logit processors (ABI.md, "Processed logits").
 struct gb_proc {
@@ -898,8 +981,13 @@ __device__ __forceinline__ float gb_max4(const float v[4]) {
 //                  over exactly those elements (lowest first), so a warp pays one pass of
 //                  log1pf+logf per element its busiest lane needs, not one per position j
 //                  that any lane needs. 0: one guarded evaluation per position.
-// The defaults are the variant that compiles without spills (NVRTC 11.8, sm_90: 55
-// registers; GB_GROUPS=2 reaches 64 and spills 48 bytes with prefetch, 4 without).
+//   GB_EXP2_POLY   1: a row with two log-sum-exps (LOGPROBS with processors or a
+//                  temperature other than 1) computes the raw one's exponentials by a
+//                  polynomial on the FMA pipe (gb_exp2_poly), so that the special-function
+//                  unit carries one exponential per element, not two. 0: both on it.
+// The defaults are the variant that compiles without spills (NVRTC 11.8, sm_90: 63
+// registers with the record's fused merge, 61 with GB_EXP2_POLY=0; GB_GROUPS=2 reaches 64
+// and spills about 170-200 bytes).
 #ifndef GB_GROUPS
 #define GB_GROUPS 1
 #endif
@@ -917,6 +1005,9 @@ __device__ __forceinline__ float gb_max4(const float v[4]) {
 #endif
 #ifndef GB_LOG_LOOP
 #define GB_LOG_LOOP 0
+#endif
+#ifndef GB_EXP2_POLY
+#define GB_EXP2_POLY 1
 #endif
 #if GB_TILE_BOUND && !GB_BLOCK_BOUND
 #error "GB_TILE_BOUND needs GB_BLOCK_BOUND"
@@ -967,7 +1058,11 @@ __device__ __forceinline__ void gb_prepare(const gb_proc& pc, gb_u32 g, gb_u32 s
             }
         }
         if (NL == 2) {
+#if GB_EXP2_POLY
+            gb_lse_add4_poly(raw, cur[i], gb_max4(cur[i]));
+#else
             gb_lse_add4(raw, cur[i], gb_max4(cur[i]));
+#endif
         }
     }
 }
@@ -982,8 +1077,11 @@ __device__ __forceinline__ void gb_prepare(const gb_proc& pc, gb_u32 g, gb_u32 s
 // raw over the logits.
 template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem* row, gb_u32 start,
-                                               gb_u32 end, bool vec, const gb_proc& pc, gb_u64& tkey,
-                                               gb_u32& flags, gb_lse& raw, gb_lse& proc) {
+                                               gb_u32 end, bool vec, const gb_proc& pc, gb_win& w) {
+    gb_u64& tkey = w.key;
+    gb_u32& flags = w.flags;
+    gb_lse& raw = w.raw;
+    gb_lse& proc = w.proc;
     const gb_u32 stride = 4u * blockDim.x;
     const gb_u32 trip = GB_GROUPS * stride;
     float tbest = -gb_inf();
@@ -1016,6 +1114,14 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
                 j = xp[i][0] == mx ? 0u : j;
                 tbest = mx;
                 tkey = gb_pack(mx, g + (gb_u32)i * stride + j);
+                if (NL != 0) {
+                    w.v = mx;
+                    float x = cur[i][3];
+                    x = j == 2u ? cur[i][2] : x;
+                    x = j == 1u ? cur[i][1] : x;
+                    x = j == 0u ? cur[i][0] : x;
+                    w.x = x;
+                }
             }
         }
 #if GB_PREFETCH
@@ -1153,7 +1259,11 @@ template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem* row, gb_u32 start,
                                                gb_u32 end, bool vec, float invT, gb_u32 step_lo, gb_u32 step_hi,
                                                const gb_row_params& p, const gb_proc& pc, gb_u32* s_bound,
-                                               gb_u64& tkey, gb_u32& flags, gb_lse& raw, gb_lse& proc) {
+                                               gb_win& win) {
+    gb_u64& tkey = win.key; // (w is the Philox words below)
+    gb_u32& flags = win.flags;
+    gb_lse& raw = win.raw;
+    gb_lse& proc = win.proc;
     const gb_u32 stride = 4u * blockDim.x;
     const gb_u32 trip = GB_GROUPS * stride;
     float tbest = -gb_inf(); // the thread's best score: the score of tkey
@@ -1262,7 +1372,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
             }
             while (mask != 0u) {
                 const gb_u32 low = mask & (0u - mask);
-                float xk = 0.0f;
+                float xk = 0.0f, rk = 0.0f;
                 gb_u32 wk = 0u, tk = 0u, ik = 0u;
 #pragma unroll
                 for (int i = 0; i < GB_GROUPS; ++i) {
@@ -1270,6 +1380,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                     for (gb_u32 j = 0; j < 4u; ++j) {
                         if (low == 1u << (4u * (gb_u32)i + j)) {
                             xk = xs[i][j];
+                            rk = cur[i][j];
                             wk = w[i][j];
                             tk = t[i][j];
                             ik = g + (gb_u32)i * stride + j;
@@ -1278,7 +1389,12 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                 }
                 mask ^= low;
                 const float s = __fadd_rn(xk, gb_gumbel(wk, tk));
-                tkey = gb_max_u64(tkey, gb_pack(s, ik));
+                const gb_u64 k = gb_pack(s, ik);
+                if (NL != 0 && k > tkey) {
+                    win.x = rk;
+                    win.v = xk;
+                }
+                tkey = gb_max_u64(tkey, k);
                 tbest = fmaxf(tbest, s);
             }
 #else
@@ -1288,7 +1404,12 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                 for (gb_u32 j = 0; j < 4u; ++j) {
                     if (need[i][j]) {
                         float s = __fadd_rn(xs[i][j], gb_gumbel(w[i][j], t[i][j]));
-                        tkey = gb_max_u64(tkey, gb_pack(s, g + (gb_u32)i * stride + j));
+                        const gb_u64 k = gb_pack(s, g + (gb_u32)i * stride + j);
+                        if (NL != 0 && k > tkey) {
+                            win.x = cur[i][j];
+                            win.v = xs[i][j];
+                        }
+                        tkey = gb_max_u64(tkey, k);
                         tbest = fmaxf(tbest, s);
                     }
                 }
@@ -1302,30 +1423,199 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
     }
 }
 
-// gb_finish_draw is thread 0's work for a draw whose winner key and row flags are known:
-// the token and status of slot o, the log-probability record (LOGPROBS) from the
-// block's merged log-sum-exps (nl = 1: proc stands for both), and the end-of-draws work.
-template <int KIND>
-__device__ __forceinline__ void gb_finish_draw(const typename gb_io<KIND>::elem* row, gb_row_params* params,
-                                               const gb_row_params& p, gb_u32 y, gb_u64 o, gb_u64 key,
-                                               gb_u32 flags, float invT, const gb_proc& pc, int nl,
-                                               const gb_lse& raw, const gb_lse& proc, gb_i32* tokens,
-                                               gb_i32* status, float* logprobs, gb_u32* counters, gb_u32* counts,
-                                               gb_u32 vocab) {
-    const gb_i32 st = gb_finish(tokens, status, o, key, flags);
-    if (p.flags & GB_RF_LOGPROBS) {
-        float x = 0.0f, v = 0.0f, lse_raw = 0.0f, lse_proc = 0.0f;
-        if (st == GB_STATUS_OK) {
-            const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)key;
-            x = gb_io<KIND>::load1(row + tok);
-            // Greedy rows have invT = 1: fl(x' · 1) = x'.
-            v = __fmul_rn(gb_process1(pc, x, tok), invT);
-            lse_proc = gb_lse_value(proc.m, proc.s);
-            lse_raw = nl == 1 ? lse_proc : gb_lse_value(raw.m, raw.s);
+// gb_warp_win leaves in lane 0 the warp's merge of w: the winner's payload travels with
+// its key, and each log-sum-exp is one warp max and one exponential, then additions. The
+// chains of a level are independent, so a level costs about one shuffle's latency.
+template <int NL>
+__device__ __forceinline__ void gb_warp_win(gb_win& w) {
+    float sr = 0.0f, sp = 0.0f;
+    if (NL == 2) {
+        sr = gb_lse_rescale(w.raw);
+    }
+    if (NL >= 1) {
+        sp = gb_lse_rescale(w.proc);
+    }
+    for (int d = warpSize / 2; d > 0; d >>= 1) {
+        const gb_u64 k = gb_shfl_down_u64(w.key, d);
+        w.flags |= gb_shfl_down_u32(w.flags, d);
+        if (NL >= 1) {
+            const float x = gb_shfl_down_f32(w.x, d);
+            const float v = gb_shfl_down_f32(w.v, d);
+            sp = __fadd_rn(sp, gb_shfl_down_f32(sp, d));
+            if (k > w.key) {
+                w.x = x;
+                w.v = v;
+            }
         }
-        gb_write_record(logprobs, o, st == GB_STATUS_OK, x, lse_raw, v, lse_proc);
+        if (NL == 2) {
+            sr = __fadd_rn(sr, gb_shfl_down_f32(sr, d));
+        }
+        w.key = gb_max_u64(w.key, k);
+    }
+    if (NL == 2) {
+        w.raw.s = sr;
+    }
+    if (NL >= 1) {
+        w.proc.s = sp;
+    }
+}
+
+// gb_block_win leaves in thread 0 the block's merge of w: the warps' results meet in one
+// round of shared memory and one barrier (keys, flags, payloads and log-sum-exp pairs
+// together), and warp 0 merges them as a warp merges its lanes. Warp 0 reads the shared
+// arrays after the barrier: a caller passes another barrier before it writes them again.
+template <int NL>
+__device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
+                                             gb_u64* s_xv) {
+    gb_warp_win<NL>(w);
+    const gb_u32 wp = gb_warp();
+    if (gb_lane() == 0u) {
+        s_key[wp] = w.key;
+        s_flags[wp] = w.flags;
+        if (NL >= 1) {
+            s_xv[wp] = ((gb_u64)__float_as_uint(w.v) << 32) | __float_as_uint(w.x);
+            s_pair[2u * wp + 1u] = gb_lse_pack(w.proc);
+        }
+        if (NL == 2) {
+            s_pair[2u * wp] = gb_lse_pack(w.raw);
+        }
+    }
+    __syncthreads();
+    if (wp == 0u) {
+        const gb_u32 l = gb_lane();
+        const bool have = l < gb_num_warps();
+        w.key = have ? s_key[l] : 0ull;
+        w.flags = have ? s_flags[l] : 0u;
+        if (NL >= 1) {
+            const gb_u64 xv = have ? s_xv[l] : 0ull;
+            w.x = __uint_as_float((gb_u32)xv);
+            w.v = __uint_as_float((gb_u32)(xv >> 32));
+            gb_lse_init(w.proc);
+            if (have) {
+                w.proc = gb_lse_unpack(s_pair[2u * l + 1u]);
+            }
+        }
+        if (NL == 2) {
+            gb_lse_init(w.raw);
+            if (have) {
+                w.raw = gb_lse_unpack(s_pair[2u * l]);
+            }
+        }
+        gb_warp_win<NL>(w);
+    }
+}
+
+// gb_write_record_sets stores slot o's log-probability record (ABI.md) from the token's
+// raw logit x and value v and the two sets, each log-probability taken from its set's
+// maximum (gb_lse_logprob). nl = 1: proc is raw too, and x = v.
+__device__ __forceinline__ void gb_write_record_sets(float* logprobs, gb_u64 o, bool ok, int nl, float x, float v,
+                                                     const gb_lse& raw, const gb_lse& proc) {
+    float* rec = logprobs + 4u * o;
+    if (!ok) {
+        const float nan = __uint_as_float(0x7FC00000u);
+        rec[0] = rec[1] = rec[2] = rec[3] = nan;
+        return;
+    }
+    float lse_proc;
+    const float lp_proc = gb_lse_logprob(v, proc.m, proc.s, lse_proc);
+    float lse_raw = lse_proc;
+    float lp_raw = lp_proc;
+    if (nl != 1) {
+        lp_raw = gb_lse_logprob(x, raw.m, raw.s, lse_raw);
+    }
+    rec[0] = lp_raw;
+    rec[1] = lp_proc;
+    rec[2] = lse_raw;
+    rec[3] = lse_proc;
+}
+
+// gb_finish_draw is thread 0's work for a draw whose merged gb_win is known: the token
+// and status of slot o, the log-probability record (LOGPROBS) and the end-of-draws work.
+__device__ __forceinline__ void gb_finish_draw(gb_row_params* params, const gb_row_params& p, gb_u32 y, gb_u64 o,
+                                               const gb_win& w, int nl, gb_i32* tokens, gb_i32* status,
+                                               float* logprobs, gb_u32* counters, gb_u32* counts, gb_u32 vocab) {
+    const gb_i32 st = gb_finish(tokens, status, o, w.key, w.flags);
+    if (p.flags & GB_RF_LOGPROBS) {
+        gb_write_record_sets(logprobs, o, st == GB_STATUS_OK, nl, w.x, w.v, w.raw, w.proc);
     }
     gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
+}
+
+// gb_argmax_end is a draw's work after the scan (NL log-sum-exps): the block's merge;
+// with S = 1 thread 0 finishes the draw, otherwise the block publishes its partials and
+// the last block of the draw merges them all and finishes it. That block reads each
+// partial winner's logit while the partials are merged (thread i, partial i), so no load
+// waits on the draw's winner.
+template <int KIND, int NL>
+__device__ __forceinline__ void gb_argmax_end(const typename gb_io<KIND>::elem* row, gb_row_params* params,
+                                              const gb_row_params& p, gb_u32 y, gb_u32 z, gb_u64 o, gb_win& w,
+                                              float invT, const gb_proc& pc, gb_i32* tokens, gb_i32* status,
+                                              gb_u64* partials, gb_u32* counters, float* logprobs, gb_u32* counts,
+                                              gb_u32 vocab, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
+                                              gb_u64* s_xv, gb_u32* s_last) {
+    const gb_u32 nblocks = gridDim.x;
+    gb_block_win<NL>(w, s_key, s_flags, s_pair, s_xv);
+    if (nblocks == 1u) {
+        if (threadIdx.x == 0u) {
+            gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab);
+        }
+        return;
+    }
+
+    // Split phase: publish the partials, then count arrivals; the last block reduces.
+    const gb_u64 draw_row = (gb_u64)z * gridDim.y + y; // this draw's row of the scratch
+    gb_u64* part = partials + draw_row * nblocks;
+    gb_u64* pair = partials + (gb_u64)gridDim.y * gridDim.z * nblocks + 2u * draw_row * nblocks;
+    gb_u32* cnt = counters + 2u * draw_row;
+    if (threadIdx.x == 0u) {
+        part[blockIdx.x] = w.key;
+        if (NL != 0) {
+            pair[2u * blockIdx.x] = gb_lse_pack(NL == 1 ? w.proc : w.raw);
+            pair[2u * blockIdx.x + 1u] = gb_lse_pack(w.proc);
+        }
+        if (w.flags != 0u) {
+            atomicOr(&cnt[1], w.flags);
+        }
+        __threadfence();
+        gb_u32 prev = atomicAdd(&cnt[0], 1u);
+        *s_last = prev == nblocks - 1u ? 1u : 0u;
+    }
+    __syncthreads();
+    if (*s_last == 0u) {
+        return;
+    }
+    __threadfence();
+    const volatile gb_u64* vpart = part;
+    const volatile gb_u64* vpair = pair;
+    w.key = 0ull;
+    w.flags = 0u;
+    w.x = w.v = 0.0f;
+    gb_lse_init(w.raw);
+    gb_lse_init(w.proc);
+    for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
+        const gb_u64 k = vpart[i];
+        if (NL != 0) {
+            if (NL == 2) {
+                gb_lse_merge_packed(w.raw, vpair[2u * i]);
+            }
+            gb_lse_merge_packed(w.proc, vpair[2u * i + 1u]);
+            if (k > w.key) {
+                // The partial winner's logit (greedy rows: invT = 1), loaded now so that
+                // its latency hides behind the merge. 0 is an empty partial.
+                const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)k;
+                const float x = k != 0ull ? gb_io<KIND>::load1(row + tok) : 0.0f;
+                w.x = x;
+                w.v = k != 0ull ? __fmul_rn(gb_process1(pc, x, tok), invT) : 0.0f;
+            }
+        }
+        w.key = gb_max_u64(w.key, k);
+    }
+    gb_block_win<NL>(w, s_key, s_flags, s_pair, s_xv);
+    if (threadIdx.x == 0u) {
+        w.flags = atomicExch(&cnt[1], 0u);
+        atomicExch(&cnt[0], 0u);
+        gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab);
+    }
 }
 
 template <int KIND>
@@ -1339,6 +1629,7 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
     __shared__ gb_u32 s_last;
     __shared__ gb_u32 s_bound; // GB_BLOCK_BOUND: the order key of the block's lower bound
+    __shared__ gb_u64 s_xv[GB_MAX_WARPS]; // the warps' winners' (x, v) for the record
 
     const gb_u32 y = blockIdx.y;
     const gb_u32 z = blockIdx.z;
@@ -1380,23 +1671,25 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     const int nl = !(p.flags & GB_RF_LOGPROBS) ? 0 : (!procs && invT == 1.0f) ? 1 : 2;
 
     // Each combination of features is its own instantiation of the scan, so a row without
-    // them runs exactly the version-1 loop; the branches are uniform for the block.
-    gb_u64 tkey = 0ull;
-    gb_u32 flags = 0u;
-    gb_lse raw, proc;
-    gb_lse_init(raw);
-    gb_lse_init(proc);
+    // them runs exactly the version-1 loop; the branches are uniform for the block. With
+    // a record to write, the scan also keeps its best element's raw logit and value.
+    gb_win w;
+    w.key = 0ull;
+    w.flags = 0u;
+    w.x = w.v = 0.0f;
+    gb_lse_init(w.raw);
+    gb_lse_init(w.proc);
     if (greedy) {
         if (!procs) {
             if (nl == 0) {
-                gb_scan_greedy<KIND, false, 0>(row, start, end, vec, pc, tkey, flags, raw, proc);
+                gb_scan_greedy<KIND, false, 0>(row, start, end, vec, pc, w);
             } else {
-                gb_scan_greedy<KIND, false, 1>(row, start, end, vec, pc, tkey, flags, raw, proc);
+                gb_scan_greedy<KIND, false, 1>(row, start, end, vec, pc, w);
             }
         } else if (nl == 0) {
-            gb_scan_greedy<KIND, true, 0>(row, start, end, vec, pc, tkey, flags, raw, proc);
+            gb_scan_greedy<KIND, true, 0>(row, start, end, vec, pc, w);
         } else {
-            gb_scan_greedy<KIND, true, 2>(row, start, end, vec, pc, tkey, flags, raw, proc);
+            gb_scan_greedy<KIND, true, 2>(row, start, end, vec, pc, w);
         }
     } else {
         gb_u32 step_lo, step_hi;
@@ -1410,83 +1703,27 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
 #endif
         if (!procs) {
             if (nl == 0) {
-                gb_scan_gumbel<KIND, false, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, tkey,
-                                               flags, raw, proc);
+                gb_scan_gumbel<KIND, false, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
             } else if (nl == 1) {
-                gb_scan_gumbel<KIND, false, 1>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, tkey,
-                                               flags, raw, proc);
+                gb_scan_gumbel<KIND, false, 1>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
             } else {
-                gb_scan_gumbel<KIND, false, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, tkey,
-                                               flags, raw, proc);
+                gb_scan_gumbel<KIND, false, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
             }
         } else if (nl == 0) {
-            gb_scan_gumbel<KIND, true, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, tkey, flags,
-                                          raw, proc);
+            gb_scan_gumbel<KIND, true, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
         } else {
-            gb_scan_gumbel<KIND, true, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, tkey, flags,
-                                          raw, proc);
+            gb_scan_gumbel<KIND, true, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
         }
     }
-    gb_block_reduce_key(tkey, flags, s_key, s_flags);
-    if (nl == 1) {
-        gb_block_lse(proc, raw, false, s_pair); // the one log-sum-exp is proc
-    } else if (nl == 2) {
-        gb_block_lse(raw, proc, true, s_pair);
-    }
-
-    if (nblocks == 1u) {
-        if (threadIdx.x == 0u) {
-            gb_finish_draw<KIND>(row, params, p, y, o, tkey, flags, invT, pc, nl, raw, proc, tokens, status,
-                                 logprobs, counters, counts, vocab);
-        }
-        return;
-    }
-
-    // Split phase: publish the partials, then count arrivals; the last block reduces.
-    const gb_u64 draw_row = (gb_u64)z * gridDim.y + y; // this draw's row of the scratch
-    gb_u64* part = partials + draw_row * nblocks;
-    gb_u64* pair = partials + (gb_u64)gridDim.y * gridDim.z * nblocks + 2u * draw_row * nblocks;
-    gb_u32* cnt = counters + 2u * draw_row;
-    if (threadIdx.x == 0u) {
-        part[blockIdx.x] = tkey;
-        if (nl != 0) {
-            pair[2u * blockIdx.x] = gb_lse_pack(nl == 1 ? proc : raw);
-            pair[2u * blockIdx.x + 1u] = gb_lse_pack(proc);
-        }
-        if (flags != 0u) {
-            atomicOr(&cnt[1], flags);
-        }
-        __threadfence();
-        gb_u32 prev = atomicAdd(&cnt[0], 1u);
-        s_last = prev == nblocks - 1u ? 1u : 0u;
-    }
-    __syncthreads();
-    if (s_last == 0u) {
-        return;
-    }
-    __threadfence();
-    const volatile gb_u64* vpart = part;
-    const volatile gb_u64* vpair = pair;
-    gb_u64 key = 0ull;
-    gb_lse_init(raw);
-    gb_lse_init(proc);
-    for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
-        key = gb_max_u64(key, vpart[i]);
-        if (nl != 0) {
-            gb_lse_merge_packed(raw, vpair[2u * i]);
-            gb_lse_merge_packed(proc, vpair[2u * i + 1u]);
-        }
-    }
-    gb_u32 none = 0u;
-    gb_block_reduce_key(key, none, s_key, s_flags);
-    if (nl != 0) {
-        gb_block_lse(raw, proc, true, s_pair);
-    }
-    if (threadIdx.x == 0u) {
-        gb_u32 row_flags = atomicExch(&cnt[1], 0u);
-        atomicExch(&cnt[0], 0u);
-        gb_finish_draw<KIND>(row, params, p, y, o, key, row_flags, invT, pc, nl, raw, proc, tokens, status, logprobs,
-                             counters, counts, vocab);
+    if (nl == 0) {
+        gb_argmax_end<KIND, 0>(row, params, p, y, z, o, w, invT, pc, tokens, status, partials, counters, logprobs,
+                               counts, vocab, s_key, s_flags, s_pair, s_xv, &s_last);
+    } else if (nl == 1) {
+        gb_argmax_end<KIND, 1>(row, params, p, y, z, o, w, invT, pc, tokens, status, partials, counters, logprobs,
+                               counts, vocab, s_key, s_flags, s_pair, s_xv, &s_last);
+    } else {
+        gb_argmax_end<KIND, 2>(row, params, p, y, z, o, w, invT, pc, tokens, status, partials, counters, logprobs,
+                               counts, vocab, s_key, s_flags, s_pair, s_xv, &s_last);
     }
 }
 
@@ -1531,6 +1768,212 @@ __device__ __forceinline__ gb_u64 gb_kept_q(float x, const gb_row_state& st) {
     return gb_fixed(w, st.two_pow_f);
 }
 
+// Tuning of the categorical kernel. GB_CAT_CAP is the capacity of the shared-memory list of
+// candidates (12 bytes each: index, key, weight; 3072 fills the 48 KB of static shared
+// memory next to the other arrays: 43,296 bytes in all); rows whose candidates do not fit
+// take the full-row path. GB_CAT_GROUPS is how many groups of four elements each thread
+// has in flight in the passes over the row: 2 fits the 64 registers that 1024 threads
+// allow (NVRTC 11.8, sm_90: no spills), 3 and 4 spill 20 to 180 bytes.
+#ifndef GB_CAT_CAP
+#define GB_CAT_CAP 3072
+#endif
+#ifndef GB_CAT_GROUPS
+#define GB_CAT_GROUPS 2
+#endif
+#if GB_CAT_CAP < 1 || GB_CAT_CAP > 3072
+#error "GB_CAT_CAP must be 1..3072 (the list shares the 48 KB of static shared memory)"
+#endif
+#if GB_CAT_GROUPS < 1 || GB_CAT_GROUPS > 4
+#error "GB_CAT_GROUPS must be 1, 2, 3 or 4"
+#endif
+
+// gb_cat_load_trip reads a thread's GB_CAT_GROUPS groups of one trip over the row (group i
+// at base + i * 4 * blockDim.x + 4 * threadIdx.x) and replaces them by their processed
+// logits when the row has processors. All loads are issued before any is used: one block
+// holds a whole row, so the bytes in flight per thread, not the instruction count, bound
+// the speed of a pass (32 warps with one 16-byte load each keep too little in flight to
+// cover the L2 or HBM latency).
+template <int KIND>
+__device__ __forceinline__ void gb_cat_load_trip(const typename gb_io<KIND>::elem* row, gb_u32 base, gb_u32 vocab,
+                                                 bool vec, const gb_proc& pc, float x[GB_CAT_GROUPS][4],
+                                                 gb_u32 n[GB_CAT_GROUPS]) {
+    const gb_u32 chunk = 4u * blockDim.x;
+    gb_load_groups<KIND, GB_CAT_GROUPS>(row, base + 4u * threadIdx.x, chunk, vocab, vec, x, n);
+    if (pc.flags != 0u) {
+#pragma unroll
+        for (int i = 0; i < GB_CAT_GROUPS; ++i) {
+            gb_process_group(pc, base + (gb_u32)i * chunk + 4u * threadIdx.x, n[i], x[i], x[i]);
+        }
+    }
+}
+
+// gb_cat_hist_row adds to s_cnt the digit at shift of every processed key of the row whose
+// digits above it equal prefix: one level of top-k's radix select over the row. Keys only,
+// no exponential: a load, an order key, a compare and (rarely) a shared atomic per element.
+template <int KIND>
+__device__ __forceinline__ void gb_cat_hist_row(const typename gb_io<KIND>::elem* row, gb_u32 vocab, bool vec,
+                                                const gb_proc& pc, gb_u32 hi_mask, gb_u32 prefix, gb_u32 shift,
+                                                gb_u32* s_cnt) {
+    const gb_u32 trip = GB_CAT_GROUPS * 4u * blockDim.x;
+    const gb_u64 zeros[4] = {0ull, 0ull, 0ull, 0ull};
+    for (gb_u32 base = 0u; base < vocab; base += trip) {
+        float x[GB_CAT_GROUPS][4];
+        gb_u32 n[GB_CAT_GROUPS];
+        gb_cat_load_trip<KIND>(row, base, vocab, vec, pc, x, n);
+#pragma unroll
+        for (int i = 0; i < GB_CAT_GROUPS; ++i) {
+            gb_u32 bins[4];
+            bool ok[4];
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                const gb_u32 k = gb_orderkey(x[i][j]);
+                ok[j] = j < n[i] && (k & hi_mask) == prefix;
+                bins[j] = (k >> shift) & 0xFFu;
+            }
+            gb_hist_add(s_cnt, (gb_u64*)0, bins, zeros, ok);
+        }
+    }
+}
+
+// gb_cat_compact writes every element of the row whose processed key is at least low and
+// whose scaled difference d = fl(fl(x' - m) * invT) is not below dmin to the list (s_idx,
+// s_key, s_w: index, order key, weight w) in index order and returns their number; only the
+// first GB_CAT_CAP are written, and a larger count means the list is unusable. Each trip is one ordered
+// block compaction: the four groups' counts of a thread travel packed in 16-bit fields of
+// one 64-bit word (a block holds at most 4096 elements of a group, so no field carries
+// into the next), one warp scan gives every thread its place within its warp for all four
+// groups at once, and the warps' totals meet in shared memory behind a single barrier
+// (double-buffered, so the next trip's writes cannot overtake this trip's reads). Only the
+// listed elements pay for an exponential.
+template <int KIND>
+__device__ __forceinline__ gb_u32 gb_cat_compact(const typename gb_io<KIND>::elem* row, gb_u32 vocab, bool vec,
+                                                 const gb_proc& pc, gb_u32 low, float dmin, float m, float invT,
+                                                 float cutoff, gb_u32* s_idx, gb_u32* s_key, float* s_w, gb_u64* s_wc) {
+    const gb_u32 chunk = 4u * blockDim.x;
+    const gb_u32 trip = GB_CAT_GROUPS * chunk;
+    const gb_u32 lane = gb_lane();
+    const gb_u32 warp = gb_warp();
+    const gb_u32 nw = gb_num_warps();
+    gb_u32 running = 0u; // elements listed by the trips before this one
+    gb_u32 buf = 0u;
+    for (gb_u32 base = 0u; base < vocab; base += trip) {
+        float x[GB_CAT_GROUPS][4];
+        gb_u32 n[GB_CAT_GROUPS];
+        gb_cat_load_trip<KIND>(row, base, vocab, vec, pc, x, n);
+        gb_u32 keep[GB_CAT_GROUPS]; // bit j: element j of group i is listed
+        gb_u64 packed = 0ull;
+#pragma unroll
+        for (int i = 0; i < GB_CAT_GROUPS; ++i) {
+            keep[i] = 0u;
+            gb_u32 c = 0u;
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                if (j < n[i] && gb_orderkey(x[i][j]) >= low &&
+                    !(__fmul_rn(__fadd_rn(x[i][j], -m), invT) < dmin)) {
+                    keep[i] |= 1u << j;
+                    ++c;
+                }
+            }
+            packed |= (gb_u64)c << (16 * i);
+        }
+        gb_u64 incl = packed;
+        for (int d = 1; d < warpSize; d <<= 1) {
+            const gb_u64 t = gb_shfl_up_u64(incl, (gb_u32)d);
+            if (lane >= (gb_u32)d) {
+                incl += t;
+            }
+        }
+        gb_u64* wc = s_wc + buf * GB_MAX_WARPS;
+        if (lane == (gb_u32)warpSize - 1u) {
+            wc[warp] = incl;
+        }
+        __syncthreads();
+        gb_u64 before = 0ull, total = 0ull; // packed: the warps before this one, all warps
+        for (gb_u32 w = 0u; w < nw; ++w) {
+            const gb_u64 v = wc[w];
+            total += v;
+            before += w < warp ? v : 0ull;
+        }
+        const gb_u64 place = before + incl - packed;
+        gb_u32 group_base = running;
+#pragma unroll
+        for (int i = 0; i < GB_CAT_GROUPS; ++i) {
+            gb_u32 pos = group_base + (gb_u32)((place >> (16 * i)) & 0xFFFFull);
+            const gb_u32 g = base + (gb_u32)i * chunk + 4u * threadIdx.x;
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                if ((keep[i] >> j) & 1u) {
+                    if (pos < GB_CAT_CAP) {
+                        s_idx[pos] = g + j;
+                        s_key[pos] = gb_orderkey(x[i][j]);
+                        s_w[pos] = gb_weight(x[i][j], m, invT, cutoff);
+                    }
+                    ++pos;
+                }
+            }
+            group_base += (gb_u32)((total >> (16 * i)) & 0xFFFFull);
+        }
+        running = group_base;
+        buf ^= 1u;
+    }
+    __syncthreads();
+    return running;
+}
+
+// gb_clear_bins zeroes a radix level's counts.
+__device__ __forceinline__ void gb_clear_bins(gb_u32* s_cnt) {
+    for (gb_u32 b = threadIdx.x; b < GB_BINS; b += blockDim.x) {
+        s_cnt[b] = 0u;
+    }
+    __syncthreads();
+}
+
+// gb_cat_select_level ends one level of top-k's radix select over the counts in s_cnt: it
+// picks the bin holding the rem-th largest key of the current prefix, narrows rem and
+// prefix, and returns the bin's count.
+__device__ __forceinline__ gb_u32 gb_cat_select_level(const gb_u32* s_cnt, gb_u32 shift, gb_u64& rem,
+                                                      gb_u32& prefix, gb_u64* s_bcast) {
+    __syncthreads();
+    gb_u64 above = 0ull;
+    const gb_u32 b = gb_select_bin(s_cnt, (const gb_u64*)0, rem, above, s_bcast);
+    const gb_u32 in_bin = s_cnt[b];
+    __syncthreads(); // every thread has read s_cnt before the next level clears it
+    rem -= above;
+    prefix |= b << shift;
+    return in_bin;
+}
+
+// gb_list_q is the fixed-point weight of list entry e if it is kept (key at least
+// threshold and, with min-p, w >= min_p), else 0.
+__device__ __forceinline__ gb_u64 gb_list_q(const gb_u32* s_key, const float* s_w, gb_u32 e,
+                                            const gb_row_state& st) {
+    if (s_key[e] < st.threshold) {
+        return 0ull;
+    }
+    const float w = s_w[e];
+    if (st.minp_on && !(w >= st.min_p)) {
+        return 0ull;
+    }
+    return gb_fixed(w, st.two_pow_f);
+}
+
+// The categorical kernel's passes over a row of V elements (the cost is the passes: a
+// block holds the whole row, so each pass streams V elements through one SM):
+// 1. the largest logit, the flags and (top-k) the histogram of the top key digit;
+// 2. top-k (0 < k < V): after each radix level the number of keys at or above the chosen
+//    bin's range is known exactly (the k - rem keys above it plus the bin's count). Once it
+//    fits in GB_CAT_CAP, one more pass lists those elements in shared memory in index
+//    order (gb_cat_compact), and everything after — the rest of the radix select, Z,
+//    top-p's radix select on mass, min-p, S and the draw — runs on the list. With k = 50
+//    on LLM logits the top digit's bin usually holds a few hundred keys, so the row is
+//    read twice, by key-only passes, and expf runs only on listed elements. Every step
+//    keeps its integer definition (ABI.md), so the list gives the full-row path's tokens;
+//    only keys below the k-th are left out, and no later step looks at them.
+// 3. min-p alone: one key-only pass lists the elements that can pass min-p (d at least
+//    ln(min_p), less a margin), and S and the draw run on the list when it fits;
+// 4. otherwise (no top-k, top-p without top-k, more than GB_CAT_CAP keys tied into the
+//    kept set, or too many min-p candidates) the full-row path: top-p's radix levels over
+//    the row, S by tiles, the draw in one tile.
 template <int KIND>
 __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem* __restrict__ logits,
                                                gb_row_params* params, gb_i32* tokens, gb_i32* status,
@@ -1543,7 +1986,14 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     __shared__ gb_u64 s_tile[GB_MAX_TILES];
     __shared__ gb_i32 s_token;
     __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
-    __shared__ float s_lse[2]; // LOGPROBS: the raw and (greedy rows) processed log-normalisers
+    // LOGPROBS: the raw and (greedy rows) processed log-sum-exp sets, as (max, sum) pairs,
+    // so that records are taken from the set's maximum (gb_lse_logprob) and do not cancel
+    // when the logits are huge.
+    __shared__ float s_lse[4];
+    __shared__ gb_u64 s_wc[2 * GB_MAX_WARPS]; // gb_cat_compact's per-warp counts
+    __shared__ gb_u32 s_idx[GB_CAT_CAP];      // the top-k list: element index,
+    __shared__ gb_u32 s_key[GB_CAT_CAP];      // order key of x',
+    __shared__ float s_w[GB_CAT_CAP];         // and weight w(x')
 
     if (blockIdx.x != 0u) {
         return; // one block per row; extra blocks of a wider grid have nothing to do
@@ -1572,6 +2022,7 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     const bool greedy = p.temperature == 0.0f;
     const bool topk_on = p.top_k > 0u && p.top_k < vocab;
     const bool topp_on = p.top_p > 0.0f && p.top_p < 1.0f;
+    const gb_u32 chunk = 4u * blockDim.x;
 
     // Pass 1: the largest logit, the flags and (top-k) the histogram of the top digit.
     if (topk_on) {
@@ -1587,35 +2038,42 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     gb_lse raw, proc;
     gb_lse_init(raw);
     gb_lse_init(proc);
-    for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += 4u * blockDim.x) {
-        float x[4];
-        const gb_u32 n = gb_load_group<KIND>(row, g, vocab, vec, x);
-        if (lp) {
-            gb_lse_add4(raw, x, gb_max4(x));
-        }
-        if (pc.flags != 0u) {
-            flags |= gb_process_group(pc, g, n, x, x);
-        }
-        if (lp && greedy) {
-            gb_lse_add4(proc, x, gb_max4(x));
-        }
-        gb_u32 bins[4];
-        bool ok[4];
-        const gb_u64 zeros[4] = {0ull, 0ull, 0ull, 0ull};
+    for (gb_u32 base = 0u; base < vocab; base += GB_CAT_GROUPS * chunk) {
+        float xs[GB_CAT_GROUPS][4];
+        gb_u32 ns[GB_CAT_GROUPS];
+        gb_load_groups<KIND, GB_CAT_GROUPS>(row, base + 4u * threadIdx.x, chunk, vocab, vec, xs, ns);
 #pragma unroll
-        for (gb_u32 j = 0; j < 4u; ++j) {
-            ok[j] = j < n;
-            gb_u32 k = gb_orderkey(x[j]);
-            bins[j] = k >> 24;
-            if (ok[j]) {
-                if (pc.flags == 0u) {
-                    flags |= gb_flags(x[j]);
-                }
-                mkey = gb_max_u32(mkey, k);
+        for (int i = 0; i < GB_CAT_GROUPS; ++i) {
+            float* x = xs[i];
+            const gb_u32 n = ns[i];
+            const gb_u32 g = base + (gb_u32)i * chunk + 4u * threadIdx.x;
+            if (lp) {
+                gb_lse_add4(raw, x, gb_max4(x));
             }
-        }
-        if (topk_on) {
-            gb_hist_add(s_cnt, (gb_u64*)0, bins, zeros, ok);
+            if (pc.flags != 0u) {
+                flags |= gb_process_group(pc, g, n, x, x);
+            }
+            if (lp && greedy) {
+                gb_lse_add4(proc, x, gb_max4(x));
+            }
+            gb_u32 bins[4];
+            bool ok[4];
+            const gb_u64 zeros[4] = {0ull, 0ull, 0ull, 0ull};
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                ok[j] = j < n;
+                gb_u32 k = gb_orderkey(x[j]);
+                bins[j] = k >> 24;
+                if (ok[j]) {
+                    if (pc.flags == 0u) {
+                        flags |= gb_flags(x[j]);
+                    }
+                    mkey = gb_max_u32(mkey, k);
+                }
+            }
+            if (topk_on) {
+                gb_hist_add(s_cnt, (gb_u64*)0, bins, zeros, ok);
+            }
         }
     }
     gb_block_max_or(mkey, flags, s_red, s_bcast);
@@ -1623,8 +2081,10 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
         gb_block_lse(raw, proc, greedy, s_pair);
         if (threadIdx.x == 0u) {
             // Kept in shared memory, not in registers across the passes below.
-            s_lse[0] = gb_lse_value(raw.m, raw.s);
-            s_lse[1] = gb_lse_value(proc.m, proc.s);
+            s_lse[0] = raw.m;
+            s_lse[1] = raw.s;
+            s_lse[2] = proc.m;
+            s_lse[3] = proc.s;
         }
     }
     if ((flags & GB_FLAG_NONFINITE) || !(flags & GB_FLAG_FINITE)) {
@@ -1663,7 +2123,9 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
             status[o] = GB_STATUS_OK;
             if (lp) {
                 const float x = gb_io<KIND>::load1(row + tok);
-                gb_write_record(logprobs, o, true, x, s_lse[0], gb_process1(pc, x, tok), s_lse[1]);
+                float* rec = logprobs + 4u * o;
+                rec[0] = gb_lse_logprob(x, s_lse[0], s_lse[1], rec[2]);
+                rec[1] = gb_lse_logprob(gb_process1(pc, x, tok), s_lse[2], s_lse[3], rec[3]);
             }
             gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
         }
@@ -1679,228 +2141,321 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     st.minp_on = p.min_p > 0.0f && p.min_p <= 1.0f;
     st.min_p = p.min_p;
 
-    // Top-k: Kk, the k-th largest key counting repeats, by radix select from the top digit.
+    // Top-k: Kk, the k-th largest key counting repeats, by radix select from the top digit,
+    // over the row until the keys at or above the chosen bin fit in the list, then over the
+    // list. (One call site of gb_cat_compact for both lists keeps the kernel in 64
+    // registers without spills.)
     gb_u32 kk = 0u;
+    bool listed = false;
+    gb_u32 n_list = 0u;
+    gb_u64 rem = p.top_k;
+    gb_u32 prefix = 0u;
+    int level = 0;
+    bool want_list = false;
+    float dmin = -gb_inf();
     if (topk_on) {
-        gb_u64 rem = p.top_k;
-        gb_u32 prefix = 0u;
-        for (int level = 0; level < 4; ++level) {
+        while (level < 4) {
             const gb_u32 shift = 24u - 8u * (gb_u32)level;
             if (level > 0) {
-                const gb_u32 hi_mask = 0xFFFFFFFFu << (shift + 8u);
-                for (gb_u32 b = threadIdx.x; b < GB_BINS; b += blockDim.x) {
-                    s_cnt[b] = 0u;
-                }
-                __syncthreads();
-                const gb_u64 zeros[4] = {0ull, 0ull, 0ull, 0ull};
-                for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += 4u * blockDim.x) {
-                    float x[4];
-                    const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
-                    gb_u32 bins[4];
-                    bool ok[4];
-#pragma unroll
-                    for (gb_u32 j = 0; j < 4u; ++j) {
-                        gb_u32 k = gb_orderkey(x[j]);
-                        ok[j] = j < n && (k & hi_mask) == prefix;
-                        bins[j] = (k >> shift) & 0xFFu;
-                    }
-                    gb_hist_add(s_cnt, (gb_u64*)0, bins, zeros, ok);
+                gb_clear_bins(s_cnt);
+                gb_cat_hist_row<KIND>(row, vocab, vec, pc, 0xFFFFFFFFu << (shift + 8u), prefix, shift, s_cnt);
+            }
+            const gb_u32 in_bin = gb_cat_select_level(s_cnt, shift, rem, prefix, s_bcast);
+            ++level;
+            // Keys >= prefix (its lower digits are 0): the top_k - rem keys above the bin's
+            // range and the bin's own. Block-uniform, like every branch here.
+            if ((gb_u64)p.top_k - rem + in_bin <= (gb_u64)GB_CAT_CAP) {
+                want_list = true;
+                break;
+            }
+        }
+    } else if (!topp_on && st.minp_on) {
+        // Min-p alone keeps only elements with w >= min_p, which needs d >= ln(min_p): one
+        // key-only pass lists the elements with d >= ln(min_p) less a margin (it covers the
+        // last-place errors of logf and expf many times over, so no kept element is left
+        // out), and when they fit, S and the draw run on the list. When they do not (a flat
+        // row, or a tiny min_p), the pass is wasted and the full-row path runs.
+        dmin = __fadd_rn(__fmul_rn(logf(st.min_p), 1.0001f), -1.0e-3f);
+        want_list = true;
+    }
+    if (want_list) {
+        n_list = gb_cat_compact<KIND>(row, vocab, vec, pc, topk_on ? prefix : 0u, dmin, st.m, st.invT, st.cutoff,
+                                      s_idx, s_key, s_w, s_wc);
+        listed = n_list <= GB_CAT_CAP; // always so for top-k: the count was known
+    }
+    if (topk_on) {
+        // The levels left after listing (none when the row was never listed).
+        for (; level < 4; ++level) {
+            const gb_u32 shift = 24u - 8u * (gb_u32)level;
+            const gb_u32 hi_mask = 0xFFFFFFFFu << (shift + 8u);
+            gb_clear_bins(s_cnt);
+            for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
+                const gb_u32 k = s_key[e];
+                if ((k & hi_mask) == prefix) {
+                    atomicAdd(&s_cnt[(k >> shift) & 0xFFu], 1u);
                 }
             }
-            __syncthreads();
-            gb_u64 above = 0ull;
-            gb_u32 b = gb_select_bin(s_cnt, (const gb_u64*)0, rem, above, s_bcast);
-            rem -= above;
-            prefix |= b << shift;
+            gb_cat_select_level(s_cnt, shift, rem, prefix, s_bcast);
         }
         kk = prefix;
     }
     st.threshold = kk;
 
-    // Top-p: Kp, the largest kept key t with sum of q over keys >= t at least target, by
-    // radix select on mass. Only bins with mass count: the answer always has mass.
-    gb_u32 kp = 0u;
-    if (topp_on) {
-        gb_u64 rem = 0ull;
-        gb_u32 prefix = 0u;
-        gb_u32 b = 0u;
-        for (int level = 0; level < 4; ++level) {
-            const gb_u32 shift = 24u - 8u * (gb_u32)level;
-            const gb_u32 hi_mask = level == 0 ? 0u : 0xFFFFFFFFu << (shift + 8u);
-            for (gb_u32 i = threadIdx.x; i < GB_BINS; i += blockDim.x) {
-                s_mass[i] = 0ull;
-            }
-            __syncthreads();
-            for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += 4u * blockDim.x) {
-                float x[4];
-                const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
-                gb_u32 bins[4];
-                gb_u64 q[4];
-                bool ok[4];
-#pragma unroll
-                for (gb_u32 j = 0; j < 4u; ++j) {
-                    gb_u32 k = gb_orderkey(x[j]);
-                    ok[j] = j < n && k >= kk && (k & hi_mask) == prefix;
-                    bins[j] = (k >> shift) & 0xFFu;
-                    q[j] = ok[j] ? gb_fixed(gb_weight(x[j], st.m, st.invT, st.cutoff), st.two_pow_f) : 0ull;
-                    ok[j] = ok[j] && q[j] != 0ull;
-                }
-                gb_hist_add((gb_u32*)0, s_mass, bins, q, ok);
-            }
-            __syncthreads();
-            if (level == 0) {
-                // Z: the mass of every key >= Kk, all in this level's histogram.
-                gb_u64 part = 0ull;
-                for (gb_u32 i = threadIdx.x; i < GB_BINS; i += blockDim.x) {
-                    part += s_mass[i];
-                }
-                gb_u64 z = gb_block_sum_u64(part, s_red, s_bcast);
-                gb_u64 pp = __float2ull_rz(__fmul_rn(p.top_p, GB_TWO_POW_32));
-                gb_u64 lo = z * pp;
-                gb_u64 hi = __umul64hi(z, pp);
-                rem = (hi << 32) | (lo >> 32); // (Z * P) >> 32 of the 128-bit product
-            }
-            gb_u64 above = 0ull;
-            b = gb_select_bin((const gb_u32*)0, s_mass, rem, above, s_bcast);
-            rem -= above;
-            prefix |= b << shift;
-        }
-        kp = prefix;
-    }
-    st.threshold = gb_max_u32(kk, kp);
-
-    // S, the mass of the kept set, and the mass of each tile: tiles are runs of whole
-    // chunks (4 * blockDim.x elements), at most GB_MAX_TILES of them, so that the draw
-    // below scans one tile instead of the row.
-    const gb_u32 chunk = 4u * blockDim.x;
-    const gb_u32 nchunks = vocab / chunk + (vocab % chunk != 0u ? 1u : 0u);
-    const gb_u32 tile_chunks = nchunks / GB_MAX_TILES + (nchunks % GB_MAX_TILES != 0u ? 1u : 0u);
-    for (gb_u32 i = threadIdx.x; i < GB_MAX_TILES; i += blockDim.x) {
-        s_tile[i] = 0ull;
-    }
-    __syncthreads();
-    gb_u64 tile_part = 0ull;
-    for (gb_u32 c = 0u; c < nchunks; ++c) {
-        const gb_u32 g = c * chunk + 4u * threadIdx.x;
-        float x[4];
-        const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
-#pragma unroll
-        for (gb_u32 j = 0; j < 4u; ++j) {
-            if (j < n) {
-                tile_part += gb_kept_q(x[j], st);
-            }
-        }
-        if ((c + 1u) % tile_chunks == 0u || c + 1u == nchunks) {
-            for (int d = warpSize / 2; d > 0; d >>= 1) {
-                tile_part += gb_shfl_down_u64(tile_part, d);
-            }
-            if (gb_lane() == 0u && tile_part != 0ull) {
-                atomicAdd(&s_tile[c / tile_chunks], tile_part);
-            }
-            tile_part = 0ull;
-        }
-    }
-    __syncthreads();
-
-    // The draw: target = (u * S) >> 64; the token is the smallest index whose inclusive
-    // prefix sum of kept q exceeds target. Warp 0 finds the tile where the prefix sum
-    // crosses target (each lane owns GB_MAX_TILES / warpSize consecutive tiles), then the
-    // block scans that tile's chunks in index order.
+    // The draw's uniform: u = philox.CategoricalUniform64(seed, step + z).
     gb_u32 ph[4];
     gb_u32 step_lo, step_hi;
     gb_step_plus(p, z, step_lo, step_hi);
     gb_philox(0u, step_lo, step_hi, GB_PURPOSE_CATEGORICAL, p.seed_lo, p.seed_hi, ph);
     const gb_u64 u = ((gb_u64)ph[1] << 32) | ph[0];
-    gb_u64 lane_sum = 0ull;  // the mass of this lane's tiles (warp 0)
-    gb_u64 lane_excl = 0ull; // the mass of the tiles before them
-    if (gb_warp() == 0u) {
-        const gb_u32 per = GB_MAX_TILES / warpSize;
-        for (gb_u32 i = 0; i < per; ++i) {
-            lane_sum += s_tile[gb_lane() * per + i];
-        }
-        gb_u64 incl = lane_sum;
-        for (int d = 1; d < warpSize; d <<= 1) {
-            gb_u64 t = gb_shfl_up_u64(incl, d);
-            if (gb_lane() >= (gb_u32)d) {
-                incl += t;
-            }
-        }
-        lane_excl = incl - lane_sum;
-        if (gb_lane() == (gb_u32)warpSize - 1u) {
-            s_bcast[0] = incl; // S
-        }
-    }
-    __syncthreads();
-    const gb_u64 s_kept = s_bcast[0];
-    const gb_u64 target = __umul64hi(u, s_kept);
-    __syncthreads();
-    if (gb_warp() == 0u) {
-        const gb_u32 per = GB_MAX_TILES / warpSize;
-        gb_u32 found = 0xFFFFFFFFu;
-        gb_u64 before = 0ull;
-        gb_u64 acc = lane_excl;
-        for (gb_u32 i = 0; i < per; ++i) {
-            const gb_u32 tile = gb_lane() * per + i;
-            if (found == 0xFFFFFFFFu && acc + s_tile[tile] > target) {
-                found = tile;
-                before = acc;
-            }
-            acc += s_tile[tile];
-        }
-        // Every lane from the crossing on finds a tile; the first one is the answer.
-        gb_u32 first = found;
-        for (int m = warpSize / 2; m > 0; m >>= 1) {
-            gb_u32 o = __shfl_xor_sync(0xFFFFFFFFu, first, m);
-            first = o < first ? o : first;
-        }
-        if (found != 0xFFFFFFFFu && found == first) {
-            s_bcast[0] = found;
-            s_bcast[1] = before;
-        }
-        if (first == 0xFFFFFFFFu && gb_lane() == 0u) {
-            // Unreachable: S > 0 (the row's largest element has w = 1 and is kept by
-            // every filter), so target < S and some tile crosses it.
-            s_bcast[0] = 0ull;
-            s_bcast[1] = 0ull;
-        }
-    }
-    if (threadIdx.x == 0u) {
-        s_token = -1;
-    }
-    __syncthreads();
-    const gb_u32 tile = (gb_u32)s_bcast[0];
-    gb_u64 running = s_bcast[1];
-    __syncthreads();
-    const gb_u32 c_end = gb_min_u32((tile + 1u) * tile_chunks, nchunks);
-    for (gb_u32 c = tile * tile_chunks; c < c_end; ++c) {
-        const gb_u32 g = c * chunk + 4u * threadIdx.x;
-        float x[4];
-        const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
-        gb_u64 q[4];
-        gb_u64 local = 0ull;
-#pragma unroll
-        for (gb_u32 j = 0; j < 4u; ++j) {
-            q[j] = j < n ? gb_kept_q(x[j], st) : 0ull;
-            local += q[j];
-        }
-        gb_u64 total = 0ull;
-        gb_u64 excl = gb_block_exclusive_scan_u64(local, total, s_red, s_bcast);
-        if (running + total > target) {
-            gb_u64 acc = running + excl;
-            if (local != 0ull && acc <= target && target < acc + local) {
-#pragma unroll
-                for (gb_u32 j = 0; j < 4u; ++j) {
-                    if (acc <= target && target < acc + q[j]) {
-                        s_token = (gb_i32)(g + j);
-                    }
-                    acc += q[j];
+    gb_u64 s_kept = 0ull; // S, the kept mass
+
+    if (listed) {
+        // Top-p on the list: Z over key >= Kk, then Kp by radix select on mass (only bins
+        // with mass count, as on the full-row path).
+        gb_u32 kp = 0u;
+        if (topp_on) {
+            gb_u64 part = 0ull;
+            for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
+                if (s_key[e] >= kk) {
+                    part += gb_fixed(s_w[e], st.two_pow_f);
                 }
             }
-            break;
+            const gb_u64 zsum = gb_block_sum_u64(part, s_red, s_bcast);
+            const gb_u64 pp = __float2ull_rz(__fmul_rn(p.top_p, GB_TWO_POW_32));
+            gb_u64 rem = (__umul64hi(zsum, pp) << 32) | ((zsum * pp) >> 32); // (Z * P) >> 32
+            gb_u32 prefix = 0u;
+            for (int level = 0; level < 4; ++level) {
+                const gb_u32 shift = 24u - 8u * (gb_u32)level;
+                const gb_u32 hi_mask = level == 0 ? 0u : 0xFFFFFFFFu << (shift + 8u);
+                for (gb_u32 i = threadIdx.x; i < GB_BINS; i += blockDim.x) {
+                    s_mass[i] = 0ull;
+                }
+                __syncthreads();
+                for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
+                    const gb_u32 k = s_key[e];
+                    if (k >= kk && (k & hi_mask) == prefix) {
+                        const gb_u64 q = gb_fixed(s_w[e], st.two_pow_f);
+                        if (q != 0ull) {
+                            atomicAdd(&s_mass[(k >> shift) & 0xFFu], q);
+                        }
+                    }
+                }
+                __syncthreads();
+                gb_u64 above = 0ull;
+                const gb_u32 b = gb_select_bin((const gb_u32*)0, s_mass, rem, above, s_bcast);
+                rem -= above;
+                prefix |= b << shift;
+            }
+            kp = prefix;
         }
-        running += total;
+        st.threshold = gb_max_u32(kk, kp);
+
+        // S and the draw in one block scan: each thread owns a run of consecutive entries
+        // (index order), so the exclusive scan of the runs' kept masses is the prefix sum
+        // the inverse CDF needs, and the one thread whose run crosses target finds the token.
+        if (threadIdx.x == 0u) {
+            s_token = -1;
+        }
+        const gb_u32 per = n_list / blockDim.x + (n_list % blockDim.x != 0u ? 1u : 0u);
+        const gb_u32 e0 = gb_min_u32(threadIdx.x * per, n_list);
+        const gb_u32 e1 = gb_min_u32(e0 + per, n_list);
+        gb_u64 local = 0ull;
+        for (gb_u32 e = e0; e < e1; ++e) {
+            local += gb_list_q(s_key, s_w, e, st);
+        }
+        const gb_u64 excl = gb_block_exclusive_scan_u64(local, s_kept, s_red, s_bcast);
+        const gb_u64 target = __umul64hi(u, s_kept);
+        if (local != 0ull && excl <= target && target < excl + local) {
+            gb_u64 acc = excl;
+            for (gb_u32 e = e0; e < e1; ++e) {
+                const gb_u64 q = gb_list_q(s_key, s_w, e, st);
+                if (acc <= target && target < acc + q) {
+                    s_token = (gb_i32)s_idx[e];
+                }
+                acc += q;
+            }
+        }
+        __syncthreads();
+    } else {
+        // Top-p: Kp, the largest kept key t with sum of q over keys >= t at least target,
+        // by radix select on mass. Only bins with mass count: the answer always has mass.
+        gb_u32 kp = 0u;
+        if (topp_on) {
+            gb_u64 rem = 0ull;
+            gb_u32 prefix = 0u;
+            gb_u32 b = 0u;
+            for (int level = 0; level < 4; ++level) {
+                const gb_u32 shift = 24u - 8u * (gb_u32)level;
+                const gb_u32 hi_mask = level == 0 ? 0u : 0xFFFFFFFFu << (shift + 8u);
+                for (gb_u32 i = threadIdx.x; i < GB_BINS; i += blockDim.x) {
+                    s_mass[i] = 0ull;
+                }
+                __syncthreads();
+                for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += 4u * blockDim.x) {
+                    float x[4];
+                    const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
+                    gb_u32 bins[4];
+                    gb_u64 q[4];
+                    bool ok[4];
+#pragma unroll
+                    for (gb_u32 j = 0; j < 4u; ++j) {
+                        gb_u32 k = gb_orderkey(x[j]);
+                        ok[j] = j < n && k >= kk && (k & hi_mask) == prefix;
+                        bins[j] = (k >> shift) & 0xFFu;
+                        q[j] = ok[j] ? gb_fixed(gb_weight(x[j], st.m, st.invT, st.cutoff), st.two_pow_f) : 0ull;
+                        ok[j] = ok[j] && q[j] != 0ull;
+                    }
+                    gb_hist_add((gb_u32*)0, s_mass, bins, q, ok);
+                }
+                __syncthreads();
+                if (level == 0) {
+                    // Z: the mass of every key >= Kk, all in this level's histogram.
+                    gb_u64 part = 0ull;
+                    for (gb_u32 i = threadIdx.x; i < GB_BINS; i += blockDim.x) {
+                        part += s_mass[i];
+                    }
+                    gb_u64 zsum = gb_block_sum_u64(part, s_red, s_bcast);
+                    gb_u64 pp = __float2ull_rz(__fmul_rn(p.top_p, GB_TWO_POW_32));
+                    gb_u64 lo = zsum * pp;
+                    gb_u64 hi = __umul64hi(zsum, pp);
+                    rem = (hi << 32) | (lo >> 32); // (Z * P) >> 32 of the 128-bit product
+                }
+                gb_u64 above = 0ull;
+                b = gb_select_bin((const gb_u32*)0, s_mass, rem, above, s_bcast);
+                rem -= above;
+                prefix |= b << shift;
+            }
+            kp = prefix;
+        }
+        st.threshold = gb_max_u32(kk, kp);
+
+        // S, the mass of the kept set, and the mass of each tile: tiles are runs of whole
+        // chunks (4 * blockDim.x elements), at most GB_MAX_TILES of them, so that the draw
+        // below scans one tile instead of the row.
+        const gb_u32 nchunks = vocab / chunk + (vocab % chunk != 0u ? 1u : 0u);
+        const gb_u32 tile_chunks = nchunks / GB_MAX_TILES + (nchunks % GB_MAX_TILES != 0u ? 1u : 0u);
+        for (gb_u32 i = threadIdx.x; i < GB_MAX_TILES; i += blockDim.x) {
+            s_tile[i] = 0ull;
+        }
+        __syncthreads();
+        gb_u64 tile_part = 0ull;
+        for (gb_u32 c = 0u; c < nchunks; ++c) {
+            const gb_u32 g = c * chunk + 4u * threadIdx.x;
+            float x[4];
+            const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                if (j < n) {
+                    tile_part += gb_kept_q(x[j], st);
+                }
+            }
+            if ((c + 1u) % tile_chunks == 0u || c + 1u == nchunks) {
+                for (int d = warpSize / 2; d > 0; d >>= 1) {
+                    tile_part += gb_shfl_down_u64(tile_part, d);
+                }
+                if (gb_lane() == 0u && tile_part != 0ull) {
+                    atomicAdd(&s_tile[c / tile_chunks], tile_part);
+                }
+                tile_part = 0ull;
+            }
+        }
+        __syncthreads();
+
+        // The draw: target = (u * S) >> 64; the token is the smallest index whose inclusive
+        // prefix sum of kept q exceeds target. Warp 0 finds the tile where the prefix sum
+        // crosses target (each lane owns GB_MAX_TILES / warpSize consecutive tiles), then the
+        // block scans that tile's chunks in index order.
+        gb_u64 lane_sum = 0ull;  // the mass of this lane's tiles (warp 0)
+        gb_u64 lane_excl = 0ull; // the mass of the tiles before them
+        if (gb_warp() == 0u) {
+            const gb_u32 per = GB_MAX_TILES / warpSize;
+            for (gb_u32 i = 0; i < per; ++i) {
+                lane_sum += s_tile[gb_lane() * per + i];
+            }
+            gb_u64 incl = lane_sum;
+            for (int d = 1; d < warpSize; d <<= 1) {
+                gb_u64 t = gb_shfl_up_u64(incl, d);
+                if (gb_lane() >= (gb_u32)d) {
+                    incl += t;
+                }
+            }
+            lane_excl = incl - lane_sum;
+            if (gb_lane() == (gb_u32)warpSize - 1u) {
+                s_bcast[0] = incl; // S
+            }
+        }
+        __syncthreads();
+        s_kept = s_bcast[0];
+        const gb_u64 target = __umul64hi(u, s_kept);
+        __syncthreads();
+        if (gb_warp() == 0u) {
+            const gb_u32 per = GB_MAX_TILES / warpSize;
+            gb_u32 found = 0xFFFFFFFFu;
+            gb_u64 before = 0ull;
+            gb_u64 acc = lane_excl;
+            for (gb_u32 i = 0; i < per; ++i) {
+                const gb_u32 tile = gb_lane() * per + i;
+                if (found == 0xFFFFFFFFu && acc + s_tile[tile] > target) {
+                    found = tile;
+                    before = acc;
+                }
+                acc += s_tile[tile];
+            }
+            // Every lane from the crossing on finds a tile; the first one is the answer.
+            gb_u32 first = found;
+            for (int m = warpSize / 2; m > 0; m >>= 1) {
+                gb_u32 o = __shfl_xor_sync(0xFFFFFFFFu, first, m);
+                first = o < first ? o : first;
+            }
+            if (found != 0xFFFFFFFFu && found == first) {
+                s_bcast[0] = found;
+                s_bcast[1] = before;
+            }
+            if (first == 0xFFFFFFFFu && gb_lane() == 0u) {
+                // Unreachable: S > 0 (the row's largest element has w = 1 and is kept by
+                // every filter), so target < S and some tile crosses it.
+                s_bcast[0] = 0ull;
+                s_bcast[1] = 0ull;
+            }
+        }
+        if (threadIdx.x == 0u) {
+            s_token = -1;
+        }
+        __syncthreads();
+        const gb_u32 tile = (gb_u32)s_bcast[0];
+        gb_u64 running = s_bcast[1];
+        __syncthreads();
+        const gb_u32 c_end = gb_min_u32((tile + 1u) * tile_chunks, nchunks);
+        for (gb_u32 c = tile * tile_chunks; c < c_end; ++c) {
+            const gb_u32 g = c * chunk + 4u * threadIdx.x;
+            float x[4];
+            const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
+            gb_u64 q[4];
+            gb_u64 local = 0ull;
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                q[j] = j < n ? gb_kept_q(x[j], st) : 0ull;
+                local += q[j];
+            }
+            gb_u64 total = 0ull;
+            gb_u64 excl = gb_block_exclusive_scan_u64(local, total, s_red, s_bcast);
+            if (running + total > target) {
+                gb_u64 acc = running + excl;
+                if (local != 0ull && acc <= target && target < acc + local) {
+#pragma unroll
+                    for (gb_u32 j = 0; j < 4u; ++j) {
+                        if (acc <= target && target < acc + q[j]) {
+                            s_token = (gb_i32)(g + j);
+                        }
+                        acc += q[j];
+                    }
+                }
+                break;
+            }
+            running += total;
+        }
+        __syncthreads();
     }
-    __syncthreads();
     if (threadIdx.x == 0u) {
         // s_token stays -1 only if S were 0, which cannot happen (see above).
         const gb_i32 tok = s_token;
@@ -1917,8 +2472,9 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
             }
             const float lse_proc = __fadd_rn(__fmul_rn(st.m, st.invT), ln_s);
             float* rec = logprobs + 4u * o;
-            gb_write_record(logprobs, o, tok >= 0, x, s_lse[0], 0.0f, 0.0f);
+            gb_write_record(logprobs, o, tok >= 0, 0.0f, 0.0f, 0.0f, 0.0f);
             if (tok >= 0) {
+                rec[0] = gb_lse_logprob(x, s_lse[0], s_lse[1], rec[2]);
                 rec[1] = __fadd_rn(d, -ln_s);
                 rec[3] = lse_proc;
             }
@@ -2073,7 +2629,7 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     __shared__ gb_u64 s_top[GB_TOPN_MAX];
     __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
     __shared__ gb_u32 s_last;
-    __shared__ float s_lse;
+    __shared__ gb_lse s_lse; // the row's merged log-sum-exp
 
     if (blockIdx.z != 0u) {
         return; // topn draws nothing: a deeper grid's extra blocks have no work
@@ -2185,7 +2741,7 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
         flags = s_last;
     }
     if (threadIdx.x == 0u) {
-        s_lse = gb_lse_value(lse.m, lse.s);
+        s_lse = lse;
     }
     __syncthreads();
     for (gb_u32 j = threadIdx.x; j < N; j += blockDim.x) {
@@ -2200,7 +2756,10 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
             const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)k;
             const float x = gb_io<KIND>::load1(row + tok);
             otok[j] = (gb_i32)tok;
-            oval[j] = __fadd_rn(__fmul_rn(gb_process1(pc, x, tok), invT), -s_lse);
+            // From the set's maximum, not fl(m + log s): a row whose logits sit near 2^29
+            // (a frequency penalty of a saturated count) would otherwise read 0 for all.
+            float norm;
+            oval[j] = gb_lse_logprob(__fmul_rn(gb_process1(pc, x, tok), invT), s_lse.m, s_lse.s, norm);
         }
     }
 }

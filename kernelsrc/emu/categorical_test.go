@@ -1,0 +1,201 @@
+package emu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// This file tests the categorical kernel's top-k list (sampling.cu, gb_cat_compact): once
+// the keys at or above a radix level's chosen bin fit in GB_CAT_CAP, the rest of the row's
+// work runs on a shared-memory list of them; otherwise the full-row path runs. Which path a
+// row takes follows from its keys and the capacity, so the builds below reach each one by
+// construction:
+//   - default (GB_CAT_CAP = 3072): every top-k row of a vocabulary up to 3072 is listed
+//     right after the first pass; at V = 4099 an all-equal row (every key ties at the
+//     k-th) cannot be listed and falls back, while LLM-like rows are listed;
+//   - min-p alone (no top-k, no top-p) lists the elements that may pass min-p; LLM-like
+//     rows fit, equal rows at V = 4099 and min_p = 1e-30 do not;
+//   - GB_CAT_CAP = 1: only a unique maximum fits, so every row with k >= 2 falls back;
+//   - GB_CAT_CAP = 24 (with GB_CAT_GROUPS = 1): rows are listed after the second, third or
+//     fourth digit, or, when more than 24 keys tie at the k-th, fall back;
+//   - GB_CAT_GROUPS = 1 and 4: other trip shapes of the row passes and the compaction (4 is
+//     the variant worth timing on the GPU).
+
+// equalRow holds one value everywhere: every key ties with the k-th.
+func equalRow(r *rand.Rand, v int) []float32 {
+	row := make([]float32, v)
+	x := float32(r.NormFloat64())
+	for i := range row {
+		row[i] = x
+	}
+	return row
+}
+
+// sparseRow holds a few finite logits among -Inf, so that k often exceeds the finite
+// count and -Inf keys enter the kept set (with weight 0).
+func sparseRow(r *rand.Rand, v int) []float32 {
+	row := negInfRow(r, v)
+	for range 1 + r.IntN(6) {
+		row[r.IntN(v)] = float32(r.NormFloat64() * 3)
+	}
+	return row
+}
+
+// steppedRow is LLM-like with a long run of logits equal to the 10th largest, so that a
+// small k lands inside a tie of a few dozen keys.
+func steppedRow(r *rand.Rand, v int) []float32 {
+	row := llmRow(r, v)
+	for range 20 + r.IntN(40) {
+		row[r.IntN(v)] = 9.5
+	}
+	return row
+}
+
+var listRowShapes = []func(*rand.Rand, int) []float32{
+	llmRow, llmRow, llmRow, steppedRow, tiedRow, equalRow, sparseRow, maskedRow, farRow, zeroRow, soleRow,
+}
+
+// fillWith lays out the launch's rows like fill, with shapes drawn from the given ones.
+func (l *launch) fillWith(r *rand.Rand, shapes []func(*rand.Rand, int) []float32) {
+	n := (l.slots-1)*l.stride + l.vocab
+	l.logits = make([]byte, n*l.elemSize())
+	for i := range n {
+		l.store(i, float32(math.NaN()))
+	}
+	for s := range l.slots {
+		row := shapes[r.IntN(len(shapes))](r, l.vocab)
+		for i, v := range row {
+			l.store(s*l.stride+i, v)
+		}
+	}
+}
+
+// listLaunches is the top-k workload: k from 2 (k = 1 is greedy on the host, but the
+// kernel must still get it right) to V - 1, with top-p and min-p, every dtype, several
+// draws, logit processors and log-probability records, vocabularies that take one and
+// several trips of the row passes, and fixed rows that fall back at the default capacity.
+func listLaunches(r *rand.Rand) []*launch {
+	var ls []*launch
+	ks := func(v int) []uint32 {
+		return []uint32{1, 2, 2, 3, 5, 20, 50, uint32(v / 2), uint32(v - 2), uint32(v - 1)}
+	}
+	ps := []float32{0, 0, 0.5, 0.9, 0.999}
+	mps := []float32{0, 0, 0.05, 1}
+	temps := []float32{0.25, 0.7, 1, 1, 1.8}
+	filters := func(v int, p *rowParams) {
+		k := ks(v)
+		p.temperature = temps[r.IntN(len(temps))]
+		p.topK, p.topP, p.minP = k[r.IntN(len(k))], ps[r.IntN(len(ps))], mps[r.IntN(len(mps))]
+	}
+	for dt := range 3 {
+		for _, v := range []int{37, 300, 1001, 4099} {
+			block, warp := 16, 8
+			if v == 300 {
+				block, warp = 96, 32 // three warps: the compaction's warp totals
+			}
+			d := 1 + r.IntN(2)
+			l := &launch{kernel: kernelCategorical, dtype: dt, gridX: 1, gridZ: d, block: block, warp: warp,
+				vocab: v, stride: stride(r, v), slack: r.IntN(16), slots: 5}
+			l.name = fmt.Sprintf("list dtype=%d D=%d V=%d T=%d warp=%d", dt, d, v, block, warp)
+			l.fillWith(r, listRowShapes)
+			if r.IntN(2) == 0 {
+				l.withProcessors(r)
+			}
+			l.logprobs = true
+			l.rows(r, func(p *rowParams) {
+				filters(v, p)
+				if l.bias != nil {
+					v2Flags(r, p)
+				} else {
+					p.flags = flagLogprobs
+				}
+			})
+			ls = append(ls, l)
+		}
+	}
+	// More tied keys than the default capacity: all-equal rows at V = 4099 fall back at
+	// every level, in a launch that also holds listed rows.
+	l := &launch{kernel: kernelCategorical, dtype: dtF32, gridX: 1, gridZ: 2, block: 32, warp: 16, vocab: 4099,
+		stride: 4099, slots: 4}
+	l.name = "list fallback: ties beyond the capacity"
+	l.fillWith(r, []func(*rand.Rand, int) []float32{equalRow})
+	l.store(2*4099+7, 30) // row 2: one dominant logit among equals
+	l.store(3*4099+1, 30)
+	l.store(3*4099+4000, 29)
+	l.logprobs = true
+	l.rows(r, func(p *rowParams) {
+		p.temperature, p.topK, p.topP, p.minP, p.flags = 1, 2, []float32{0, 0.5}[r.IntN(2)], 0, flagLogprobs
+	})
+	ls = append(ls, l)
+	// Min-p alone: listed when its candidates fit (LLM-like rows), the full-row path when
+	// they do not (equal rows at V = 4099; a min_p so small that nothing is excluded).
+	for dt := range 3 {
+		l := &launch{kernel: kernelCategorical, dtype: dt, gridX: 1, gridZ: 1 + r.IntN(2), block: 32, warp: 16,
+			vocab: 4099, stride: 4099 + dt, slots: 6}
+		l.name = fmt.Sprintf("list min-p dtype=%d", dt)
+		l.fillWith(r, []func(*rand.Rand, int) []float32{llmRow, llmRow, farRow, equalRow, tiedRow, zeroRow})
+		if dt == dtBF16 {
+			l.withProcessors(r)
+		}
+		l.logprobs = true
+		l.rows(r, func(p *rowParams) {
+			p.temperature = temps[r.IntN(len(temps))]
+			p.minP = []float32{0.05, 0.05, 0.3, 1, 1e-30}[r.IntN(5)]
+			p.flags = flagLogprobs
+			if l.bias != nil {
+				v2Flags(r, p)
+			}
+		})
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+// listVariants are the builds that reach the list and the full-row path (see above).
+var listVariants = [][]string{
+	nil,
+	{"-DGB_CAT_CAP=1"},
+	{"-DGB_CAT_CAP=24", "-DGB_CAT_GROUPS=1"},
+	{"-DGB_CAT_GROUPS=4"},
+}
+
+// TestCategoricalListMatchesGoEdition runs the top-k workload under every list variant
+// and requires the Go edition's tokens, statuses, records, counts and steps.
+func TestCategoricalListMatchesGoEdition(t *testing.T) {
+	ls := listLaunches(rand.New(rand.NewPCG(20261130, 46)))
+	job := encodeJob(t, ls)
+	for _, defines := range listVariants {
+		t.Run(strings.Join(append([]string{"build"}, defines...), " "), func(t *testing.T) {
+			t.Parallel()
+			exe, log, err := buildDriver(t, defines...)
+			require.NoError(t, err, "building the emulation driver with %v:\n%s", defines, log)
+			require.Empty(t, log, "g++ warnings with %v", defines)
+			got := decodeResults(t, runDriverExe(t, exe, job), ls)
+			seen, kinds := matchGo(t, ls, got)
+			t.Logf("%v: slots by status %v; sampled by path %v", defines, seen, kinds)
+			require.Positive(t, seen[0], "no slot sampled a token")
+			for _, k := range []string{"top-k", "top-k+top-p+min-p", "min-p"} {
+				require.Positive(t, kinds[k], "no slot sampled a token on the %s path", k)
+			}
+		})
+	}
+}
+
+// TestCategoricalListMacrosReachTheSource proves that the variant builds compile
+// sampling.cu under their macros: out-of-range values are refused by name.
+func TestCategoricalListMacrosReachTheSource(t *testing.T) {
+	for _, d := range []struct{ define, msg string }{
+		{"-DGB_CAT_CAP=0", "GB_CAT_CAP must be"},
+		{"-DGB_CAT_CAP=4096", "GB_CAT_CAP must be"},
+		{"-DGB_CAT_GROUPS=5", "GB_CAT_GROUPS must be"},
+	} {
+		_, log, err := buildDriver(t, d.define)
+		require.Error(t, err, "%s compiled", d.define)
+		require.Contains(t, log, d.msg)
+	}
+}

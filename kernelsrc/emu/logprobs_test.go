@@ -1,0 +1,282 @@
+package emu
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/runtime/cpu"
+)
+
+// This file tests the log-probability arithmetic of sampling.cu: the polynomial 2^x of
+// the raw log-sum-exp (gb_exp2_poly) and its variant switch, and rows whose logits are
+// large: a frequency penalty of -0.25 on a saturated count (0x7FFFFFFF) lifts a logit by
+// 2^29, where float32's spacing is 64, so fl(m + log s) rounds back to the maximum m and
+// x - LSE reads 0 for every token that ties with it. Found on an H200 (topn, bf16, S = 37,
+// V = 151936): the kernels must take each log-probability from the set's maximum,
+// fl(fl(x - m) - log s), as the Go edition's float64 arithmetic does.
+
+// strictLogProbTolerance is the tolerance of one log-probability word on its own: the
+// launch tests compare a record's words within 1e-5 of the record's largest magnitude,
+// which next to an LSE of 5e8 would let a log-probability of 0 pass for -9.2.
+func strictLogProbTolerance(want float32) float64 {
+	return 1e-5 * max(1, math.Abs(float64(want)))
+}
+
+// requireStrictLogProbs compares the log-probabilities themselves (topn values, record
+// words 0 and 1 of slots with status 0) with the Go edition's, word by word.
+func requireStrictLogProbs(t *testing.T, ls []*launch, got []outcome) {
+	t.Helper()
+	dev, err := cpu.Open()
+	require.NoError(t, err)
+	defer dev.Close()
+	mod, err := dev.Load(kernelsrc.Sampling())
+	require.NoError(t, err)
+	defer mod.Close()
+	checked := 0
+	for i, l := range ls {
+		want := runGo(t, dev, mod, l)
+		if l.kernel == kernelTopN {
+			for o, bits := range want.status {
+				w := math.Float32frombits(uint32(bits))
+				if want.tokens[o] < 0 {
+					continue
+				}
+				h := math.Float32frombits(uint32(got[i].status[o]))
+				assert.InDelta(t, w, h, strictLogProbTolerance(w), "%s: topn value %d", l.name, o)
+				checked++
+			}
+			continue
+		}
+		for o, st := range want.status {
+			if st != 0 || want.logprobs == nil {
+				continue
+			}
+			for k := range 2 {
+				w, h := want.logprobs[4*o+k], got[i].logprobs[4*o+k]
+				assert.InDelta(t, w, h, strictLogProbTolerance(w), "%s: slot %d record word %d", l.name, o, k)
+				checked++
+			}
+		}
+	}
+	require.Positive(t, checked, "no log-probability was compared")
+}
+
+// penalisedCounts returns counts for slots rows of v elements: mostly saturated output
+// counts (some with the prompt bit), so that a frequency penalty of -0.25 lifts most
+// logits to 2^29, and a few zero.
+func penalisedCounts(r *rand.Rand, slots, v int) []uint32 {
+	c := make([]uint32, slots*v)
+	for i := range c {
+		switch r.IntN(8) {
+		case 0:
+			c[i] = 0
+		case 1:
+			c[i] = 0xFFFFFFFF
+		default:
+			c[i] = 0x7FFFFFFF
+		}
+	}
+	return c
+}
+
+// fillRows stores shape(r, vocab) in every slot of the launch (stride padding NaN).
+func (l *launch) fillRows(r *rand.Rand, shape func(*rand.Rand, int) []float32) {
+	n := (l.slots-1)*l.stride + l.vocab
+	l.logits = make([]byte, n*l.elemSize())
+	for i := range n {
+		l.store(i, float32(math.NaN()))
+	}
+	for s := range l.slots {
+		for i, x := range shape(r, l.vocab) {
+			l.store(s*l.stride+i, x)
+		}
+	}
+}
+
+// hugeTiedRow holds tied logits 2^29 - k * 2^22, k < 3 (exact in bf16; beyond f16's
+// range, so the launches below use f32 and bf16): the raw log-sum-exp rounds back to its
+// maximum.
+func hugeTiedRow(r *rand.Rand, v int) []float32 {
+	row := make([]float32, v)
+	for i := range row {
+		row[i] = float32(1<<29) - float32(r.IntN(3))*float32(1<<22)
+	}
+	return row
+}
+
+// TestCUDATopNFullWidthPenalisedTies is the H200 launch: topn_bf16, S = 37, T = 1024,
+// warp 32, V = 151936, N = 20, a row of tied bf16 logits lifted to 2^29 by the penalty,
+// ranked by Gumbel scores. One row: the full-width emulation is slow (about a minute).
+func TestCUDATopNFullWidthPenalisedTies(t *testing.T) {
+	r := rand.New(rand.NewPCG(20261130, 7))
+	l := &launch{kernel: kernelTopN, dtype: dtBF16, gridX: 37, block: 1024, warp: 32, vocab: 151936,
+		stride: 151936, slots: 2, name: "topn bf16 S=37 T=1024 V=151936 penalised ties"}
+	l.fillRows(r, tiedRow)
+	l.bias = make([]float32, l.slots*l.vocab)
+	l.counts = penalisedCounts(r, l.slots, l.vocab)
+	l.rows(r, func(p *rowParams) {
+		p.temperature, p.topN = 1, 20
+		p.flags = flagPerturbed | flagPenalties
+		p.repetition, p.frequency, p.presence = 1, -0.25, 0.4
+	})
+	ls := []*launch{l}
+	got := decodeResults(t, runDriver(t, encodeJob(t, ls)), ls)
+	matchGo(t, ls, got)
+	requireStrictLogProbs(t, ls, got)
+	row := int(l.params[0].row)
+	for j := range maxTopN {
+		v := math.Float32frombits(uint32(got[0].status[row*maxTopN+j]))
+		require.Less(t, v, float32(-5), "entry %d: the log-probability of one of thousands of tied tokens", j)
+	}
+}
+
+// TestCUDALargeLogitLogProbs runs the same numerics on small launches: topn plain over
+// raw logits near 2^29 and perturbed over penalised ones, and gumbel_argmax records
+// (greedy, temperature 1 and 0.7, one block and split) of penalised rows.
+func TestCUDALargeLogitLogProbs(t *testing.T) {
+	r := rand.New(rand.NewPCG(20261130, 8))
+	var ls []*launch
+	for _, dt := range []int{dtF32, dtBF16} {
+		for _, s := range []int{1, 3} {
+			for _, kernel := range []int{kernelGumbel, kernelCategorical, kernelTopN} {
+				for _, plain := range []bool{false, true} {
+					if kernel == kernelGumbel && plain {
+						continue
+					}
+					if kernel == kernelCategorical && s > 1 {
+						continue // one block per row
+					}
+					l := &launch{kernel: kernel, dtype: dt, gridX: s, block: 32, warp: 8, vocab: 1001, stride: 1003,
+						slots: 5}
+					l.name = fmt.Sprintf("large logits %s dtype=%d S=%d plain=%v", kernelNames[kernel], dt, s, plain)
+					if plain {
+						l.fillRows(r, hugeTiedRow)
+					} else {
+						l.fillRows(r, tiedRow)
+						l.bias = make([]float32, l.slots*l.vocab)
+						l.counts = penalisedCounts(r, l.slots, l.vocab)
+					}
+					l.logprobs = kernel != kernelTopN
+					temps := []float32{0, 1, 0.7, 1}
+					l.rows(r, func(p *rowParams) {
+						p.temperature = temps[r.IntN(len(temps))]
+						p.topN = 20
+						if !plain {
+							p.flags = flagPenalties
+							p.repetition, p.frequency, p.presence = 1, -0.25, 0.4
+						}
+						if kernel == kernelTopN && !plain {
+							p.flags |= flagPerturbed
+						}
+						if kernel != kernelTopN {
+							p.flags |= flagLogprobs
+						}
+						if kernel == kernelCategorical && p.temperature != 0 {
+							// The filtered draw's record (greedy rows take the greedy record).
+							p.topK = 7
+						}
+					})
+					ls = append(ls, l)
+				}
+			}
+		}
+	}
+	got := decodeResults(t, runDriver(t, encodeJob(t, ls)), ls)
+	seen, _ := matchGo(t, ls, got)
+	require.Positive(t, seen[0], "no slot sampled a token")
+	requireStrictLogProbs(t, ls, got)
+}
+
+// exp2PolyProgram evaluates sampling.cu's gb_exp2_poly (under the emulation's CUDA
+// definitions) at every 16th float of [-125, 0] and at edge values, and prints the worst
+// relative error against double exp2, then the results at 0, -Inf and -200.
+const exp2PolyProgram = `#include "cuda_emu.h"
+#include "sampling.cu"
+#include <cstdio>
+int main() {
+    double worst = 0;
+    for (unsigned int u = 0x80000000u;; u += 16u) {
+        const float x = __uint_as_float(u);
+        if (!(x >= -125.0f)) break;
+        const double want = std::exp2((double)x);
+        const double e = std::fabs((double)gb_exp2_poly(x) - want) / want;
+        if (e > worst) worst = e;
+    }
+    const float edges[] = {-0.5f, -0.49999997f, -0.50000006f, -1.0f, -1.5f, -124.5f, -125.0f, -1e-30f};
+    for (float x : edges) {
+        const double want = std::exp2((double)x);
+        const double e = std::fabs((double)gb_exp2_poly(x) - want) / want;
+        if (e > worst) worst = e;
+    }
+    std::printf("%.9g %.9g %.9g %.9g\n", worst, gb_exp2_poly(0.0f), gb_exp2_poly(-INFINITY), gb_exp2_poly(-200.0f));
+}
+`
+
+// TestExp2PolyAccuracy checks gb_exp2_poly against the ABI's bound for the exponentials
+// of the log-sum-exps, relative error at most 2^-20 (it reaches about 2.2e-7), that 2^0
+// is exactly 1 (the maximum's own term), and that -Inf and members far below the maximum
+// give a positive term of at most 2^-125, which no sum holding the maximum's 1 notices.
+func TestExp2PolyAccuracy(t *testing.T) {
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("g++ is not installed: sampling.cu's CPU emulation cannot be built here")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "exp2poly.cpp")
+	require.NoError(t, os.WriteFile(src, []byte(exp2PolyProgram), 0o600))
+	here, err := os.Getwd()
+	require.NoError(t, err)
+	exe := filepath.Join(dir, "exp2poly")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	msg, err := exec.CommandContext(ctx, gxx, "-std=c++20", "-O2", "-ffp-contract=off", "-fno-strict-aliasing",
+		"-pthread", "-I", here, "-I", filepath.Dir(here), "-o", exe, src).CombinedOutput()
+	require.NoError(t, err, "building the gb_exp2_poly check:\n%s", msg)
+	out, err := exec.CommandContext(ctx, exe).Output()
+	require.NoError(t, err)
+	fields := strings.Fields(string(out))
+	require.Len(t, fields, 4, "output %q", out)
+	var v [4]float64
+	for i, f := range fields {
+		v[i], err = strconv.ParseFloat(f, 64)
+		require.NoError(t, err)
+	}
+	t.Logf("gb_exp2_poly: worst relative error %.3g (2^%.2f)", v[0], math.Log2(v[0]))
+	require.LessOrEqual(t, v[0], math.Ldexp(1, -20), "relative error beyond the ABI's 2^-20")
+	require.Equal(t, 1.0, v[1], "2^0")
+	for _, tiny := range v[2:] {
+		require.Greater(t, tiny, 0.0)
+		require.LessOrEqual(t, tiny, math.Ldexp(1, -125))
+	}
+}
+
+// TestGumbelExp2PolyOffMatchesGoEdition runs the gumbel_argmax part of the version-2
+// workload with both log-sum-exps on the special-function unit (GB_EXP2_POLY=0).
+func TestGumbelExp2PolyOffMatchesGoEdition(t *testing.T) {
+	var ls []*launch
+	for _, l := range v2Launches(rand.New(rand.NewPCG(20261130, 9))) {
+		if l.kernel == kernelGumbel {
+			ls = append(ls, l)
+		}
+	}
+	exe, log, err := buildDriver(t, "-DGB_EXP2_POLY=0")
+	require.NoError(t, err, "building the emulation driver with -DGB_EXP2_POLY=0:\n%s", log)
+	require.Empty(t, log, "g++ warnings with -DGB_EXP2_POLY=0")
+	got := decodeResults(t, runDriverExe(t, exe, encodeJob(t, ls)), ls)
+	seen, _ := matchGo(t, ls, got)
+	require.Positive(t, seen[0])
+	require.Positive(t, v2Coverage(ls, got)["gumbel_argmax record"])
+}
