@@ -984,10 +984,14 @@ __device__ __forceinline__ float gb_max4(const float v[4]) {
 //   GB_EXP2_POLY   1: a row with two log-sum-exps (LOGPROBS with processors or a
 //                  temperature other than 1) computes the raw one's exponentials by a
 //                  polynomial on the FMA pipe (gb_exp2_poly), so that the special-function
-//                  unit carries one exponential per element, not two. 0: both on it.
-// The defaults are the variant that compiles without spills (NVRTC 11.8, sm_90: 63
-// registers with the record's fused merge, 61 with GB_EXP2_POLY=0; GB_GROUPS=2 reaches 64
-// and spills about 170-200 bytes).
+//                  unit carries one exponential per element, not two. 0 (the default):
+//                  both on it; the H200 measured 0 faster (V = 151936, 8 rows, bf16, two
+//                  log-sum-exps: 69.9 against 75.4 µs at one block per row, 25.4 against
+//                  25.9 at 17): the polynomial's extra registers cost more than the
+//                  special-function unit's queue.
+// The defaults compile without spills (NVRTC 11.8, sm_90: 61 registers with the record's
+// fused merge, 63 with GB_EXP2_POLY=1; GB_GROUPS=2 reaches 64 and spills about 170-200
+// bytes).
 #ifndef GB_GROUPS
 #define GB_GROUPS 1
 #endif
@@ -1007,7 +1011,7 @@ __device__ __forceinline__ float gb_max4(const float v[4]) {
 #define GB_LOG_LOOP 0
 #endif
 #ifndef GB_EXP2_POLY
-#define GB_EXP2_POLY 1
+#define GB_EXP2_POLY 0
 #endif
 #if GB_TILE_BOUND && !GB_BLOCK_BOUND
 #error "GB_TILE_BOUND needs GB_BLOCK_BOUND"
@@ -1773,12 +1777,15 @@ __device__ __forceinline__ gb_u64 gb_kept_q(float x, const gb_row_state& st) {
 // memory next to the other arrays: 43,296 bytes in all); rows whose candidates do not fit
 // take the full-row path. GB_CAT_GROUPS is how many groups of four elements each thread
 // has in flight in the passes over the row: 2 fits the 64 registers that 1024 threads
-// allow (NVRTC 11.8, sm_90: no spills), 3 and 4 spill 20 to 180 bytes.
+// allow (NVRTC 11.8, sm_90: no spills), 3 and 4 spill 20 to 180 bytes. 4 is the default
+// all the same: more loads in flight outweigh the spills on an H200 (V = 151936, float32:
+// min-p 71.5 µs against 78.1 with 2, top-k 50 + top-p 0.9 106.8 against 112.2; 1 gives
+// 106.2 and 145.8).
 #ifndef GB_CAT_CAP
 #define GB_CAT_CAP 3072
 #endif
 #ifndef GB_CAT_GROUPS
-#define GB_CAT_GROUPS 2
+#define GB_CAT_GROUPS 4
 #endif
 #if GB_CAT_CAP < 1 || GB_CAT_CAP > 3072
 #error "GB_CAT_CAP must be 1..3072 (the list shares the 48 KB of static shared memory)"

@@ -3,10 +3,7 @@
 // emu_test.go writes the CUDA source to decode.cu in a folder on the include path, builds
 // this file with g++ and runs it; it prints one "ok" line per case, or a FAIL line and
 // exits 1.
-#include "cuda_emu.h"
-
-// NVRTC provides __fmaf_rn and tanhf; the emulation needs the first spelled out.
-inline float __fmaf_rn(float a, float b, float c) { return std::fmaf(a, b, c); }
+#include "cuda_emu.h" // brings __fmaf_rn, which NVRTC provides as a built-in
 
 #include "decode.cu"
 
