@@ -2809,10 +2809,10 @@ extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) categorical_bf16(GB
 }
 
 // GB_TOPN_THREADS is topn's __launch_bounds__: at 1024 threads (64 registers) the thread
-// lists of 20 keys spill part of themselves to local memory (NVRTC 11.8, sm_90: 170
-// bytes on the plain path, 300 on the perturbed and processed one), at 512 they fit in
-// 121 registers and the kernel reports 512 as its MaxThreadsPerBlock. Time both with
-// GUMBEL_NVRTC_OPTIONS=-DGB_TOPN_THREADS=512.
+// lists of 20 keys spill part of themselves to local memory (NVRTC 11.8, sm_90; the
+// amount moves with every change to the kernel: read it with --ptxas-options=-v), at 512
+// they fit in 121 registers and the kernel reports 512 as its MaxThreadsPerBlock. Time
+// both with GUMBEL_NVRTC_OPTIONS=-DGB_TOPN_THREADS=512.
 #ifndef GB_TOPN_THREADS
 #define GB_TOPN_THREADS GB_MAX_THREADS
 #endif

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
@@ -173,12 +174,12 @@ func (b *Batch) SetRow(i int, p Params) error {
 		return err
 	}
 	r := route(p, b.vocab, s.set.Gumbel)
-	flags := flagRouted | flagAdvance | s.procs.flags(i, p)
+	flags := gokernel.FlagRouted | gokernel.FlagAdvance | s.procs.flags(i, p)
 	if r == RouteCategorical {
-		flags |= flagCategorical
+		flags |= gokernel.FlagCategorical
 	}
 	if p.Logprobs {
-		flags |= flagLogprobs
+		flags |= gokernel.FlagLogprobs
 	}
 	putRowParams(b.record, i, r, p, b.vocab, rowSeed(s.set.Seed, p), flags, uint32(p.TopLogprobs))
 	if err := s.stream.CopyToDevice(b.params, i*RowParamsSize, b.record); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
@@ -105,15 +106,15 @@ func (p *processors) flags(i int, q Params) uint32 {
 	}
 	var f uint32
 	if r.bias {
-		f |= flagBias
+		f |= gokernel.FlagBias
 	}
 	if r.masked() {
-		f |= flagMask
+		f |= gokernel.FlagMask
 	}
 	if r.tracked {
-		f |= flagRecord
+		f |= gokernel.FlagRecord
 		if penaltiesOn(q) {
-			f |= flagPenalties
+			f |= gokernel.FlagPenalties
 		}
 	}
 	return f

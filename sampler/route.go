@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 	"github.com/gumbel-go/gumbel/philox"
 )
 
@@ -82,19 +83,6 @@ func penaltiesOn(p Params) bool {
 	return (p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1) || p.FrequencyPenalty != 0 || p.PresencePenalty != 0
 }
 
-// RowParams flags (word 9, ABI version 2).
-const (
-	flagLogprobs    uint32 = 1 << 0
-	flagAdvance     uint32 = 1 << 1
-	flagRecord      uint32 = 1 << 2
-	flagRouted      uint32 = 1 << 3
-	flagCategorical uint32 = 1 << 4
-	flagBias        uint32 = 1 << 5
-	flagMask        uint32 = 1 << 6
-	flagPenalties   uint32 = 1 << 7
-	flagPerturbed   uint32 = 1 << 8
-)
-
 // rowSeed is the seed a row samples with: its own, or one derived from the sampler
 // seed and its request id (never from its position in the batch).
 func rowSeed(samplerSeed uint64, p Params) uint64 {
@@ -108,7 +96,7 @@ func rowSeed(samplerSeed uint64, p Params) uint64 {
 // RowParamsSize bytes), in the form its route's kernel expects: greedy rows carry
 // temperature 0; filters that are off, and every filter of a gumbel_argmax row, are
 // written as the ABI's off values (top_k 0, top_p 1, min_p 0). flags and topn are
-// words 9 and 13; the penalty words are written only with flagPenalties, so a record
+// words 9 and 13; the penalty words are written only with gokernel.FlagPenalties, so a record
 // without version-2 features is a version-1 record.
 func putRowParams(dst []byte, row int, r Route, p Params, vocab int, seed uint64, flags, topn uint32) {
 	dst = dst[:RowParamsSize]
@@ -138,7 +126,7 @@ func putRowParams(dst []byte, row int, r Route, p Params, vocab int, seed uint64
 	le.PutUint32(dst[32:], math.Float32bits(minP))
 	clear(dst[36:])
 	le.PutUint32(dst[36:], flags)
-	if flags&flagPenalties != 0 {
+	if flags&gokernel.FlagPenalties != 0 {
 		repetition := p.RepetitionPenalty
 		if repetition == 0 {
 			repetition = 1

@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 	"github.com/gumbel-go/gumbel/philox"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -207,10 +208,10 @@ func TestPutRowParamsVersion2Words(t *testing.T) {
 		wantPenaltyWordsZero bool
 	}{
 		{"version 1 record", penalised, 0, 0, 0, 0, 0, true},
-		{"penalties off without the flag", penalised, flagBias | flagLogprobs, 7, 0, 0, 0, true},
-		{"penalties with the flag", penalised, flagPenalties | flagRecord, 0, 1.5, -0.25, 2, false},
-		{"repetition 0 is written as off", Params{FrequencyPenalty: 1}, flagPenalties, 0, 1, 1, 0, false},
-		{"perturbed topn", Params{Temperature: 0.5}, flagPerturbed | flagMask, 20, 0, 0, 0, true},
+		{"penalties off without the flag", penalised, gokernel.FlagBias | gokernel.FlagLogprobs, 7, 0, 0, 0, true},
+		{"penalties with the flag", penalised, gokernel.FlagPenalties | gokernel.FlagRecord, 0, 1.5, -0.25, 2, false},
+		{"repetition 0 is written as off", Params{FrequencyPenalty: 1}, gokernel.FlagPenalties, 0, 1, 1, 0, false},
+		{"perturbed topn", Params{Temperature: 0.5}, gokernel.FlagPerturbed | gokernel.FlagMask, 20, 0, 0, 0, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

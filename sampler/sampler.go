@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
@@ -301,12 +302,12 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 		g := groupDistinct
 		var flags, topn uint32
 		if mode == drawDistinct {
-			flags, topn = flagPerturbed|procFlags&^flagRecord, uint32(draws)
+			flags, topn = gokernel.FlagPerturbed|procFlags&^gokernel.FlagRecord, uint32(draws)
 		} else {
 			g = kernelOf(r)
 			flags = procFlags
 			if p.Logprobs {
-				flags |= flagLogprobs
+				flags |= gokernel.FlagLogprobs
 			}
 		}
 		putRowParams(host[next[g]*RowParamsSize:], i, r, p, vocab, seed, flags, topn)

@@ -2,6 +2,7 @@ package emu
 
 import (
 	"fmt"
+	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -112,7 +113,7 @@ func listLaunches(r *rand.Rand) []*launch {
 				if l.bias != nil {
 					v2Flags(r, p)
 				} else {
-					p.flags = flagLogprobs
+					p.flags = gokernel.FlagLogprobs
 				}
 			})
 			ls = append(ls, l)
@@ -129,7 +130,7 @@ func listLaunches(r *rand.Rand) []*launch {
 	l.store(3*4099+4000, 29)
 	l.logprobs = true
 	l.rows(r, func(p *rowParams) {
-		p.temperature, p.topK, p.topP, p.minP, p.flags = 1, 2, []float32{0, 0.5}[r.IntN(2)], 0, flagLogprobs
+		p.temperature, p.topK, p.topP, p.minP, p.flags = 1, 2, []float32{0, 0.5}[r.IntN(2)], 0, gokernel.FlagLogprobs
 	})
 	ls = append(ls, l)
 	// Min-p alone: listed when its candidates fit (LLM-like rows), the full-row path when
@@ -146,7 +147,7 @@ func listLaunches(r *rand.Rand) []*launch {
 		l.rows(r, func(p *rowParams) {
 			p.temperature = temps[r.IntN(len(temps))]
 			p.minP = []float32{0.05, 0.05, 0.3, 1, 1e-30}[r.IntN(5)]
-			p.flags = flagLogprobs
+			p.flags = gokernel.FlagLogprobs
 			if l.bias != nil {
 				v2Flags(r, p)
 			}

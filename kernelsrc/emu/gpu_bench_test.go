@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 	"github.com/gumbel-go/gumbel/runtime"
 	_ "github.com/gumbel-go/gumbel/runtime/cuda" // registers the CUDA backend
 )
@@ -38,7 +39,7 @@ func BenchmarkGPUKernelFeatures(b *testing.B) {
 	for i := range base.mask {
 		base.mask[i] = ^uint32(0) // every token allowed: the work of a mask, not its effect
 	}
-	procs := flagBias | flagMask | flagPenalties
+	procs := gokernel.FlagBias | gokernel.FlagMask | gokernel.FlagPenalties
 	cases := []struct {
 		name   string
 		kernel int
@@ -47,23 +48,23 @@ func BenchmarkGPUKernelFeatures(b *testing.B) {
 		draws  int
 	}{
 		{"gumbel", kernelGumbel, 0, 0.8, 1},
-		{"gumbel+logprobs", kernelGumbel, flagLogprobs, 0.8, 1},
+		{"gumbel+logprobs", kernelGumbel, gokernel.FlagLogprobs, 0.8, 1},
 		{"gumbel T=1", kernelGumbel, 0, 1, 1},
-		{"gumbel+logprobs T=1", kernelGumbel, flagLogprobs, 1, 1},
+		{"gumbel+logprobs T=1", kernelGumbel, gokernel.FlagLogprobs, 1, 1},
 		{"greedy", kernelGumbel, 0, 0, 1},
-		{"greedy+logprobs", kernelGumbel, flagLogprobs, 0, 1},
+		{"greedy+logprobs", kernelGumbel, gokernel.FlagLogprobs, 0, 1},
 		{"gumbel+processors", kernelGumbel, procs, 0.8, 1},
-		{"gumbel+processors+logprobs", kernelGumbel, procs | flagLogprobs, 0.8, 1},
+		{"gumbel+processors+logprobs", kernelGumbel, procs | gokernel.FlagLogprobs, 0.8, 1},
 		{"gumbel draws=4", kernelGumbel, 0, 0.8, 4},
 		{"topn 20", kernelTopN, 0, 0.8, 1},
-		{"topn 20 perturbed", kernelTopN, flagPerturbed, 0.8, 1},
+		{"topn 20 perturbed", kernelTopN, gokernel.FlagPerturbed, 0.8, 1},
 	}
 	for _, s := range []int{1, 17} {
 		for _, c := range cases {
 			b.Run(fmt.Sprintf("S=%d/%s", s, c.name), func(b *testing.B) {
 				l := *base
 				l.kernel, l.gridX, l.gridZ, l.block = c.kernel, s, c.draws, 1024
-				l.logprobs = c.flags&flagLogprobs != 0
+				l.logprobs = c.flags&gokernel.FlagLogprobs != 0
 				l.params = make([]rowParams, batch)
 				for y := range l.params {
 					l.params[y] = rowParams{row: uint32(y), temperature: c.temp, seed: uint64(y), step: 9,

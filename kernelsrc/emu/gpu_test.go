@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 	"github.com/gumbel-go/gumbel/runtime"
 	_ "github.com/gumbel-go/gumbel/runtime/cuda" // registers the CUDA backend
 )
@@ -206,10 +207,10 @@ func TestGPUCUDAEditionV2MatchesGoEdition(t *testing.T) {
 					v2Flags(r, p)
 					p.topN = 20
 					if r.IntN(2) == 0 {
-						p.flags |= flagPerturbed
+						p.flags |= gokernel.FlagPerturbed
 					}
 					if kernel == kernelTopN {
-						p.flags &^= flagLogprobs | flagRecord | flagAdvance
+						p.flags &^= gokernel.FlagLogprobs | gokernel.FlagRecord | gokernel.FlagAdvance
 					}
 				})
 				ls = append(ls, l)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gumbel-go/gumbel/half"
 	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/runtime/cpu"
 )
@@ -35,19 +36,6 @@ const (
 	untouched   = -7 // what the driver and the Go run put in every slot beforehand
 	maxTopN     = 20 // the topn kernels' output stride
 	topnStride  = 22 // uint64 partials per topn block
-)
-
-// Row flags of RowParams word 9 (ABI.md, version 2).
-const (
-	flagLogprobs    uint32 = 1 << 0
-	flagAdvance     uint32 = 1 << 1
-	flagRecord      uint32 = 1 << 2
-	flagRouted      uint32 = 1 << 3
-	flagCategorical uint32 = 1 << 4
-	flagBias        uint32 = 1 << 5
-	flagMask        uint32 = 1 << 6
-	flagPenalties   uint32 = 1 << 7
-	flagPerturbed   uint32 = 1 << 8
 )
 
 var kernelNames = [3]string{kernelsrc.GumbelArgmax, kernelsrc.Categorical, kernelsrc.TopN}
@@ -344,7 +332,7 @@ func matchTopN(t *testing.T, l *launch, want, got outcome, kinds map[string]int)
 	for _, p := range l.params {
 		for j := range maxTopN {
 			if want.tokens[int(p.row)*maxTopN+j] >= 0 {
-				if p.flags&flagPerturbed != 0 {
+				if p.flags&gokernel.FlagPerturbed != 0 {
 					kinds["topn perturbed"]++
 				} else {
 					kinds["topn"]++

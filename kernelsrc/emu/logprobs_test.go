@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 	"github.com/gumbel-go/gumbel/runtime/cpu"
 )
 
@@ -129,7 +130,7 @@ func TestCUDATopNFullWidthPenalisedTies(t *testing.T) {
 	l.counts = penalisedCounts(r, l.slots, l.vocab)
 	l.rows(r, func(p *rowParams) {
 		p.temperature, p.topN = 1, 20
-		p.flags = flagPerturbed | flagPenalties
+		p.flags = gokernel.FlagPerturbed | gokernel.FlagPenalties
 		p.repetition, p.frequency, p.presence = 1, -0.25, 0.4
 	})
 	ls := []*launch{l}
@@ -175,14 +176,14 @@ func TestCUDALargeLogitLogProbs(t *testing.T) {
 						p.temperature = temps[r.IntN(len(temps))]
 						p.topN = 20
 						if !plain {
-							p.flags = flagPenalties
+							p.flags = gokernel.FlagPenalties
 							p.repetition, p.frequency, p.presence = 1, -0.25, 0.4
 						}
 						if kernel == kernelTopN && !plain {
-							p.flags |= flagPerturbed
+							p.flags |= gokernel.FlagPerturbed
 						}
 						if kernel != kernelTopN {
-							p.flags |= flagLogprobs
+							p.flags |= gokernel.FlagLogprobs
 						}
 						if kernel == kernelCategorical && p.temperature != 0 {
 							// The filtered draw's record (greedy rows take the greedy record).

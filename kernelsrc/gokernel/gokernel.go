@@ -433,6 +433,14 @@ func rowOf(b []byte, d dtype, stride, r, vocab uint64) (rowView, bool) {
 	return v, true
 }
 
+// chunk is this block's contiguous part [start, end) of the row: a multiple of four
+// elements long, so that each Philox block is computed by one block only.
+func (l *launchRow) chunk() (start, end int) {
+	n := ((l.vocab+l.s-1)/l.s + 3) &^ 3
+	start = min(l.x*n, l.vocab)
+	return start, min(start+n, l.vocab)
+}
+
 // finish writes the draw's token and status into whichever of the two slots exist.
 func (l *launchRow) finish(token, status int32) {
 	o := l.slot

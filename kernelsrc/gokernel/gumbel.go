@@ -58,11 +58,7 @@ func gumbelBlock(b *runtime.BlockContext, d dtype, skip bool) {
 		return
 	}
 
-	// This block's contiguous chunk, a multiple of four elements long so that each
-	// Philox block is computed by one block only.
-	chunk := ((l.vocab+l.s-1)/l.s + 3) &^ 3
-	start := min(l.x*chunk, l.vocab)
-	end := min(start+chunk, l.vocab)
+	start, end := l.chunk()
 
 	sc := gumbelScan{
 		bestScore: negInf,

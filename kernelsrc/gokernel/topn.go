@@ -48,9 +48,7 @@ func topnBlock(b *runtime.BlockContext, d dtype) {
 		}
 		return
 	}
-	chunk := ((l.vocab+l.s-1)/l.s + 3) &^ 3
-	start := min(l.x*chunk, l.vocab)
-	end := min(start+chunk, l.vocab)
+	start, end := l.chunk()
 
 	perturbed := l.p.flags&FlagPerturbed != 0
 	noisy := perturbed && l.p.temperature != 0

@@ -92,6 +92,22 @@ type Config struct {
 	DrawScale float64
 }
 
+// resolved returns the seed, acceptance threshold and draw scale of cfg, with the
+// defaults in place of zeros.
+func (cfg Config) resolved() (seed uint64, alpha, scale float64) {
+	seed, alpha, scale = cfg.Seed, cfg.Alpha, cfg.DrawScale
+	if seed == 0 {
+		seed = DefaultSeed
+	}
+	if alpha == 0 {
+		alpha = Alpha
+	}
+	if scale <= 0 {
+		scale = 1
+	}
+	return seed, alpha, scale
+}
+
 // Shape is the form of a case's logits row.
 type Shape uint8
 
@@ -277,18 +293,7 @@ var (
 
 // Cases returns the suite of a configuration, in a fixed order.
 func Cases(cfg Config) []Case {
-	seed := cfg.Seed
-	if seed == 0 {
-		seed = DefaultSeed
-	}
-	alpha := cfg.Alpha
-	if alpha == 0 {
-		alpha = Alpha
-	}
-	scale := cfg.DrawScale
-	if scale <= 0 {
-		scale = 1
-	}
+	seed, alpha, scale := cfg.resolved()
 	draws := func(n int) int { return max(1, int(math.Round(float64(n)*scale))) }
 
 	var out []Case

@@ -542,18 +542,58 @@ func checkHalfPrecision(dev runtime.Device) error {
 	return nil
 }
 
+// badRow is one row of a batch that mixes good and bad rows: a copy of the good logits,
+// poisoned where asked, sampled with params; want is the row's error (nil: a good row).
+type badRow struct {
+	name   string
+	params sampler.Params
+	poison func([]float32)
+	want   error
+}
+
+// sampleAmongBad samples rows in one batch and checks that every bad row gets token -1
+// and its error, and every good row the token it gets when sampled alone. It returns the
+// batch's logits and params.
+func sampleAmongBad(s *sampler.Sampler, good []float32, vocab int, rows []badRow) ([]float32, []sampler.Params, error) {
+	logits := make([]float32, len(rows)*vocab)
+	params := make([]sampler.Params, len(rows))
+	for i, c := range rows {
+		row := logits[i*vocab : (i+1)*vocab]
+		copy(row, good)
+		if c.poison != nil {
+			c.poison(row)
+		}
+		params[i] = c.params
+	}
+	res, err := sampleHost(s, logits, vocab, params)
+	if err != nil {
+		return nil, nil, fmt.Errorf("a batch with bad rows failed as a whole: %w", err)
+	}
+	for i, c := range rows {
+		if c.want != nil {
+			if !errors.Is(res.Errs[i], c.want) || res.Tokens[i] != -1 {
+				return nil, nil, fmt.Errorf("row %d (%s): token %d, err %v; want -1 and %v", i, c.name, res.Tokens[i], res.Errs[i], c.want)
+			}
+			continue
+		}
+		alone, err := sampleHost(s, good, vocab, params[i:i+1])
+		if err != nil {
+			return nil, nil, err
+		}
+		if res.Errs[i] != nil || alone.Errs[0] != nil || res.Tokens[i] != alone.Tokens[0] {
+			return nil, nil, fmt.Errorf("row %d (%s) among bad rows: token %d (err %v); alone: %d (err %v)",
+				i, c.name, res.Tokens[i], res.Errs[i], alone.Tokens[0], alone.Errs[0])
+		}
+	}
+	return logits, params, nil
+}
+
 func checkBadInput(dev runtime.Device) error {
 	vocab := probeVocab
 	nan, inf := float32(math.NaN()), float32(math.Inf(1))
 	good := randomRows(1, vocab, 1, 81)
-	type row struct {
-		name   string
-		params sampler.Params
-		poison func([]float32)
-		want   error // nil: a good row
-	}
 	seeded := func(p sampler.Params) sampler.Params { p.Seed, p.HasSeed, p.Step = 17, true, 4; return p }
-	cases := []row{
+	cases := []badRow{
 		{"gumbel", seeded(sampler.Params{Temperature: 0.9}), nil, nil},
 		{"NaN logit", seeded(sampler.Params{Temperature: 0.9}), func(x []float32) { x[vocab/2] = nan }, sampler.ErrNonFiniteLogit},
 		{"+Inf logit", seeded(sampler.Params{Temperature: 0.9, TopK: 20}), func(x []float32) { x[vocab-1] = inf }, sampler.ErrNonFiniteLogit},
@@ -580,40 +620,14 @@ func checkBadInput(dev runtime.Device) error {
 		{"greedy", seeded(sampler.Params{}), nil, nil},
 		{"min-p", seeded(sampler.Params{Temperature: 0.7, MinP: 0.05}), nil, nil},
 	}
-	logits := make([]float32, len(cases)*vocab)
-	params := make([]sampler.Params, len(cases))
-	for i, c := range cases {
-		row := logits[i*vocab : (i+1)*vocab]
-		copy(row, good)
-		if c.poison != nil {
-			c.poison(row)
-		}
-		params[i] = c.params
-	}
 	s, err := newSampler(dev, sampler.Options{Gumbel: sampler.On, Split: sampler.On})
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	res, err := sampleHost(s, logits, vocab, params)
+	logits, params, err := sampleAmongBad(s, good, vocab, cases)
 	if err != nil {
-		return fmt.Errorf("a batch with bad rows failed as a whole: %w", err)
-	}
-	for i, c := range cases {
-		if c.want != nil {
-			if !errors.Is(res.Errs[i], c.want) || res.Tokens[i] != -1 {
-				return fmt.Errorf("row %d (%s): token %d, err %v; want -1 and %v", i, c.name, res.Tokens[i], res.Errs[i], c.want)
-			}
-			continue
-		}
-		alone, err := sampleHost(s, good, vocab, params[i:i+1])
-		if err != nil {
-			return err
-		}
-		if res.Errs[i] != nil || alone.Errs[0] != nil || res.Tokens[i] != alone.Tokens[0] {
-			return fmt.Errorf("row %d (%s) among bad rows: token %d (err %v); alone: %d (err %v)",
-				i, c.name, res.Tokens[i], res.Errs[i], alone.Tokens[0], alone.Errs[0])
-		}
+		return err
 	}
 
 	// Whole-call errors: shapes that disagree, and a closed sampler.

@@ -51,18 +51,7 @@ const (
 // TrackedCases returns the tracked penalty cases of a configuration: repetition,
 // frequency and presence penalties together, on the Gumbel route and on a filtered route.
 func TrackedCases(cfg Config) []TrackedCase {
-	seed := cfg.Seed
-	if seed == 0 {
-		seed = DefaultSeed
-	}
-	alpha := cfg.Alpha
-	if alpha == 0 {
-		alpha = Alpha
-	}
-	scale := cfg.DrawScale
-	if scale <= 0 {
-		scale = 1
-	}
+	seed, alpha, scale := cfg.resolved()
 	n := CITrackedDraws
 	if cfg.Size == SizeFull {
 		n = FullDraws
