@@ -154,28 +154,21 @@ func (drv *driver) deviceProps(ordinal int) (deviceProps, error) {
 		return p, failed("cuDeviceGetName", r)
 	}
 	p.name = string(gpurt.TrimNUL(name[:]))
-	attrs := []struct {
-		attr int
-		dst  *int
-	}{
-		{devAttrCCMajor, &p.ccMajor},
-		{devAttrCCMinor, &p.ccMinor},
-		{devAttrMultiprocessors, &p.multiprocessors},
-		{devAttrMaxThreadsPerBlock, &p.maxThreads},
-		{devAttrWarpSize, &p.warpSize},
-		{devAttrMaxBlockDimX, &p.maxBlock[0]},
-		{devAttrMaxBlockDimX + 1, &p.maxBlock[1]},
-		{devAttrMaxBlockDimX + 2, &p.maxBlock[2]},
-		{devAttrMaxGridDimX, &p.maxGrid[0]},
-		{devAttrMaxGridDimX + 1, &p.maxGrid[1]},
-		{devAttrMaxGridDimX + 2, &p.maxGrid[2]},
+	attrs := []gpurt.Attribute{
+		{ID: devAttrCCMajor, Dst: &p.ccMajor},
+		{ID: devAttrCCMinor, Dst: &p.ccMinor},
+		{ID: devAttrMultiprocessors, Dst: &p.multiprocessors},
+		{ID: devAttrMaxThreadsPerBlock, Dst: &p.maxThreads},
+		{ID: devAttrWarpSize, Dst: &p.warpSize},
+		{ID: devAttrMaxBlockDimX, Dst: &p.maxBlock[0]},
+		{ID: devAttrMaxBlockDimX + 1, Dst: &p.maxBlock[1]},
+		{ID: devAttrMaxBlockDimX + 2, Dst: &p.maxBlock[2]},
+		{ID: devAttrMaxGridDimX, Dst: &p.maxGrid[0]},
+		{ID: devAttrMaxGridDimX + 1, Dst: &p.maxGrid[1]},
+		{ID: devAttrMaxGridDimX + 2, Dst: &p.maxGrid[2]},
 	}
-	for _, a := range attrs {
-		var v int32
-		if r := Result(gpurt.CallN(drv.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a.attr), uintptr(p.handle))); r != Success {
-			return p, failed(fmt.Sprintf("cuDeviceGetAttribute(%d, device %d)", a.attr, ordinal), r)
-		}
-		*a.dst = int(v)
+	if err := backend.ReadAttributes(gpurt.Entry{Fn: drv.cuDeviceGetAttribute, Name: "cuDeviceGetAttribute"}, uintptr(p.handle), ordinal, attrs); err != nil {
+		return p, err
 	}
 	var total uintptr
 	if r := Result(gpurt.CallN(drv.cuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(p.handle))); r != Success {

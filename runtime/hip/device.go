@@ -146,26 +146,19 @@ func (drv *driver) deviceProps(ordinal int) (deviceProps, error) {
 		return p, failed("hipDeviceGetName", r)
 	}
 	p.name = string(gpurt.TrimNUL(name[:]))
-	attrs := []struct {
-		attr int
-		dst  *int
-	}{
-		{attrMultiprocessorCount, &p.multiprocessors},
-		{attrMaxThreadsPerBlock, &p.maxThreads},
-		{attrWarpSize, &p.warpSize},
-		{attrMaxBlockDimX, &p.maxBlock[0]},
-		{attrMaxBlockDimX + 1, &p.maxBlock[1]},
-		{attrMaxBlockDimX + 2, &p.maxBlock[2]},
-		{attrMaxGridDimX, &p.maxGrid[0]},
-		{attrMaxGridDimX + 1, &p.maxGrid[1]},
-		{attrMaxGridDimX + 2, &p.maxGrid[2]},
+	attrs := []gpurt.Attribute{
+		{ID: attrMultiprocessorCount, Dst: &p.multiprocessors},
+		{ID: attrMaxThreadsPerBlock, Dst: &p.maxThreads},
+		{ID: attrWarpSize, Dst: &p.warpSize},
+		{ID: attrMaxBlockDimX, Dst: &p.maxBlock[0]},
+		{ID: attrMaxBlockDimX + 1, Dst: &p.maxBlock[1]},
+		{ID: attrMaxBlockDimX + 2, Dst: &p.maxBlock[2]},
+		{ID: attrMaxGridDimX, Dst: &p.maxGrid[0]},
+		{ID: attrMaxGridDimX + 1, Dst: &p.maxGrid[1]},
+		{ID: attrMaxGridDimX + 2, Dst: &p.maxGrid[2]},
 	}
-	for _, a := range attrs {
-		var v int32
-		if r := Result(gpurt.CallN(drv.hipDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a.attr), uintptr(ordinal))); r != Success {
-			return p, failed(fmt.Sprintf("hipDeviceGetAttribute(%d, device %d)", a.attr, ordinal), r)
-		}
-		*a.dst = int(v)
+	if err := backend.ReadAttributes(gpurt.Entry{Fn: drv.hipDeviceGetAttribute, Name: "hipDeviceGetAttribute"}, uintptr(ordinal), ordinal, attrs); err != nil {
+		return p, err
 	}
 	if drv.hipDeviceTotalMem != 0 {
 		var total uintptr

@@ -207,3 +207,24 @@ func ProbeDevices(res *runtime.ProbeResult, count func() (int, error), describe 
 		res.Err = fmt.Errorf("%w: %s", runtime.ErrUnavailable, none)
 	}
 }
+
+// Attribute is one integer device attribute to read: the driver's number for it, and
+// where it goes.
+type Attribute struct {
+	ID  int
+	Dst *int
+}
+
+// ReadAttributes reads each attribute of a device through get, which takes
+// cuDeviceGetAttribute's words (result, attribute, device), hipDeviceGetAttribute's too.
+// It needs no context.
+func (b *Backend) ReadAttributes(get Entry, device uintptr, ordinal int, attrs []Attribute) error {
+	for _, a := range attrs {
+		var v int32
+		if r := int32(CallN(get.Fn, uintptr(unsafe.Pointer(&v)), uintptr(a.ID), device)); r != 0 {
+			return b.Failed(fmt.Sprintf("%s(%d, device %d)", get.Name, a.ID, ordinal), r)
+		}
+		*a.Dst = int(v)
+	}
+	return nil
+}
