@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -156,8 +157,8 @@ func caseLaunch(t *testing.T, d *Device) {
 	assert.Equal(t, "add_one", addOne.Name())
 	assert.Equal(t, 1024, addOne.MaxThreadsPerBlock())
 	assert.Equal(t, 256, scale.MaxThreadsPerBlock())
-	require.Equal(t, []int{8, 4}, addOne.(*kernel).paramSizes, "cuFuncGetParamInfo must describe the kernel")
-	require.Equal(t, []int{8, 4, 8}, scale.(*kernel).paramSizes)
+	require.Equal(t, []int{8, 4}, addOne.(*kernel).core.ParamSizes, "cuFuncGetParamInfo must describe the kernel")
+	require.Equal(t, []int{8, 4, 8}, scale.(*kernel).core.ParamSizes)
 
 	const n = 3000
 	in := make([]float32, n)
@@ -316,8 +317,8 @@ func caseEvents(t *testing.T, d *Device) float32 {
 // rawStream creates a CUstream outside the package's wrappers, as an engine would.
 func rawStream(t *testing.T, d *Device) uintptr {
 	var h uintptr
-	require.NoError(t, d.withContext(func() error {
-		if r := Result(callN(d.drv.cuStreamCreate, uintptr(unsafe.Pointer(&h)), streamNonBlocking)); r != Success {
+	require.NoError(t, d.core.WithDevice(func() error {
+		if r := Result(gpurt.CallN(d.drv.cuStreamCreate, uintptr(unsafe.Pointer(&h)), streamNonBlocking)); r != Success {
 			return r
 		}
 		return nil
@@ -328,8 +329,8 @@ func rawStream(t *testing.T, d *Device) uintptr {
 func caseWrap(t *testing.T, d *Device) {
 	// Memory the "engine" owns.
 	var raw uintptr
-	require.NoError(t, d.withContext(func() error {
-		if r := Result(callN(d.drv.cuMemAlloc, uintptr(unsafe.Pointer(&raw)), 1024)); r != Success {
+	require.NoError(t, d.core.WithDevice(func() error {
+		if r := Result(gpurt.CallN(d.drv.cuMemAlloc, uintptr(unsafe.Pointer(&raw)), 1024)); r != Success {
 			return r
 		}
 		return nil
@@ -357,11 +358,11 @@ func caseWrap(t *testing.T, d *Device) {
 	require.NoError(t, wb.Free())
 	require.NoError(t, ws.Close())
 	// Both still belong to the engine: releasing them succeeds exactly once, there.
-	require.NoError(t, d.withContext(func() error {
-		if r := Result(callN(d.drv.cuStreamDestroy, h)); r != Success {
+	require.NoError(t, d.core.WithDevice(func() error {
+		if r := Result(gpurt.CallN(d.drv.cuStreamDestroy, h)); r != Success {
 			return failed("cuStreamDestroy_v2 of the engine's stream", r)
 		}
-		if r := Result(callN(d.drv.cuMemFree, raw)); r != Success {
+		if r := Result(gpurt.CallN(d.drv.cuMemFree, raw)); r != Success {
 			return failed("cuMemFree_v2 of the engine's memory", r)
 		}
 		return nil
@@ -459,7 +460,7 @@ func caseGoroutineHopping(t *testing.T, d *Device, m runtime.Module, workers, it
 				default:
 				}
 				goruntime.LockOSThread()
-				callN(d.drv.cuCtxSetCurrent, 0)
+				gpurt.CallN(d.drv.cuCtxSetCurrent, 0)
 				goruntime.UnlockOSThread()
 				scrambles.Add(1)
 				goruntime.Gosched()

@@ -6,10 +6,10 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 )
 
 func init() {
@@ -22,14 +22,14 @@ type Device struct {
 	drv *driver
 	rtc *nvrtc
 
-	ordinal       int
+	// core is what the code shared with the HIP backend reads: the ordinal, the
+	// description, the launch limits, whether the device is closed.
+	core          gpurt.Device
 	handle        int32   // CUdevice
 	ctx           uintptr // CUcontext: the device's primary context
 	props         deviceProps
 	target        compileTarget
-	info          runtime.DeviceInfo
 	defaultStream *stream
-	closed        atomic.Bool
 	statsMu       sync.Mutex
 	lastLoad      LoadStats
 
@@ -103,31 +103,32 @@ func open(drv *driver, rtc *nvrtc, ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: NVRTC %s: %w", runtime.ErrUnavailable, rtc.version(), err)
 	}
-	d := &Device{drv: drv, rtc: rtc, ordinal: ordinal, handle: props.handle, props: props, target: target,
+	d := &Device{drv: drv, rtc: rtc, handle: props.handle, props: props, target: target,
 		resources: map[resource]struct{}{}}
-	d.info = props.info([]string{drv.path, rtc.path})
+	d.core = gpurt.Device{Backend: backend, Ordinal: ordinal, Info: props.info([]string{drv.path, rtc.path}),
+		MaxBlock: props.maxBlock, MaxGrid: props.maxGrid, Bind: d.binding, AsBuffer: asBuffer, AsEvent: asEvent}
 
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
-	if r := Result(callN(drv.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)), uintptr(props.handle))); r != Success {
+	if r := Result(gpurt.CallN(drv.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)), uintptr(props.handle))); r != Success {
 		return nil, failed(fmt.Sprintf("cuDevicePrimaryCtxRetain(device %d)", ordinal), r)
 	}
-	if r := Result(callN(drv.cuCtxSetCurrent, d.ctx)); r != Success {
-		callN(drv.cuDevicePrimaryCtxRelease, uintptr(props.handle))
+	if r := Result(gpurt.CallN(drv.cuCtxSetCurrent, d.ctx)); r != Success {
+		gpurt.CallN(drv.cuDevicePrimaryCtxRelease, uintptr(props.handle))
 		return nil, failed("cuCtxSetCurrent", r)
 	}
 	var h uintptr
-	if r := Result(callN(drv.cuStreamCreate, uintptr(unsafe.Pointer(&h)), streamNonBlocking)); r != Success {
-		callN(drv.cuDevicePrimaryCtxRelease, uintptr(props.handle))
+	if r := Result(gpurt.CallN(drv.cuStreamCreate, uintptr(unsafe.Pointer(&h)), streamNonBlocking)); r != Success {
+		gpurt.CallN(drv.cuDevicePrimaryCtxRelease, uintptr(props.handle))
 		return nil, failed("cuStreamCreate(CU_STREAM_NON_BLOCKING)", r)
 	}
 	s, err := d.newStreamLocked(h, true)
 	if err != nil {
-		callN(drv.cuStreamDestroy, h)
-		callN(drv.cuDevicePrimaryCtxRelease, uintptr(props.handle))
+		gpurt.CallN(drv.cuStreamDestroy, h)
+		gpurt.CallN(drv.cuDevicePrimaryCtxRelease, uintptr(props.handle))
 		return nil, err
 	}
-	s.isDefault = true
+	s.core.IsDefault = true
 	d.defaultStream = s
 	d.resources[s] = struct{}{}
 	return d, nil
@@ -136,7 +137,7 @@ func open(drv *driver, rtc *nvrtc, ordinal int) (*Device, error) {
 // deviceCount returns the number of CUDA devices.
 func (drv *driver) deviceCount() (int, error) {
 	var n int32
-	if r := Result(callN(drv.cuDeviceGetCount, uintptr(unsafe.Pointer(&n)))); r != Success {
+	if r := Result(gpurt.CallN(drv.cuDeviceGetCount, uintptr(unsafe.Pointer(&n)))); r != Success {
 		return 0, failed("cuDeviceGetCount", r)
 	}
 	return int(n), nil
@@ -145,39 +146,32 @@ func (drv *driver) deviceCount() (int, error) {
 // deviceProps asks the driver about device ordinal; it needs no context.
 func (drv *driver) deviceProps(ordinal int) (deviceProps, error) {
 	var p deviceProps
-	if r := Result(callN(drv.cuDeviceGet, uintptr(unsafe.Pointer(&p.handle)), uintptr(ordinal))); r != Success {
+	if r := Result(gpurt.CallN(drv.cuDeviceGet, uintptr(unsafe.Pointer(&p.handle)), uintptr(ordinal))); r != Success {
 		return p, failed(fmt.Sprintf("cuDeviceGet(%d)", ordinal), r)
 	}
 	var name [256]byte
-	if r := Result(callN(drv.cuDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(p.handle))); r != Success {
+	if r := Result(gpurt.CallN(drv.cuDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(p.handle))); r != Success {
 		return p, failed("cuDeviceGetName", r)
 	}
-	p.name = string(trimNUL(name[:]))
-	attrs := []struct {
-		attr int
-		dst  *int
-	}{
-		{devAttrCCMajor, &p.ccMajor},
-		{devAttrCCMinor, &p.ccMinor},
-		{devAttrMultiprocessors, &p.multiprocessors},
-		{devAttrMaxThreadsPerBlock, &p.maxThreads},
-		{devAttrWarpSize, &p.warpSize},
-		{devAttrMaxBlockDimX, &p.maxBlock[0]},
-		{devAttrMaxBlockDimX + 1, &p.maxBlock[1]},
-		{devAttrMaxBlockDimX + 2, &p.maxBlock[2]},
-		{devAttrMaxGridDimX, &p.maxGrid[0]},
-		{devAttrMaxGridDimX + 1, &p.maxGrid[1]},
-		{devAttrMaxGridDimX + 2, &p.maxGrid[2]},
+	p.name = string(gpurt.TrimNUL(name[:]))
+	attrs := []gpurt.Attribute{
+		{ID: devAttrCCMajor, Dst: &p.ccMajor},
+		{ID: devAttrCCMinor, Dst: &p.ccMinor},
+		{ID: devAttrMultiprocessors, Dst: &p.multiprocessors},
+		{ID: devAttrMaxThreadsPerBlock, Dst: &p.maxThreads},
+		{ID: devAttrWarpSize, Dst: &p.warpSize},
+		{ID: devAttrMaxBlockDimX, Dst: &p.maxBlock[0]},
+		{ID: devAttrMaxBlockDimX + 1, Dst: &p.maxBlock[1]},
+		{ID: devAttrMaxBlockDimX + 2, Dst: &p.maxBlock[2]},
+		{ID: devAttrMaxGridDimX, Dst: &p.maxGrid[0]},
+		{ID: devAttrMaxGridDimX + 1, Dst: &p.maxGrid[1]},
+		{ID: devAttrMaxGridDimX + 2, Dst: &p.maxGrid[2]},
 	}
-	for _, a := range attrs {
-		var v int32
-		if r := Result(callN(drv.cuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a.attr), uintptr(p.handle))); r != Success {
-			return p, failed(fmt.Sprintf("cuDeviceGetAttribute(%d, device %d)", a.attr, ordinal), r)
-		}
-		*a.dst = int(v)
+	if err := backend.ReadAttributes(gpurt.Entry{Fn: drv.cuDeviceGetAttribute, Name: "cuDeviceGetAttribute"}, uintptr(p.handle), ordinal, attrs); err != nil {
+		return p, err
 	}
 	var total uintptr
-	if r := Result(callN(drv.cuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(p.handle))); r != Success {
+	if r := Result(gpurt.CallN(drv.cuDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(p.handle))); r != Success {
 		return p, failed("cuDeviceTotalMem_v2", r)
 	}
 	p.totalMemory = uint64(total)
@@ -196,52 +190,27 @@ func probe() runtime.ProbeResult {
 	if rtc != nil {
 		res.Libraries = append(res.Libraries, rtc.path+" (NVRTC "+rtc.version()+")")
 	}
-	count, err := drv.deviceCount()
-	if err != nil {
-		res.Err = errors.Join(res.Err, err)
-		return res
-	}
-	for i := 0; i < count; i++ {
-		p, err := drv.deviceProps(i)
-		if err != nil {
-			res.Err = errors.Join(res.Err, err)
-			continue
-		}
-		res.Devices = append(res.Devices, p.info([]string{drv.path}))
-	}
-	if len(res.Devices) == 0 && res.Err == nil {
-		res.Err = fmt.Errorf("%w: the CUDA driver reports no device", runtime.ErrUnavailable)
-	}
+	gpurt.ProbeDevices(&res, drv.deviceCount, func(ordinal int) (runtime.DeviceInfo, error) {
+		p, err := drv.deviceProps(ordinal)
+		return p.info([]string{drv.path}), err
+	}, "the CUDA driver reports no device")
 	return res
 }
 
-// withContext runs f with the goroutine locked to its OS thread and the device's context
-// current on that thread, for set-up calls (the per-step calls use hotCall).
-func (d *Device) withContext(f func() error) error {
-	if d.closed.Load() {
-		return fmt.Errorf("cuda device %d: %w", d.ordinal, runtime.ErrClosed)
-	}
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	if r := Result(callN(d.drv.cuCtxSetCurrent, d.ctx)); r != Success {
-		return failed("cuCtxSetCurrent", r)
-	}
-	return f()
+// binding makes the device's primary context current on a thread, for the shared code.
+func (d *Device) binding() gpurt.Binding {
+	return gpurt.Binding{Fn: d.drv.cuCtxSetCurrent, Arg: d.ctx, Call: "cuCtxSetCurrent"}
 }
 
 // Info describes the device.
-func (d *Device) Info() runtime.DeviceInfo {
-	info := d.info
-	info.Libraries = append([]string(nil), d.info.Libraries...)
-	return info
-}
+func (d *Device) Info() runtime.DeviceInfo { return d.core.InfoCopy() }
 
 // ComputeCapability returns the device's compute capability, e.g. 9, 0 for an H100 or
 // H200.
 func (d *Device) ComputeCapability() (major, minor int) { return d.props.ccMajor, d.props.ccMinor }
 
 // Ordinal returns the device number Open was given.
-func (d *Device) Ordinal() int { return d.ordinal }
+func (d *Device) Ordinal() int { return d.core.Ordinal }
 
 // Context returns the device's primary context (a CUcontext), for interoperation.
 func (d *Device) Context() uintptr { return d.ctx }
@@ -267,7 +236,7 @@ func (d *Device) own(create func() (resource, error)) error {
 	d.resMu.Lock()
 	defer d.resMu.Unlock()
 	var r resource
-	err := d.withContext(func() (err error) {
+	err := d.core.WithDevice(func() (err error) {
 		r, err = create()
 		return err
 	})
@@ -287,7 +256,7 @@ func (d *Device) disown(r resource) error {
 		return nil
 	}
 	delete(d.resources, r)
-	return d.withContext(r.release)
+	return d.core.WithDevice(r.release)
 }
 
 // Close releases every object of the device still open (memory, streams, events,
@@ -297,11 +266,11 @@ func (d *Device) disown(r resource) error {
 func (d *Device) Close() error {
 	d.resMu.Lock()
 	defer d.resMu.Unlock()
-	if d.closed.Load() {
+	if d.core.Closed.Load() {
 		return nil
 	}
 	var errs []error
-	err := d.withContext(func() error {
+	err := d.core.WithDevice(func() error {
 		for r := range d.resources {
 			errs = append(errs, r.release())
 		}
@@ -309,8 +278,8 @@ func (d *Device) Close() error {
 	})
 	errs = append(errs, err)
 	clear(d.resources)
-	d.closed.Store(true)
-	if r := Result(callN(d.drv.cuDevicePrimaryCtxRelease, uintptr(d.handle))); r != Success {
+	d.core.Closed.Store(true)
+	if r := Result(gpurt.CallN(d.drv.cuDevicePrimaryCtxRelease, uintptr(d.handle))); r != Success {
 		errs = append(errs, failed("cuDevicePrimaryCtxRelease_v2", r))
 	}
 	return errors.Join(errs...)

@@ -3,10 +3,11 @@ package cuda
 import (
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 )
 
 // Result is a CUDA driver API status (CUresult).
@@ -35,26 +36,12 @@ const (
 
 // resultNamer turns a Result into its name and description; the loaded driver installs
 // one backed by cuGetErrorName and cuGetErrorString.
-var resultNamer atomic.Pointer[func(Result) (name, text string)]
+var resultNamer gpurt.Namer[Result]
 
 // Error returns the driver's name and description of r, e.g.
 // "CUDA_ERROR_OUT_OF_MEMORY: out of memory", or the bare number when no driver can name
 // it.
-func (r Result) Error() string {
-	var name, text string
-	if f := resultNamer.Load(); f != nil {
-		name, text = (*f)(r)
-	}
-	switch {
-	case name != "" && text != "":
-		return name + ": " + text
-	case name != "":
-		return name
-	case text != "":
-		return "CUresult(" + strconv.Itoa(int(r)) + "): " + text
-	}
-	return "CUresult(" + strconv.Itoa(int(r)) + ")"
-}
+func (r Result) Error() string { return resultNamer.Describe(r, "CUresult") }
 
 // Is maps driver statuses onto the runtime's sentinel errors, so callers can test
 // errors.Is(err, runtime.ErrOutOfMemory) whatever the backend.
@@ -78,9 +65,10 @@ func (r Result) Is(target error) bool {
 
 // failed wraps a non-success status with the call that returned it, e.g.
 // "cuMemAlloc_v2(1048576): CUDA_ERROR_OUT_OF_MEMORY: out of memory".
-func failed(call string, r Result) error {
-	return fmt.Errorf("%s: %w", call, r)
-}
+func failed(call string, r Result) error { return backend.Failed(call, int32(r)) }
+
+// backend names the package to the code it shares with the HIP backend.
+var backend = &gpurt.Backend{Pkg: "cuda", Brand: "CUDA", Status: func(code int32) error { return Result(code) }}
 
 // CUDA driver constants (cuda.h).
 const (
@@ -122,10 +110,9 @@ type driver struct {
 // symbols lists the driver functions gumbel binds. The _v2 names are the ones cuda.h
 // maps the plain names to since CUDA 3.2/4.0/11.0; optional ones only refine errors and
 // checks.
-func (d *driver) symbols() []symbol {
-	req := func(dst *uintptr, names ...string) symbol { return symbol{names: names, dst: dst} }
-	opt := func(dst *uintptr, names ...string) symbol { return symbol{names: names, dst: dst, optional: true} }
-	return []symbol{
+func (d *driver) symbols() []dynlib.Func {
+	req, opt := dynlib.Required, dynlib.Optional
+	return []dynlib.Func{
 		req(&d.cuInit, "cuInit"),
 		req(&d.cuDriverGetVersion, "cuDriverGetVersion"),
 		opt(&d.cuGetErrorName, "cuGetErrorName"),
@@ -178,11 +165,11 @@ func loadDriver(s runtime.LibrarySearch) (*driver, error) {
 		return nil, err
 	}
 	d := &driver{path: path}
-	if err := bindSymbols(path, func(n string) uintptr { return lookupSymbol(h, n) }, d.symbols()); err != nil {
+	if err := dynlib.Bind(path, func(n string) uintptr { return lookupSymbol(h, n) }, d.symbols()); err != nil {
 		return nil, err
 	}
 	d.installNamer()
-	if r := Result(callN(d.cuInit, 0)); r != Success {
+	if r := Result(gpurt.CallN(d.cuInit, 0)); r != Success {
 		err := failed("cuInit(0)", r)
 		if r == ErrorStubLibrary {
 			err = fmt.Errorf("%w: %s is the toolkit's stub library: %w", runtime.ErrUnavailable, path, err)
@@ -190,7 +177,7 @@ func loadDriver(s runtime.LibrarySearch) (*driver, error) {
 		return nil, err
 	}
 	var v int32
-	if r := Result(callN(d.cuDriverGetVersion, uintptr(unsafe.Pointer(&v)))); r != Success {
+	if r := Result(gpurt.CallN(d.cuDriverGetVersion, uintptr(unsafe.Pointer(&v)))); r != Success {
 		return nil, failed("cuDriverGetVersion", r)
 	}
 	d.version = int(v)
@@ -204,11 +191,11 @@ func (d *driver) installNamer() {
 			if fn == 0 {
 				return ""
 			}
-			var p unsafe.Pointer
-			if Result(callN(fn, uintptr(r), uintptr(unsafe.Pointer(&p)))) != Success {
+			var p uintptr // a static C string
+			if Result(gpurt.CallN(fn, uintptr(r), uintptr(unsafe.Pointer(&p)))) != Success {
 				return ""
 			}
-			return goString(p, 512)
+			return gpurt.GoString(p, 512)
 		}
 		return ask(d.cuGetErrorName), ask(d.cuGetErrorString)
 	}

@@ -89,11 +89,11 @@ func TestNVRTCResult(t *testing.T) {
 	nvrtcNamer.Store(nil)
 	assert.Equal(t, "nvrtcResult(6)", NVRTCErrorCompilation.Error())
 
-	f := func(r NVRTCResult) string {
+	f := func(r NVRTCResult) (string, string) {
 		if r == 6 {
-			return "NVRTC_ERROR_COMPILATION"
+			return "NVRTC_ERROR_COMPILATION", ""
 		}
-		return ""
+		return "", ""
 	}
 	nvrtcNamer.Store(&f)
 	assert.Equal(t, "NVRTC_ERROR_COMPILATION", NVRTCErrorCompilation.Error())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ebitengine/purego"
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -110,8 +111,8 @@ func TestFakeDetectsEscapedCalls(t *testing.T) {
 	d := openFake(t)
 	goruntime.LockOSThread()
 	defer goruntime.UnlockOSThread()
-	callN(d.drv.cuCtxSetCurrent, 0)
-	r := Result(callN(d.drv.cuStreamSynchronize, d.DefaultStream().Handle()))
+	gpurt.CallN(d.drv.cuCtxSetCurrent, 0)
+	r := Result(gpurt.CallN(d.drv.cuStreamSynchronize, d.DefaultStream().Handle()))
 	assert.Equal(t, ErrorInvalidContext, r)
 	assert.Equal(t, "CUDA_ERROR_INVALID_CONTEXT: invalid device context", r.Error())
 	assert.NoError(t, d.DefaultStream().Synchronize(), "the stream makes its context current itself")
@@ -126,7 +127,7 @@ func nopDriver(t testing.TB, d *Device) *driver {
 	require.NoError(t, err)
 	nop, err := purego.Dlsym(libm, "fegetround")
 	require.NoError(t, err)
-	require.Zero(t, callN(nop), "fegetround must return 0 to stand in for the driver")
+	require.Zero(t, gpurt.CallN(nop), "fegetround must return 0 to stand in for the driver")
 	y := *d.drv
 	for _, p := range []*uintptr{&y.cuCtxSetCurrent, &y.cuLaunchKernel, &y.cuMemcpyHtoDAsync, &y.cuMemcpyDtoHAsync,
 		&y.cuMemsetD8Async, &y.cuEventRecord, &y.cuStreamSynchronize, &y.cuEventSynchronize} {

@@ -18,6 +18,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 	"github.com/stretchr/testify/require"
 )
 
@@ -70,7 +72,7 @@ func staticCString(s string) uintptr {
 	cStringsMu.Lock()
 	defer cStringsMu.Unlock()
 	if _, ok := cStrings[s]; !ok {
-		cStrings[s] = cString(s)
+		cStrings[s] = gpurt.CString(s)
 	}
 	return uintptr(unsafe.Pointer(&cStrings[s][0]))
 }
@@ -379,7 +381,7 @@ func fakeSymbols() map[string]uintptr {
 			}),
 			"cuModuleGetFunction": cb(func(pf, m, name uintptr) uintptr {
 				return guarded(func() Result {
-					fn := map[string]uintptr{"add_one": fakeAddOne, "scale": fakeScale}[goString(ptr(name), 256)]
+					fn := map[string]uintptr{"add_one": fakeAddOne, "scale": fakeScale}[gpurt.GoString(name, 256)]
 					if !fake.modules[m] || fn == 0 {
 						return ErrorNotFound
 					}
@@ -463,7 +465,7 @@ func fakeSymbols() map[string]uintptr {
 			"nvrtcCreateProgram": cb(func(pprog, src, name, nh, headers, includes uintptr) uintptr {
 				return locked(func() Result {
 					fake.next++
-					fake.programs[fake.next] = &fakeProgram{src: goString(ptr(src), 1<<20)}
+					fake.programs[fake.next] = &fakeProgram{src: gpurt.GoString(src, 1<<20)}
 					setWord(pprog, fake.next)
 					return 0
 				})
@@ -479,7 +481,7 @@ func fakeSymbols() map[string]uintptr {
 					p := fake.programs[prog]
 					var options []string
 					for _, o := range unsafe.Slice((*uintptr)(ptr(opts)), n) {
-						options = append(options, goString(ptr(o), 256))
+						options = append(options, gpurt.GoString(o, 256))
 					}
 					fake.compiles++
 					if i := strings.Index(p.src, "#error"); i >= 0 {
@@ -542,10 +544,10 @@ func newFake(t testing.TB) (drv *driver, rtc *nvrtc, restore func()) {
 	lookup := func(name string) uintptr { return syms[name] }
 	prevResult, prevNVRTC := resultNamer.Load(), nvrtcNamer.Load()
 	drv = &driver{path: "/fake/libcuda.so.1", version: 13000}
-	require.NoError(t, bindSymbols(drv.path, lookup, drv.symbols()))
+	require.NoError(t, dynlib.Bind(drv.path, lookup, drv.symbols()))
 	drv.installNamer()
 	rtc = &nvrtc{path: "/fake/libnvrtc.so.13", major: fakeNVRTCMajor}
-	require.NoError(t, bindSymbols(rtc.path, lookup, rtc.symbols()))
+	require.NoError(t, dynlib.Bind(rtc.path, lookup, rtc.symbols()))
 	rtc.installNamer()
 	for _, a := range fakeArchs {
 		rtc.archs = append(rtc.archs, int(a))

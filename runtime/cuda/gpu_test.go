@@ -108,7 +108,7 @@ func TestGPUSamplingProgramCompiles(t *testing.T) {
 			require.NoError(t, err)
 			t.Logf("%s: max %d threads per block", k.Name(), k.MaxThreadsPerBlock())
 			assert.Equal(t, 1024, k.MaxThreadsPerBlock(), "%s should allow 1024-thread blocks", k.Name())
-			assert.Equal(t, abiParamSizes, k.(*kernel).paramSizes, "%s parameters (ABI.md, version 2)", k.Name())
+			assert.Equal(t, abiParamSizes, k.(*kernel).core.ParamSizes, "%s parameters (ABI.md, version 2)", k.Name())
 		}
 	}
 }

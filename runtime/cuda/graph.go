@@ -7,7 +7,11 @@ import (
 	"unsafe"
 
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 )
+
+// Graph capture is CUDA's alone: the HIP backend does not bind HIP's graph API, so its
+// streams are no runtime.GraphCapturer, and none of this is shared with it.
 
 // captureModeRelaxed is CU_STREAM_CAPTURE_MODE_RELAXED: the capture does not forbid
 // other threads' unsafe calls, which the per-call thread locking of this package could
@@ -27,15 +31,7 @@ func (s *stream) BeginCapture() error {
 		drv.cuGraphLaunch == 0 || drv.cuGraphExecDestroy == 0 || drv.cuGraphDestroy == 0 {
 		return errNoGraphs
 	}
-	if err := s.begin(); err != nil {
-		return s.opErr("BeginCapture", err)
-	}
-	defer s.end()
-	s.sys[0], s.sys[1] = s.handle, captureModeRelaxed
-	if r := s.call(drv.cuStreamBeginCapture, 2); r != Success {
-		return failed("cuStreamBeginCapture_v2", r)
-	}
-	return nil
+	return s.core.CallOn("BeginCapture", gpurt.Entry{Fn: drv.cuStreamBeginCapture, Name: "cuStreamBeginCapture_v2"}, s.core.Handle, captureModeRelaxed)
 }
 
 // EndCapture stops recording and instantiates the graph.
@@ -46,11 +42,11 @@ func (s *stream) EndCapture() (runtime.Graph, error) {
 	}
 	g := &graph{dev: s.dev}
 	err := s.dev.own(func() (resource, error) {
-		if r := Result(callN(drv.cuStreamEndCapture, s.handle, uintptr(unsafe.Pointer(&g.graph)))); r != Success {
+		if r := Result(gpurt.CallN(drv.cuStreamEndCapture, s.core.Handle, uintptr(unsafe.Pointer(&g.graph)))); r != Success {
 			return nil, failed("cuStreamEndCapture", r)
 		}
-		if r := Result(callN(drv.cuGraphInstantiate, uintptr(unsafe.Pointer(&g.exec)), g.graph, 0)); r != Success {
-			callN(drv.cuGraphDestroy, g.graph)
+		if r := Result(gpurt.CallN(drv.cuGraphInstantiate, uintptr(unsafe.Pointer(&g.exec)), g.graph, 0)); r != Success {
+			gpurt.CallN(drv.cuGraphDestroy, g.graph)
 			return nil, failed("cuGraphInstantiateWithFlags", r)
 		}
 		return g, nil
@@ -78,15 +74,7 @@ func (g *graph) Launch(st runtime.Stream) error {
 	if g.closed.Load() {
 		return fmt.Errorf("cuda graph: Launch: %w", runtime.ErrClosed)
 	}
-	if err := s.begin(); err != nil {
-		return s.opErr("graph Launch", err)
-	}
-	defer s.end()
-	s.sys[0], s.sys[1] = g.exec, s.handle
-	if r := s.call(g.dev.drv.cuGraphLaunch, 2); r != Success {
-		return failed("cuGraphLaunch", r)
-	}
-	return nil
+	return s.core.CallOn("graph Launch", gpurt.Entry{Fn: g.dev.drv.cuGraphLaunch, Name: "cuGraphLaunch"}, g.exec, s.core.Handle)
 }
 
 // Close releases the graph. A second Close does nothing.
@@ -95,10 +83,10 @@ func (g *graph) Close() error { return g.dev.disown(g) }
 func (g *graph) release() error {
 	g.closed.Store(true)
 	var err error
-	if r := Result(callN(g.dev.drv.cuGraphExecDestroy, g.exec)); r != Success {
+	if r := Result(gpurt.CallN(g.dev.drv.cuGraphExecDestroy, g.exec)); r != Success {
 		err = failed("cuGraphExecDestroy", r)
 	}
-	if r := Result(callN(g.dev.drv.cuGraphDestroy, g.graph)); r != Success {
+	if r := Result(gpurt.CallN(g.dev.drv.cuGraphDestroy, g.graph)); r != Success {
 		err = errors.Join(err, failed("cuGraphDestroy", r))
 	}
 	return err

@@ -147,35 +147,6 @@ func versionOf(name string) []int {
 	return out
 }
 
-// symbol is one C function to bind: the first of names that the library exports.
-type symbol struct {
-	names    []string
-	dst      *uintptr
-	optional bool
-}
-
-// bindSymbols fills every symbol's function pointer. A missing required symbol is an
-// error naming all that are missing; a missing optional one leaves its pointer 0.
-func bindSymbols(what string, lookup func(name string) uintptr, syms []symbol) error {
-	var missing []string
-	for _, s := range syms {
-		*s.dst = 0
-		for _, n := range s.names {
-			if p := lookup(n); p != 0 {
-				*s.dst = p
-				break
-			}
-		}
-		if *s.dst == 0 && !s.optional {
-			missing = append(missing, strings.Join(s.names, " or "))
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: %s lacks %s (too old, or not the right library)", runtime.ErrUnavailable, what, strings.Join(missing, ", "))
-	}
-	return nil
-}
-
 // openFound loads the first candidate of s that opens, and reports the file the loader
 // really mapped (found through probe, one of its functions), refusing a stub library that
 // a bare soname resolved to.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -108,33 +109,11 @@ func TestFindRefusesStubs(t *testing.T) {
 	assert.Empty(t, loaded, "the stub is never handed to the loader")
 }
 
-func TestBindSymbols(t *testing.T) {
-	exported := map[string]uintptr{"a": 1, "b_v2": 2, "b": 3, "opt": 4}
-	lookup := func(n string) uintptr { return exported[n] }
-	var a, b, o, missingOpt uintptr = 9, 9, 9, 9
-	err := bindSymbols("lib", lookup, []symbol{
-		{names: []string{"a"}, dst: &a},
-		{names: []string{"b_v2", "b"}, dst: &b},
-		{names: []string{"opt"}, dst: &o, optional: true},
-		{names: []string{"gone"}, dst: &missingOpt, optional: true},
-	})
-	require.NoError(t, err)
-	assert.Equal(t, []uintptr{1, 2, 4, 0}, []uintptr{a, b, o, missingOpt}, "the first name that exists wins; a missing optional is 0")
-
-	var c, d uintptr
-	err = bindSymbols("/usr/lib/libfoo.so", lookup, []symbol{
-		{names: []string{"c_v2", "c"}, dst: &c},
-		{names: []string{"a"}, dst: &a},
-		{names: []string{"d"}, dst: &d},
-	})
-	require.Error(t, err)
-	assert.ErrorIs(t, err, runtime.ErrUnavailable)
-	assert.Contains(t, err.Error(), "/usr/lib/libfoo.so lacks c_v2 or c, d")
-
-	// The real symbol lists bind completely against a library that has everything.
+func TestSymbolListsBind(t *testing.T) {
+	// The symbol lists bind completely against a library that has everything.
 	all := func(string) uintptr { return 1 }
-	assert.NoError(t, bindSymbols("libcuda", all, (&driver{}).symbols()))
-	assert.NoError(t, bindSymbols("libnvrtc", all, (&nvrtc{}).symbols()))
+	assert.NoError(t, dynlib.Bind("libcuda", all, (&driver{}).symbols()))
+	assert.NoError(t, dynlib.Bind("libnvrtc", all, (&nvrtc{}).symbols()))
 }
 
 func TestLoadMissingLibrary(t *testing.T) {

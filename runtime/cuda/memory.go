@@ -2,57 +2,64 @@ package cuda
 
 import (
 	"fmt"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 )
 
 // buffer is device memory: allocated by the device, or wrapped caller-owned memory.
 type buffer struct {
-	dev   *Device
-	ptr   uintptr // CUdeviceptr
-	size  int
-	owned bool
-	freed atomic.Bool
+	mem gpurt.Buffer // Ptr is the CUdeviceptr
+	dev *Device
+}
+
+// asBuffer returns the shared part of a buffer of this package, nil for anything else.
+func asBuffer(b runtime.Buffer) *gpurt.Buffer {
+	if cb, ok := b.(*buffer); ok && cb != nil {
+		return &cb.mem
+	}
+	return nil
 }
 
 // Size is the buffer's length in bytes.
-func (b *buffer) Size() int { return b.size }
+func (b *buffer) Size() int { return b.mem.Len }
 
 // DevicePtr is the buffer's device address (a CUdeviceptr).
-func (b *buffer) DevicePtr() uintptr { return b.ptr }
+func (b *buffer) DevicePtr() uintptr { return b.mem.Ptr }
 
 // Free releases the memory, unless the buffer wraps memory the caller owns. A second
 // Free does nothing.
 func (b *buffer) Free() error {
-	b.freed.Store(true)
+	b.mem.Freed.Store(true)
 	return b.dev.disown(b)
 }
 
 func (b *buffer) release() error {
-	b.freed.Store(true)
-	if r := Result(callN(b.dev.drv.cuMemFree, b.ptr)); r != Success {
-		return failed(fmt.Sprintf("cuMemFree_v2(%#x)", b.ptr), r)
+	b.mem.Freed.Store(true)
+	if r := Result(gpurt.CallN(b.dev.drv.cuMemFree, b.mem.Ptr)); r != Success {
+		return failed(fmt.Sprintf("cuMemFree_v2(%#x)", b.mem.Ptr), r)
 	}
 	return nil
+}
+
+// newBuffer makes the Go value of size bytes at ptr.
+func (d *Device) newBuffer(ptr uintptr, size int, owned bool) *buffer {
+	return &buffer{mem: gpurt.Buffer{Dev: &d.core, Ptr: ptr, Len: size, Owned: owned}, dev: d}
 }
 
 // Alloc returns size bytes of uninitialised device memory. Alloc(0) returns an empty
 // buffer whose DevicePtr is 0.
 func (d *Device) Alloc(size int) (runtime.Buffer, error) {
-	if size < 0 {
-		return nil, fmt.Errorf("%w: cuda: Alloc(%d): negative size", runtime.ErrInvalidArgument, size)
+	if err := d.core.CheckSize("Alloc", size); err != nil {
+		return nil, err
 	}
-	b := &buffer{dev: d, size: size, owned: true}
+	b := d.newBuffer(0, size, true)
 	if size == 0 {
-		if d.closed.Load() {
-			return nil, fmt.Errorf("cuda device %d: %w", d.ordinal, runtime.ErrClosed)
-		}
 		return b, nil
 	}
 	err := d.own(func() (resource, error) {
-		if r := Result(callN(d.drv.cuMemAlloc, uintptr(unsafe.Pointer(&b.ptr)), uintptr(size))); r != Success {
+		if r := Result(gpurt.CallN(d.drv.cuMemAlloc, uintptr(unsafe.Pointer(&b.mem.Ptr)), uintptr(size))); r != Success {
 			return nil, failed(fmt.Sprintf("cuMemAlloc_v2(%d)", size), r)
 		}
 		return b, nil
@@ -78,16 +85,16 @@ func WrapDevicePointer(dev runtime.Device, ptr uintptr, bytes int) (runtime.Buff
 		return nil, fmt.Errorf("%w: cuda.WrapDevicePointer(%#x, %d): negative size", runtime.ErrInvalidArgument, ptr, bytes)
 	}
 	if bytes == 0 {
-		return &buffer{dev: d, ptr: ptr}, nil
+		return d.newBuffer(ptr, 0, false), nil
 	}
 	last := ptr + uintptr(bytes-1)
 	if ptr == 0 || last < ptr {
 		return nil, fmt.Errorf("%w: cuda.WrapDevicePointer(%#x, %d): not an address range", runtime.ErrInvalidArgument, ptr, bytes)
 	}
-	err := d.withContext(func() error {
+	err := d.core.WithDevice(func() error {
 		for _, p := range [2]uintptr{ptr, last} {
 			var base, size uintptr
-			if r := Result(callN(d.drv.cuMemGetAddressRange, uintptr(unsafe.Pointer(&base)), uintptr(unsafe.Pointer(&size)), p)); r != Success {
+			if r := Result(gpurt.CallN(d.drv.cuMemGetAddressRange, uintptr(unsafe.Pointer(&base)), uintptr(unsafe.Pointer(&size)), p)); r != Success {
 				return fmt.Errorf("%w: cuda.WrapDevicePointer(%#x, %d): %#x is not device memory the driver knows: %w",
 					runtime.ErrInvalidArgument, ptr, bytes, p, failed(fmt.Sprintf("cuMemGetAddressRange_v2(%#x)", p), r))
 			}
@@ -97,60 +104,27 @@ func WrapDevicePointer(dev runtime.Device, ptr uintptr, bytes int) (runtime.Buff
 	if err != nil {
 		return nil, err
 	}
-	return &buffer{dev: d, ptr: ptr, size: bytes}, nil
-}
-
-// fits reports whether n bytes from offset off lie inside size bytes, without overflow.
-func fits(off, n, size uint64) bool { return off <= size && n <= size-off }
-
-// checkRange validates a byte range [off, off+n) of a buffer of size bytes.
-func checkRange(op string, off, n, size int) error {
-	if off < 0 || n < 0 || !fits(uint64(off), uint64(n), uint64(size)) {
-		return fmt.Errorf("%w: cuda: %s: %d bytes at offset %d out of range of a %d-byte buffer", runtime.ErrInvalidArgument, op, n, off, size)
-	}
-	return nil
-}
-
-// ownBuffer returns b as a live buffer of this device.
-func (d *Device) ownBuffer(op string, b runtime.Buffer) (*buffer, error) {
-	cb, ok := b.(*buffer)
-	if !ok || cb == nil {
-		return nil, fmt.Errorf("%w: cuda: %s: %T is not CUDA device memory", runtime.ErrInvalidArgument, op, b)
-	}
-	if cb.dev != d {
-		return nil, fmt.Errorf("%w: cuda: %s: buffer belongs to CUDA device %d, not %d", runtime.ErrInvalidArgument, op, cb.dev.ordinal, d.ordinal)
-	}
-	if cb.freed.Load() {
-		return nil, fmt.Errorf("cuda: %s: buffer was freed: %w", op, runtime.ErrClosed)
-	}
-	return cb, nil
+	return d.newBuffer(ptr, bytes, false), nil
 }
 
 // hostBuffer is pinned host memory (cuMemHostAlloc), portable across contexts.
 type hostBuffer struct {
-	dev   *Device
-	p     unsafe.Pointer
-	size  int
-	freed atomic.Bool
+	mem gpurt.HostMemory
+	dev *Device
 }
 
 // Bytes is the memory as a Go slice; nil after Free.
-func (h *hostBuffer) Bytes() []byte {
-	if h.freed.Load() || h.p == nil {
-		return nil
-	}
-	return unsafe.Slice((*byte)(h.p), h.size)
-}
+func (h *hostBuffer) Bytes() []byte { return h.mem.Bytes() }
 
 // Free releases the memory. A second Free does nothing.
 func (h *hostBuffer) Free() error {
-	h.freed.Store(true)
+	h.mem.Freed.Store(true)
 	return h.dev.disown(h)
 }
 
 func (h *hostBuffer) release() error {
-	h.freed.Store(true)
-	if r := Result(callN(h.dev.drv.cuMemFreeHost, uintptr(h.p))); r != Success {
+	h.mem.Freed.Store(true)
+	if r := Result(gpurt.CallN(h.dev.drv.cuMemFreeHost, uintptr(h.mem.P))); r != Success {
 		return failed("cuMemFreeHost", r)
 	}
 	return nil
@@ -159,17 +133,14 @@ func (h *hostBuffer) release() error {
 // AllocHost returns size bytes of pinned host memory, which streams copy to and from
 // asynchronously.
 func (d *Device) AllocHost(size int) (runtime.HostBuffer, error) {
-	if size < 0 {
-		return nil, fmt.Errorf("%w: cuda: AllocHost(%d): negative size", runtime.ErrInvalidArgument, size)
+	if err := d.core.CheckSize("AllocHost", size); err != nil {
+		return nil, err
 	}
-	h := &hostBuffer{dev: d, size: size}
+	h := &hostBuffer{mem: gpurt.HostMemory{Len: size}, dev: d}
 	if size == 0 {
-		if d.closed.Load() {
-			return nil, fmt.Errorf("cuda device %d: %w", d.ordinal, runtime.ErrClosed)
-		}
 		return h, nil
 	}
-	err := d.own(func() (resource, error) { return h, d.hostAllocLocked(&h.p, size) })
+	err := d.own(func() (resource, error) { return h, d.hostAllocLocked(&h.mem.P, size) })
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +149,7 @@ func (d *Device) AllocHost(size int) (runtime.HostBuffer, error) {
 
 // hostAllocLocked is hostAlloc on a thread where the context is already current.
 func (d *Device) hostAllocLocked(p *unsafe.Pointer, size int) error {
-	if r := Result(callN(d.drv.cuMemHostAlloc, uintptr(unsafe.Pointer(p)), uintptr(size), memHostAllocPortable)); r != Success {
+	if r := Result(gpurt.CallN(d.drv.cuMemHostAlloc, uintptr(unsafe.Pointer(p)), uintptr(size), memHostAllocPortable)); r != Success {
 		return failed(fmt.Sprintf("cuMemHostAlloc(%d, CU_MEMHOSTALLOC_PORTABLE)", size), r)
 	}
 	return nil

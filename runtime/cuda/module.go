@@ -7,11 +7,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 )
 
 // compileTarget is what NVRTC compiles a program for on one device.
@@ -142,8 +142,8 @@ func (d *Device) Load(p *runtime.Program) (runtime.Module, error) {
 	if p == nil || p.CUDA == "" {
 		return nil, fmt.Errorf("%w: cuda: Load: the program has no CUDA edition", runtime.ErrInvalidArgument)
 	}
-	if d.closed.Load() {
-		return nil, fmt.Errorf("cuda device %d: %w", d.ordinal, runtime.ErrClosed)
+	if d.core.Closed.Load() {
+		return nil, d.core.ClosedError()
 	}
 	start := time.Now()
 	opts := compileOptions(d.target)
@@ -153,13 +153,13 @@ func (d *Device) Load(p *runtime.Program) (runtime.Module, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &module{dev: d, name: p.Name, kernels: map[string]*kernel{}}
+	m := &module{core: gpurt.Module{Dev: &d.core, Name: p.Name}, dev: d}
 	if !img.ptx {
 		m.cubin = img.data
 	}
 	loadStart := time.Now()
 	err = d.own(func() (resource, error) {
-		if r := Result(callN(d.drv.cuModuleLoadData, uintptr(unsafe.Pointer(&m.handle)), uintptr(unsafe.Pointer(&img.data[0])))); r != Success {
+		if r := Result(gpurt.CallN(d.drv.cuModuleLoadData, uintptr(unsafe.Pointer(&m.core.Handle)), uintptr(unsafe.Pointer(&img.data[0])))); r != Success {
 			return nil, failed(fmt.Sprintf("cuModuleLoadData(%s, %s)", p.Name, d.target.arch), r)
 		}
 		return m, nil
@@ -223,73 +223,51 @@ func (d *Device) image(p *runtime.Program, key cacheKey, opts []string, stats *L
 
 // module is a loaded CUmodule.
 type module struct {
-	dev     *Device
-	name    string
-	handle  uintptr // CUmodule
-	closed  atomic.Bool
-	mu      sync.Mutex
-	kernels map[string]*kernel
+	core gpurt.Module // Handle is the CUmodule
+	dev  *Device
 	// cubin is the module's CUBIN (nil for PTX), read for its kernels' parameter
 	// counts.
 	cubin []byte
 }
 
-// kernel is one CUfunction of a module.
+// kernel is one CUfunction of a module. Its ParamSizes are nil when the driver cannot
+// describe parameters (before CUDA 12.4).
 type kernel struct {
-	mod        *module
-	name       string
-	fn         uintptr // CUfunction
-	maxThreads int
-	// paramSizes are the byte sizes of the kernel's parameters, for checking launch
-	// arguments; nil when the driver cannot say (before CUDA 12.4).
-	paramSizes []int
+	core gpurt.Kernel // Fn is the CUfunction
 }
 
 // Name returns the kernel's name.
-func (k *kernel) Name() string { return k.name }
+func (k *kernel) Name() string { return k.core.Name }
 
 // MaxThreadsPerBlock is the largest block this kernel can run with.
-func (k *kernel) MaxThreadsPerBlock() int { return k.maxThreads }
+func (k *kernel) MaxThreadsPerBlock() int { return k.core.MaxThreads }
 
 // Kernel returns the kernel of that name (an extern "C" __global__ function), or an
 // error wrapping runtime.ErrNoKernel.
 func (m *module) Kernel(name string) (runtime.Kernel, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed.Load() {
-		return nil, fmt.Errorf("cuda module %s: %w", m.name, runtime.ErrClosed)
-	}
-	if k, ok := m.kernels[name]; ok {
-		return k, nil
-	}
-	k := &kernel{mod: m, name: name}
-	drv := m.dev.drv
-	err := m.dev.withContext(func() error {
-		cname := cString(name)
-		if r := Result(callN(drv.cuModuleGetFunction, uintptr(unsafe.Pointer(&k.fn)), m.handle, uintptr(unsafe.Pointer(&cname[0])))); r != Success {
+	return m.core.Lookup(name, func() (runtime.Kernel, error) {
+		k := &kernel{core: gpurt.Kernel{Module: &m.core, Name: name}}
+		drv := m.dev.drv
+		cname := gpurt.CString(name)
+		if r := Result(gpurt.CallN(drv.cuModuleGetFunction, uintptr(unsafe.Pointer(&k.core.Fn)), m.core.Handle, uintptr(unsafe.Pointer(&cname[0])))); r != Success {
 			err := failed(fmt.Sprintf("cuModuleGetFunction(%s)", name), r)
 			if r == ErrorNotFound {
-				return fmt.Errorf("%w: %q in module %s: %w", runtime.ErrNoKernel, name, m.name, err)
+				return nil, m.core.NoKernel(name, err)
 			}
-			return err
+			return nil, err
 		}
 		var v int32
-		if r := Result(callN(drv.cuFuncGetAttribute, uintptr(unsafe.Pointer(&v)), funcAttrMaxThreadsPerBlock, k.fn)); r != Success {
-			return failed(fmt.Sprintf("cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, %s)", name), r)
+		if r := Result(gpurt.CallN(drv.cuFuncGetAttribute, uintptr(unsafe.Pointer(&v)), funcAttrMaxThreadsPerBlock, k.core.Fn)); r != Success {
+			return nil, failed(fmt.Sprintf("cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, %s)", name), r)
 		}
-		k.maxThreads = int(v)
+		k.core.MaxThreads = int(v)
 		count, ok := cubinParamCount(m.cubin, name)
 		if !ok {
 			count = -1
 		}
-		k.paramSizes = paramSizes(drv, k.fn, count)
-		return nil
+		k.core.ParamSizes = paramSizes(drv, k.core.Fn, count)
+		return k, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	m.kernels[name] = k
-	return k, nil
 }
 
 // paramSizes asks the driver for the size of each of a kernel's parameters; nil when it
@@ -303,7 +281,7 @@ func paramSizes(drv *driver, fn uintptr, count int) []int {
 	}
 	if count < 0 && drv.cuFuncGetParamCount != 0 {
 		var n uintptr
-		if Result(callN(drv.cuFuncGetParamCount, fn, uintptr(unsafe.Pointer(&n)))) != Success {
+		if Result(gpurt.CallN(drv.cuFuncGetParamCount, fn, uintptr(unsafe.Pointer(&n)))) != Success {
 			return nil
 		}
 		count = int(n)
@@ -315,7 +293,7 @@ func paramSizes(drv *driver, fn uintptr, count int) []int {
 	sizes := []int{}
 	for i := 0; i < limit; i++ {
 		var off, size uintptr
-		r := Result(callN(drv.cuFuncGetParamInfo, fn, uintptr(i), uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&size))))
+		r := Result(gpurt.CallN(drv.cuFuncGetParamInfo, fn, uintptr(i), uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&size))))
 		if r == ErrorInvalidValue && count < 0 {
 			return sizes
 		}
@@ -333,11 +311,10 @@ func paramSizes(drv *driver, fn uintptr, count int) []int {
 func (m *module) Close() error { return m.dev.disown(m) }
 
 func (m *module) release() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.closed.Store(true)
-	if r := Result(callN(m.dev.drv.cuModuleUnload, m.handle)); r != Success {
-		return failed("cuModuleUnload", r)
-	}
-	return nil
+	return m.core.Release(func() error {
+		if r := Result(gpurt.CallN(m.dev.drv.cuModuleUnload, m.core.Handle)); r != Success {
+			return failed("cuModuleUnload", r)
+		}
+		return nil
+	})
 }

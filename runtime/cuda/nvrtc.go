@@ -5,10 +5,11 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 )
 
 // NVRTCResult is an NVRTC status (nvrtcResult).
@@ -21,20 +22,13 @@ const (
 	NVRTCErrorCompilation NVRTCResult = 6
 )
 
-// nvrtcNamer turns an NVRTCResult into its description; the loaded NVRTC installs one
-// backed by nvrtcGetErrorString.
-var nvrtcNamer atomic.Pointer[func(NVRTCResult) string]
+// nvrtcNamer turns an NVRTCResult into its description (as the name, the second word
+// unused); the loaded NVRTC installs one backed by nvrtcGetErrorString.
+var nvrtcNamer gpurt.Namer[NVRTCResult]
 
 // Error returns NVRTC's description of r, e.g. "NVRTC_ERROR_COMPILATION", or the bare
 // number when no NVRTC can name it.
-func (r NVRTCResult) Error() string {
-	if f := nvrtcNamer.Load(); f != nil {
-		if s := (*f)(r); s != "" {
-			return s
-		}
-	}
-	return "nvrtcResult(" + strconv.Itoa(int(r)) + ")"
-}
+func (r NVRTCResult) Error() string { return nvrtcNamer.Describe(r, "nvrtcResult") }
 
 // Is maps NVRTC statuses onto the runtime's sentinel errors.
 func (r NVRTCResult) Is(target error) bool {
@@ -61,10 +55,9 @@ type nvrtc struct {
 	nvrtcGetNumSupportedArchs, nvrtcGetSupportedArchs                          uintptr
 }
 
-func (n *nvrtc) symbols() []symbol {
-	req := func(dst *uintptr, name string) symbol { return symbol{names: []string{name}, dst: dst} }
-	opt := func(dst *uintptr, name string) symbol { return symbol{names: []string{name}, dst: dst, optional: true} }
-	return []symbol{
+func (n *nvrtc) symbols() []dynlib.Func {
+	req, opt := dynlib.Required, dynlib.Optional
+	return []dynlib.Func{
 		req(&n.nvrtcGetErrorString, "nvrtcGetErrorString"),
 		req(&n.nvrtcVersion, "nvrtcVersion"),
 		req(&n.nvrtcCreateProgram, "nvrtcCreateProgram"),
@@ -88,20 +81,20 @@ func loadNVRTC(s runtime.LibrarySearch) (*nvrtc, error) {
 		return nil, err
 	}
 	n := &nvrtc{path: path}
-	if err := bindSymbols(path, func(name string) uintptr { return lookupSymbol(h, name) }, n.symbols()); err != nil {
+	if err := dynlib.Bind(path, func(name string) uintptr { return lookupSymbol(h, name) }, n.symbols()); err != nil {
 		return nil, err
 	}
 	n.installNamer()
 	var major, minor int32
-	if r := NVRTCResult(callN(n.nvrtcVersion, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor)))); r != NVRTCSuccess {
+	if r := NVRTCResult(gpurt.CallN(n.nvrtcVersion, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor)))); r != NVRTCSuccess {
 		return nil, fmt.Errorf("nvrtcVersion: %w", r)
 	}
 	n.major, n.minor = int(major), int(minor)
 	if n.nvrtcGetNumSupportedArchs != 0 && n.nvrtcGetSupportedArchs != 0 {
 		var count int32
-		if r := NVRTCResult(callN(n.nvrtcGetNumSupportedArchs, uintptr(unsafe.Pointer(&count)))); r == NVRTCSuccess && count > 0 && count < 1024 {
+		if r := NVRTCResult(gpurt.CallN(n.nvrtcGetNumSupportedArchs, uintptr(unsafe.Pointer(&count)))); r == NVRTCSuccess && count > 0 && count < 1024 {
 			archs := make([]int32, count)
-			if r := NVRTCResult(callN(n.nvrtcGetSupportedArchs, uintptr(unsafe.Pointer(&archs[0])))); r == NVRTCSuccess {
+			if r := NVRTCResult(gpurt.CallN(n.nvrtcGetSupportedArchs, uintptr(unsafe.Pointer(&archs[0])))); r == NVRTCSuccess {
 				for _, a := range archs {
 					n.archs = append(n.archs, int(a))
 				}
@@ -112,11 +105,8 @@ func loadNVRTC(s runtime.LibrarySearch) (*nvrtc, error) {
 }
 
 func (n *nvrtc) installNamer() {
-	f := func(r NVRTCResult) string {
-		p := callN(n.nvrtcGetErrorString, uintptr(r))
-		// The result is a pointer to a static C string; reinterpret it without the
-		// uintptr-to-pointer conversion vet rightly distrusts for Go memory.
-		return goString(*(*unsafe.Pointer)(unsafe.Pointer(&p)), 512)
+	f := func(r NVRTCResult) (string, string) {
+		return gpurt.GoString(gpurt.CallN(n.nvrtcGetErrorString, uintptr(r)), 512), ""
 	}
 	nvrtcNamer.Store(&f)
 }
@@ -135,24 +125,24 @@ func (n *nvrtc) compile(name, source string, options []string, cubin bool) (imag
 	// while their addresses sit in the option array, which the GC does not scan.
 	var pin goruntime.Pinner
 	defer pin.Unpin()
-	src, file := cString(source), cString(name+".cu")
+	src, file := gpurt.CString(source), gpurt.CString(name+".cu")
 	pin.Pin(&src[0])
 	pin.Pin(&file[0])
 	opts := make([]uintptr, len(options)+1) // +1: never empty, so &opts[0] is valid
 	for i, o := range options {
-		c := cString(o)
+		c := gpurt.CString(o)
 		pin.Pin(&c[0])
 		opts[i] = uintptr(unsafe.Pointer(&c[0]))
 	}
 
 	var prog uintptr
-	if r := NVRTCResult(callN(n.nvrtcCreateProgram, uintptr(unsafe.Pointer(&prog)),
+	if r := NVRTCResult(gpurt.CallN(n.nvrtcCreateProgram, uintptr(unsafe.Pointer(&prog)),
 		uintptr(unsafe.Pointer(&src[0])), uintptr(unsafe.Pointer(&file[0])), 0, 0, 0)); r != NVRTCSuccess {
 		return nil, "", fmt.Errorf("nvrtcCreateProgram(%s): %w", name, r)
 	}
-	defer func() { callN(n.nvrtcDestroyProgram, uintptr(unsafe.Pointer(&prog))) }()
+	defer func() { gpurt.CallN(n.nvrtcDestroyProgram, uintptr(unsafe.Pointer(&prog))) }()
 
-	r := NVRTCResult(callN(n.nvrtcCompileProgram, prog, uintptr(len(options)), uintptr(unsafe.Pointer(&opts[0]))))
+	r := NVRTCResult(gpurt.CallN(n.nvrtcCompileProgram, prog, uintptr(len(options)), uintptr(unsafe.Pointer(&opts[0]))))
 	log = n.programLog(prog)
 	if r != NVRTCSuccess {
 		return nil, log, fmt.Errorf("nvrtcCompileProgram(%s): %w", strings.Join(options, " "), r)
@@ -163,14 +153,14 @@ func (n *nvrtc) compile(name, source string, options []string, cubin bool) (imag
 		sizeFn, getFn, what = n.nvrtcGetCUBINSize, n.nvrtcGetCUBIN, "CUBIN"
 	}
 	var size uintptr
-	if r := NVRTCResult(callN(sizeFn, prog, uintptr(unsafe.Pointer(&size)))); r != NVRTCSuccess {
+	if r := NVRTCResult(gpurt.CallN(sizeFn, prog, uintptr(unsafe.Pointer(&size)))); r != NVRTCSuccess {
 		return nil, log, fmt.Errorf("nvrtcGet%sSize: %w", what, r)
 	}
 	if size == 0 {
 		return nil, log, fmt.Errorf("nvrtcGet%sSize: NVRTC produced no code", what)
 	}
 	image = make([]byte, size)
-	if r := NVRTCResult(callN(getFn, prog, uintptr(unsafe.Pointer(&image[0])))); r != NVRTCSuccess {
+	if r := NVRTCResult(gpurt.CallN(getFn, prog, uintptr(unsafe.Pointer(&image[0])))); r != NVRTCSuccess {
 		return nil, log, fmt.Errorf("nvrtcGet%s: %w", what, r)
 	}
 	return image, log, nil
@@ -179,12 +169,12 @@ func (n *nvrtc) compile(name, source string, options []string, cubin bool) (imag
 // programLog returns the compiler's log, without the trailing NUL.
 func (n *nvrtc) programLog(prog uintptr) string {
 	var size uintptr
-	if NVRTCResult(callN(n.nvrtcGetProgramLogSize, prog, uintptr(unsafe.Pointer(&size)))) != NVRTCSuccess || size <= 1 {
+	if NVRTCResult(gpurt.CallN(n.nvrtcGetProgramLogSize, prog, uintptr(unsafe.Pointer(&size)))) != NVRTCSuccess || size <= 1 {
 		return ""
 	}
 	buf := make([]byte, size)
-	if NVRTCResult(callN(n.nvrtcGetProgramLog, prog, uintptr(unsafe.Pointer(&buf[0])))) != NVRTCSuccess {
+	if NVRTCResult(gpurt.CallN(n.nvrtcGetProgramLog, prog, uintptr(unsafe.Pointer(&buf[0])))) != NVRTCSuccess {
 		return ""
 	}
-	return strings.TrimSpace(string(trimNUL(buf)))
+	return strings.TrimSpace(string(gpurt.TrimNUL(buf)))
 }

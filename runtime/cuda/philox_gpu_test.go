@@ -118,12 +118,12 @@ func TestGPUCubinParamCounts(t *testing.T) {
 			require.True(t, ok, name)
 			assert.Equal(t, len(abiParamSizes), n, name)
 			var probed []int
-			require.NoError(t, d.withContext(func() error {
-				probed = paramSizes(d.drv, k.fn, -1)
+			require.NoError(t, d.core.WithDevice(func() error {
+				probed = paramSizes(d.drv, k.core.Fn, -1)
 				return nil
 			}))
-			assert.Equal(t, probed, k.paramSizes, name)
-			assert.Equal(t, abiParamSizes, k.paramSizes, name)
+			assert.Equal(t, probed, k.core.ParamSizes, name)
+			assert.Equal(t, abiParamSizes, k.core.ParamSizes, name)
 		}
 	}
 }

@@ -3,12 +3,12 @@ package hip
 import (
 	"errors"
 	"fmt"
-	goruntime "runtime"
 	"strings"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 )
 
 func init() {
@@ -21,12 +21,14 @@ type Device struct {
 	drv *driver
 	rtc *compiler
 
-	ordinal         int
-	props           deviceProps
-	info            runtime.DeviceInfo
-	defaultStream   *stream
-	pinned          pinnedSet
-	closing, closed atomic.Bool
+	// core is what the code shared with the CUDA backend reads: the ordinal, the
+	// description, the launch limits, whether the device is closed.
+	core          gpurt.Device
+	props         deviceProps
+	setDevice     string // "hipSetDevice(ordinal)", for errors
+	defaultStream *stream
+	pinned        pinnedSet
+	closing       atomic.Bool
 }
 
 // deviceProps is what the runtime tells about a device.
@@ -100,14 +102,16 @@ func open(drv *driver, rtc *compiler, ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{drv: drv, rtc: rtc, ordinal: ordinal, props: props}
-	d.info = props.info([]string{drv.path, rtc.path})
-	err = d.withDevice(func() error {
+	d := &Device{drv: drv, rtc: rtc, props: props, setDevice: fmt.Sprintf("hipSetDevice(%d)", ordinal)}
+	d.core = gpurt.Device{Backend: backend, Ordinal: ordinal, Info: props.info([]string{drv.path, rtc.path}),
+		MaxBlock: props.maxBlock, MaxGrid: props.maxGrid, MaxWorkItems: maxGridWorkItems,
+		Bind: d.binding, AsBuffer: asBuffer, AsEvent: asEvent}
+	err = d.core.WithDevice(func() error {
 		s, err := d.newStreamLocked()
 		if err != nil {
 			return err
 		}
-		s.isDefault = true
+		s.core.IsDefault = true
 		d.defaultStream = s
 		return nil
 	})
@@ -120,7 +124,7 @@ func open(drv *driver, rtc *compiler, ordinal int) (*Device, error) {
 // deviceCount returns the number of HIP devices.
 func (drv *driver) deviceCount() (int, error) {
 	var n int32
-	if r := Result(callN(drv.hipGetDeviceCount, uintptr(unsafe.Pointer(&n)))); r != Success {
+	if r := Result(gpurt.CallN(drv.hipGetDeviceCount, uintptr(unsafe.Pointer(&n)))); r != Success {
 		err := failed("hipGetDeviceCount", r)
 		if r == ErrorNoDevice {
 			err = fmt.Errorf("%w: %w", runtime.ErrUnavailable, err)
@@ -134,38 +138,31 @@ func (drv *driver) deviceCount() (int, error) {
 func (drv *driver) deviceProps(ordinal int) (deviceProps, error) {
 	var p deviceProps
 	var dev int32 // hipDevice_t
-	if r := Result(callN(drv.hipDeviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(ordinal))); r != Success {
+	if r := Result(gpurt.CallN(drv.hipDeviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(ordinal))); r != Success {
 		return p, failed(fmt.Sprintf("hipDeviceGet(%d)", ordinal), r)
 	}
 	var name [256]byte
-	if r := Result(callN(drv.hipDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(dev))); r != Success {
+	if r := Result(gpurt.CallN(drv.hipDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(dev))); r != Success {
 		return p, failed("hipDeviceGetName", r)
 	}
-	p.name = cut(name[:])
-	attrs := []struct {
-		attr int
-		dst  *int
-	}{
-		{attrMultiprocessorCount, &p.multiprocessors},
-		{attrMaxThreadsPerBlock, &p.maxThreads},
-		{attrWarpSize, &p.warpSize},
-		{attrMaxBlockDimX, &p.maxBlock[0]},
-		{attrMaxBlockDimX + 1, &p.maxBlock[1]},
-		{attrMaxBlockDimX + 2, &p.maxBlock[2]},
-		{attrMaxGridDimX, &p.maxGrid[0]},
-		{attrMaxGridDimX + 1, &p.maxGrid[1]},
-		{attrMaxGridDimX + 2, &p.maxGrid[2]},
+	p.name = string(gpurt.TrimNUL(name[:]))
+	attrs := []gpurt.Attribute{
+		{ID: attrMultiprocessorCount, Dst: &p.multiprocessors},
+		{ID: attrMaxThreadsPerBlock, Dst: &p.maxThreads},
+		{ID: attrWarpSize, Dst: &p.warpSize},
+		{ID: attrMaxBlockDimX, Dst: &p.maxBlock[0]},
+		{ID: attrMaxBlockDimX + 1, Dst: &p.maxBlock[1]},
+		{ID: attrMaxBlockDimX + 2, Dst: &p.maxBlock[2]},
+		{ID: attrMaxGridDimX, Dst: &p.maxGrid[0]},
+		{ID: attrMaxGridDimX + 1, Dst: &p.maxGrid[1]},
+		{ID: attrMaxGridDimX + 2, Dst: &p.maxGrid[2]},
 	}
-	for _, a := range attrs {
-		var v int32
-		if r := Result(callN(drv.hipDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a.attr), uintptr(ordinal))); r != Success {
-			return p, failed(fmt.Sprintf("hipDeviceGetAttribute(%d, device %d)", a.attr, ordinal), r)
-		}
-		*a.dst = int(v)
+	if err := backend.ReadAttributes(gpurt.Entry{Fn: drv.hipDeviceGetAttribute, Name: "hipDeviceGetAttribute"}, uintptr(ordinal), ordinal, attrs); err != nil {
+		return p, err
 	}
 	if drv.hipDeviceTotalMem != 0 {
 		var total uintptr
-		if r := Result(callN(drv.hipDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(dev))); r != Success {
+		if r := Result(gpurt.CallN(drv.hipDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(dev))); r != Success {
 			return p, failed("hipDeviceTotalMem", r)
 		}
 		p.totalMemory = uint64(total)
@@ -187,25 +184,15 @@ func (drv *driver) archName(ordinal int) (string, error) {
 	if fn == 0 {
 		call, fn, off = "hipGetDeviceProperties", drv.hipGetDeviceProperties, gcnArchNameOffsetR0000
 	}
-	if r := Result(callN(fn, uintptr(unsafe.Pointer(&buf[0])), uintptr(ordinal))); r != Success {
+	if r := Result(gpurt.CallN(fn, uintptr(unsafe.Pointer(&buf[0])), uintptr(ordinal))); r != Success {
 		return "", failed(fmt.Sprintf("%s(device %d)", call, ordinal), r)
 	}
-	name := cut(buf[off : off+gcnArchNameSize])
+	name := string(gpurt.TrimNUL(buf[off : off+gcnArchNameSize]))
 	if !targetPattern.MatchString(name) {
 		return "", fmt.Errorf("%w: hip: %s(device %d) gave gcnArchName %q, not a gfx target (HIP runtime %s, an unknown struct layout?)",
 			runtime.ErrUnavailable, call, ordinal, name, versionString(drv.version))
 	}
 	return name, nil
-}
-
-// cut returns the bytes of b before its first NUL, as a string.
-func cut(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
 }
 
 // probe reports the devices and libraries without keeping anything open.
@@ -226,56 +213,29 @@ func probe() runtime.ProbeResult {
 		res.Err = errors.Join(res.Err, err)
 		return res
 	}
-	count, err := drv.deviceCount()
-	if err != nil {
-		res.Err = errors.Join(res.Err, err)
-		return res
-	}
-	for i := 0; i < count; i++ {
-		p, err := drv.deviceProps(i)
-		if err != nil {
-			res.Err = errors.Join(res.Err, err)
-			continue
-		}
-		res.Devices = append(res.Devices, p.info([]string{drv.path}))
-	}
-	if len(res.Devices) == 0 && res.Err == nil {
-		res.Err = fmt.Errorf("%w: the HIP runtime reports no device", runtime.ErrUnavailable)
-	}
+	gpurt.ProbeDevices(&res, drv.deviceCount, func(ordinal int) (runtime.DeviceInfo, error) {
+		p, err := drv.deviceProps(ordinal)
+		return p.info([]string{drv.path}), err
+	}, "the HIP runtime reports no device")
 	return res
 }
 
-// withDevice runs f with the goroutine locked to its OS thread and the device current on
-// that thread (hipSetDevice is per thread, and a goroutine may run on any thread between
-// two calls), for set-up calls; the per-step calls use hotCall.
-func (d *Device) withDevice(f func() error) error {
-	if d.closed.Load() {
-		return fmt.Errorf("hip device %d: %w", d.ordinal, runtime.ErrClosed)
-	}
-	return d.onThread(f)
-}
+// maxGridWorkItems is the most work-items an AMD dispatch packet holds in one dimension:
+// its grid size is a 32-bit count of work-items, not of blocks. CUDA counts blocks and
+// has no such limit.
+const maxGridWorkItems = 1<<32 - 1
 
-// onThread is withDevice without the closed check, for releasing what the device made:
-// HIP keeps memory, streams and modules valid after the device is closed, so their Free
-// and Close still work.
-func (d *Device) onThread(f func() error) error {
-	goruntime.LockOSThread()
-	defer goruntime.UnlockOSThread()
-	if r := Result(callN(d.drv.hipSetDevice, uintptr(d.ordinal))); r != Success {
-		return failed(fmt.Sprintf("hipSetDevice(%d)", d.ordinal), r)
-	}
-	return f()
+// binding makes the device current on a thread, for the shared code. HIP has no
+// context to hand around: hipSetDevice takes the ordinal.
+func (d *Device) binding() gpurt.Binding {
+	return gpurt.Binding{Fn: d.drv.hipSetDevice, Arg: uintptr(d.core.Ordinal), Call: d.setDevice}
 }
 
 // Info describes the device.
-func (d *Device) Info() runtime.DeviceInfo {
-	info := d.info
-	info.Libraries = append([]string(nil), d.info.Libraries...)
-	return info
-}
+func (d *Device) Info() runtime.DeviceInfo { return d.core.InfoCopy() }
 
 // Ordinal returns the device number Open was given.
-func (d *Device) Ordinal() int { return d.ordinal }
+func (d *Device) Ordinal() int { return d.core.Ordinal }
 
 // Target returns the processor programs are compiled for, e.g. "gfx90a".
 func (d *Device) Target() string { return d.props.target() }
@@ -302,7 +262,7 @@ func (d *Device) Close() error {
 	if !d.closing.CompareAndSwap(false, true) {
 		return nil
 	}
-	err := d.onThread(func() error { return d.defaultStream.release() })
-	d.closed.Store(true)
+	err := d.core.OnThread(d.defaultStream.release)
+	d.core.Closed.Store(true)
 	return err
 }

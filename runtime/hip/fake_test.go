@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 )
 
 // A fake HIP runtime and hiprtc, written in Go and handed to the package as C function
@@ -137,7 +138,7 @@ func cStr(s string) uintptr {
 	if p, ok := fakeStrings.Load(s); ok {
 		return p.(uintptr)
 	}
-	b := cBytes(s)
+	b := gpurt.CString(s)
 	p := uintptr(unsafe.Pointer(&b[0]))
 	fakeStrings.Store(s, p)
 	fakeStrings.Store(p, b) // keep b alive
@@ -145,11 +146,11 @@ func cStr(s string) uintptr {
 }
 
 // at views n bytes at address p (Go memory the fake or the package owns).
-func at(p uintptr, n int) []byte { return unsafe.Slice((*byte)(cPointer(p)), n) }
+func at(p uintptr, n int) []byte { return unsafe.Slice((*byte)(gpurt.CPointer(p)), n) }
 
-func putPtr(dst, v uintptr)        { *(*uintptr)(cPointer(dst)) = v }
-func putI32(dst uintptr, v int)    { *(*int32)(cPointer(dst)) = int32(v) }
-func putU64(dst uintptr, v uint64) { *(*uint64)(cPointer(dst)) = v }
+func putPtr(dst, v uintptr)        { *(*uintptr)(gpurt.CPointer(dst)) = v }
+func putI32(dst uintptr, v int)    { *(*int32)(gpurt.CPointer(dst)) = int32(v) }
+func putU64(dst uintptr, v uint64) { *(*uint64)(gpurt.CPointer(dst)) = v }
 
 // fakeFunctions makes the callbacks once.
 func fakeFunctions() map[string]uintptr {
@@ -175,7 +176,7 @@ func fakeFunctions() map[string]uintptr {
 			"hipDeviceGetName": func(p, n, dev uintptr) uintptr {
 				f := state()
 				defer f.mu.Unlock()
-				copy(at(p, int(n)), cBytes(f.name))
+				copy(at(p, int(n)), gpurt.CString(f.name))
 				return 0
 			},
 			"hipDeviceGetAttribute": func(p, attr, dev uintptr) uintptr {
@@ -322,7 +323,7 @@ func fakeFunctions() map[string]uintptr {
 			},
 			"hipEventSynchronize": func(ev uintptr) uintptr { return 0 },
 			"hipEventElapsedTime": func(ms, start, stop uintptr) uintptr {
-				*(*float32)(cPointer(ms)) = float32(stop-start) / 16
+				*(*float32)(gpurt.CPointer(ms)) = float32(stop-start) / 16
 				return 0
 			},
 			"hipModuleLoadData": func(p, image uintptr) uintptr {
@@ -345,7 +346,7 @@ func fakeFunctions() map[string]uintptr {
 			"hipModuleGetFunction": func(p, mod, name uintptr) uintptr {
 				f := state()
 				defer f.mu.Unlock()
-				n := cString(name, 256)
+				n := gpurt.GoString(name, 256)
 				if _, ok := f.kernelMaxThreads[n]; !ok {
 					return uintptr(ErrorNotFound)
 				}
@@ -374,9 +375,9 @@ func fakeFunctions() map[string]uintptr {
 				if len(f.setDevice) > 0 {
 					l.device = f.setDevice[len(f.setDevice)-1]
 				}
-				table := unsafe.Slice((*uintptr)(cPointer(params)), 16)
+				table := unsafe.Slice((*uintptr)(gpurt.CPointer(params)), 16)
 				for i, p := range table {
-					l.slots[i] = *(*uint64)(cPointer(p))
+					l.slots[i] = *(*uint64)(gpurt.CPointer(p))
 				}
 				f.launches = append(f.launches, l)
 				return 0
@@ -387,7 +388,7 @@ func fakeFunctions() map[string]uintptr {
 			"hiprtcCreateProgram": func(prog, src, name, n, headers, names uintptr) uintptr {
 				f := state()
 				defer f.mu.Unlock()
-				f.lastSource = cString(src, 1<<30)
+				f.lastSource = gpurt.GoString(src, 1<<30)
 				f.programsLeft++
 				putPtr(prog, f.handle())
 				return 0
@@ -403,8 +404,8 @@ func fakeFunctions() map[string]uintptr {
 				defer f.mu.Unlock()
 				f.compiles++
 				f.lastOptions = nil
-				for _, p := range unsafe.Slice((*uintptr)(cPointer(opts)), n) {
-					f.lastOptions = append(f.lastOptions, cString(p, 1024))
+				for _, p := range unsafe.Slice((*uintptr)(gpurt.CPointer(opts)), n) {
+					f.lastOptions = append(f.lastOptions, gpurt.GoString(p, 1024))
 				}
 				if f.compileFails {
 					return uintptr(RTCErrorCompilation)
@@ -420,7 +421,7 @@ func fakeFunctions() map[string]uintptr {
 			"hiprtcGetProgramLog": func(prog, p uintptr) uintptr {
 				f := state()
 				defer f.mu.Unlock()
-				copy(at(p, len(f.compileLog)+1), cBytes(f.compileLog))
+				copy(at(p, len(f.compileLog)+1), gpurt.CString(f.compileLog))
 				return 0
 			},
 			"hiprtcGetCodeSize": func(prog, p uintptr) uintptr {
@@ -451,7 +452,7 @@ func fakeProps(p uintptr, archOffset, size int) uintptr {
 	defer f.mu.Unlock()
 	b := at(p, size)
 	clear(b)
-	copy(b, cBytes(f.name))
+	copy(b, gpurt.CString(f.name))
 	copy(b[archOffset:archOffset+gcnArchNameSize-1], f.archName)
 	return 0
 }
@@ -471,7 +472,7 @@ func fakeDriver(f *fakeState) *driver {
 	funcs := fakeFunctions()
 	d := &driver{path: "libamdhip64.fake", version: 60241134}
 	for _, s := range d.symbols() {
-		*s.dst = funcs[s.name]
+		*s.Dst = funcs[s.Names[0]]
 	}
 	if f.r0600 {
 		d.hipGetDeviceProperties = 0
@@ -486,7 +487,7 @@ func fakeCompiler() *compiler {
 	funcs := fakeFunctions()
 	c := &compiler{path: "libhiprtc.fake", major: 6, minor: 4}
 	for _, s := range c.symbols() {
-		*s.dst = funcs[s.name]
+		*s.Dst = funcs[s.Names[0]]
 	}
 	return c
 }

@@ -4,12 +4,11 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 )
 
 // Result is a HIP runtime status (hipError_t).
@@ -32,25 +31,11 @@ const (
 
 // resultNamer turns a Result into its name and description; the loaded runtime installs
 // one backed by hipGetErrorName and hipGetErrorString.
-var resultNamer atomic.Pointer[func(Result) (name, text string)]
+var resultNamer gpurt.Namer[Result]
 
 // Error returns the runtime's name and description of r, e.g.
 // "hipErrorOutOfMemory: out of memory", or the bare number when no runtime can name it.
-func (r Result) Error() string {
-	var name, text string
-	if f := resultNamer.Load(); f != nil {
-		name, text = (*f)(r)
-	}
-	switch {
-	case name != "" && text != "" && text != name:
-		return name + ": " + text
-	case name != "":
-		return name
-	case text != "":
-		return "hipError_t(" + strconv.Itoa(int(r)) + "): " + text
-	}
-	return "hipError_t(" + strconv.Itoa(int(r)) + ")"
-}
+func (r Result) Error() string { return resultNamer.Describe(r, "hipError_t") }
 
 // Is maps HIP statuses onto the runtime's sentinel errors, so callers can test
 // errors.Is(err, runtime.ErrOutOfMemory) whatever the backend.
@@ -73,9 +58,10 @@ func (r Result) Is(target error) bool {
 
 // failed wraps a non-success status with the call that returned it, e.g.
 // "hipMalloc(1048576): hipErrorOutOfMemory: out of memory".
-func failed(call string, r Result) error {
-	return fmt.Errorf("%s: %w", call, r)
-}
+func failed(call string, r Result) error { return backend.Failed(call, int32(r)) }
+
+// backend names the package to the code it shares with the CUDA backend.
+var backend = &gpurt.Backend{Pkg: "hip", Brand: "HIP", Status: func(code int32) error { return Result(code) }}
 
 // HIP constants (hip_runtime_api.h). The attribute numbers are the same from ROCm 5.0
 // through 7.
@@ -123,10 +109,9 @@ type driver struct {
 
 // symbols lists the runtime functions gumbel binds; optional ones only refine what a
 // device reports.
-func (d *driver) symbols() []symbol {
-	req := func(dst *uintptr, name string) symbol { return symbol{name: name, dst: dst} }
-	opt := func(dst *uintptr, name string) symbol { return symbol{name: name, dst: dst, optional: true} }
-	return []symbol{
+func (d *driver) symbols() []dynlib.Func {
+	req, opt := dynlib.Required, dynlib.Optional
+	return []dynlib.Func{
 		req(&d.hipInit, "hipInit"),
 		req(&d.hipRuntimeGetVersion, "hipRuntimeGetVersion"),
 		req(&d.hipGetErrorName, "hipGetErrorName"),
@@ -180,7 +165,7 @@ func loadDriver(s runtime.LibrarySearch) (*driver, error) {
 	}
 	d.installNamer()
 	var v int32
-	if r := Result(callN(d.hipRuntimeGetVersion, uintptr(unsafe.Pointer(&v)))); r != Success {
+	if r := Result(gpurt.CallN(d.hipRuntimeGetVersion, uintptr(unsafe.Pointer(&v)))); r != Success {
 		return nil, failed("hipRuntimeGetVersion", r)
 	}
 	d.version = int(v)
@@ -190,7 +175,7 @@ func loadDriver(s runtime.LibrarySearch) (*driver, error) {
 // installNamer makes Result.Error ask this runtime for names and descriptions.
 func (d *driver) installNamer() {
 	f := func(r Result) (name, text string) {
-		return cString(callN(d.hipGetErrorName, uintptr(r)), 512), cString(callN(d.hipGetErrorString, uintptr(r)), 512)
+		return gpurt.GoString(gpurt.CallN(d.hipGetErrorName, uintptr(r)), 512), gpurt.GoString(gpurt.CallN(d.hipGetErrorString, uintptr(r)), 512)
 	}
 	resultNamer.Store(&f)
 }
@@ -233,7 +218,7 @@ func initialized() (*driver, error) {
 		return nil, err
 	}
 	process.initOnce.Do(func() {
-		if r := Result(callN(d.hipInit, 0)); r != Success {
+		if r := Result(gpurt.CallN(d.hipInit, 0)); r != Success {
 			process.initErr = fmt.Errorf("%w: %w", runtime.ErrUnavailable, failed("hipInit(0)", r))
 		}
 	})
@@ -241,50 +226,4 @@ func initialized() (*driver, error) {
 		return nil, process.initErr
 	}
 	return d, nil
-}
-
-// callN calls a C function for set-up work and returns its raw result word. Arguments
-// written as uintptr(unsafe.Pointer(p)) in the call expression keep p alive and in place
-// until the call returns (the uintptrescapes rule); the variadic slice makes this
-// allocate, so the per-step paths use callFrame instead.
-//
-//go:uintptrescapes
-func callN(fn uintptr, args ...uintptr) uintptr {
-	r, _, _ := purego.SyscallN(fn, args...)
-	return r
-}
-
-// callFrame calls fn with the words of frame, a slice the caller keeps and reuses, so
-// nothing is allocated. Whatever the words point to must be C memory, or Go memory the
-// caller keeps alive and in place.
-func callFrame(fn uintptr, frame []uintptr) Result {
-	r, _, _ := purego.SyscallN(fn, frame...)
-	return Result(int32(r))
-}
-
-// cString copies a NUL-terminated C string of at most max bytes; NULL gives "".
-func cString(p uintptr, max int) string {
-	if p == 0 {
-		return ""
-	}
-	base := cPointer(p)
-	n := 0
-	for n < max && *(*byte)(unsafe.Add(base, n)) != 0 {
-		n++
-	}
-	return string(unsafe.Slice((*byte)(base), n))
-}
-
-// cPointer turns the address of C memory into a pointer. The detour through memory
-// avoids the uintptr-to-pointer conversion that vet rightly distrusts for Go memory; C
-// memory is not the GC's concern.
-func cPointer(p uintptr) unsafe.Pointer {
-	return *(*unsafe.Pointer)(unsafe.Pointer(&p))
-}
-
-// cBytes returns s as NUL-terminated bytes.
-func cBytes(s string) []byte {
-	b := make([]byte, len(s)+1)
-	copy(b, s)
-	return b
 }

@@ -8,10 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 )
 
 // RTCResult is a hiprtc status (hiprtcResult).
@@ -24,20 +25,13 @@ const (
 	RTCErrorCompilation RTCResult = 6
 )
 
-// rtcNamer turns an RTCResult into its description; the loaded hiprtc installs one
-// backed by hiprtcGetErrorString.
-var rtcNamer atomic.Pointer[func(RTCResult) string]
+// rtcNamer turns an RTCResult into its description (as the name, the second word
+// unused); the loaded hiprtc installs one backed by hiprtcGetErrorString.
+var rtcNamer gpurt.Namer[RTCResult]
 
 // Error returns hiprtc's description of r, e.g. "HIPRTC_ERROR_COMPILATION", or the bare
 // number when no hiprtc can name it.
-func (r RTCResult) Error() string {
-	if f := rtcNamer.Load(); f != nil {
-		if s := (*f)(r); s != "" {
-			return s
-		}
-	}
-	return "hiprtcResult(" + strconv.Itoa(int(r)) + ")"
-}
+func (r RTCResult) Error() string { return rtcNamer.Describe(r, "hiprtcResult") }
 
 // Is maps hiprtc statuses onto the runtime's sentinel errors.
 func (r RTCResult) Is(target error) bool {
@@ -63,9 +57,9 @@ type compiler struct {
 	hiprtcGetCodeSize, hiprtcGetCode                                               uintptr
 }
 
-func (c *compiler) symbols() []symbol {
-	req := func(dst *uintptr, name string) symbol { return symbol{name: name, dst: dst} }
-	return []symbol{
+func (c *compiler) symbols() []dynlib.Func {
+	req := dynlib.Required
+	return []dynlib.Func{
 		req(&c.hiprtcGetErrorString, "hiprtcGetErrorString"),
 		req(&c.hiprtcVersion, "hiprtcVersion"),
 		req(&c.hiprtcCreateProgram, "hiprtcCreateProgram"),
@@ -102,7 +96,7 @@ func loadCompiler(s runtime.LibrarySearch, hipRuntime func() (*driver, error)) (
 	}
 	c.installNamer()
 	var major, minor int32
-	if r := RTCResult(callN(c.hiprtcVersion, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor)))); r != RTCSuccess {
+	if r := RTCResult(gpurt.CallN(c.hiprtcVersion, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor)))); r != RTCSuccess {
 		return nil, fmt.Errorf("%w: hiprtcVersion: %w", runtime.ErrUnavailable, r)
 	}
 	c.major, c.minor = int(major), int(minor)
@@ -110,7 +104,9 @@ func loadCompiler(s runtime.LibrarySearch, hipRuntime func() (*driver, error)) (
 }
 
 func (c *compiler) installNamer() {
-	f := func(r RTCResult) string { return cString(callN(c.hiprtcGetErrorString, uintptr(r)), 512) }
+	f := func(r RTCResult) (string, string) {
+		return gpurt.GoString(gpurt.CallN(c.hiprtcGetErrorString, uintptr(r)), 512), ""
+	}
 	rtcNamer.Store(&f)
 }
 
@@ -160,37 +156,37 @@ func (c *compiler) compile(name, source string, options []string) (image []byte,
 	// while their addresses sit in the option array, which the GC does not scan.
 	var pin goruntime.Pinner
 	defer pin.Unpin()
-	src, file := cBytes(source), cBytes(name+".hip")
+	src, file := gpurt.CString(source), gpurt.CString(name+".hip")
 	pin.Pin(&src[0])
 	pin.Pin(&file[0])
 	opts := make([]uintptr, len(options)+1) // +1: never empty, so &opts[0] is valid
 	for i, o := range options {
-		b := cBytes(o)
+		b := gpurt.CString(o)
 		pin.Pin(&b[0])
 		opts[i] = uintptr(unsafe.Pointer(&b[0]))
 	}
 
 	var prog uintptr
-	if r := RTCResult(callN(c.hiprtcCreateProgram, uintptr(unsafe.Pointer(&prog)),
+	if r := RTCResult(gpurt.CallN(c.hiprtcCreateProgram, uintptr(unsafe.Pointer(&prog)),
 		uintptr(unsafe.Pointer(&src[0])), uintptr(unsafe.Pointer(&file[0])), 0, 0, 0)); r != RTCSuccess {
 		return nil, "", fmt.Errorf("hiprtcCreateProgram(%s): %w", name, r)
 	}
-	defer func() { callN(c.hiprtcDestroyProgram, uintptr(unsafe.Pointer(&prog))) }()
+	defer func() { gpurt.CallN(c.hiprtcDestroyProgram, uintptr(unsafe.Pointer(&prog))) }()
 
-	r := RTCResult(callN(c.hiprtcCompileProgram, prog, uintptr(len(options)), uintptr(unsafe.Pointer(&opts[0]))))
+	r := RTCResult(gpurt.CallN(c.hiprtcCompileProgram, prog, uintptr(len(options)), uintptr(unsafe.Pointer(&opts[0]))))
 	log = c.programLog(prog)
 	if r != RTCSuccess {
 		return nil, log, fmt.Errorf("hiprtcCompileProgram(%s): %w", strings.Join(options, " "), r)
 	}
 	var size uintptr
-	if r := RTCResult(callN(c.hiprtcGetCodeSize, prog, uintptr(unsafe.Pointer(&size)))); r != RTCSuccess {
+	if r := RTCResult(gpurt.CallN(c.hiprtcGetCodeSize, prog, uintptr(unsafe.Pointer(&size)))); r != RTCSuccess {
 		return nil, log, fmt.Errorf("hiprtcGetCodeSize: %w", r)
 	}
 	if size == 0 {
 		return nil, log, errors.New("hiprtcGetCodeSize: hiprtc produced no code")
 	}
 	image = make([]byte, size)
-	if r := RTCResult(callN(c.hiprtcGetCode, prog, uintptr(unsafe.Pointer(&image[0])))); r != RTCSuccess {
+	if r := RTCResult(gpurt.CallN(c.hiprtcGetCode, prog, uintptr(unsafe.Pointer(&image[0])))); r != RTCSuccess {
 		return nil, log, fmt.Errorf("hiprtcGetCode: %w", r)
 	}
 	return image, log, nil
@@ -199,15 +195,12 @@ func (c *compiler) compile(name, source string, options []string) (image []byte,
 // programLog returns the compiler's log, without the trailing NUL.
 func (c *compiler) programLog(prog uintptr) string {
 	var size uintptr
-	if RTCResult(callN(c.hiprtcGetProgramLogSize, prog, uintptr(unsafe.Pointer(&size)))) != RTCSuccess || size <= 1 {
+	if RTCResult(gpurt.CallN(c.hiprtcGetProgramLogSize, prog, uintptr(unsafe.Pointer(&size)))) != RTCSuccess || size <= 1 {
 		return ""
 	}
 	buf := make([]byte, size)
-	if RTCResult(callN(c.hiprtcGetProgramLog, prog, uintptr(unsafe.Pointer(&buf[0])))) != RTCSuccess {
+	if RTCResult(gpurt.CallN(c.hiprtcGetProgramLog, prog, uintptr(unsafe.Pointer(&buf[0])))) != RTCSuccess {
 		return ""
 	}
-	if i := strings.IndexByte(string(buf), 0); i >= 0 {
-		buf = buf[:i]
-	}
-	return strings.TrimSpace(string(buf))
+	return strings.TrimSpace(string(gpurt.TrimNUL(buf)))
 }

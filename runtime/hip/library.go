@@ -1,14 +1,13 @@
 package hip
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
 	"sort"
-	"strings"
 
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
 )
 
 // Environment variables that name the libraries explicitly; when one is set, nothing else
@@ -87,26 +86,7 @@ func globDescending(pattern string) []string {
 	return m
 }
 
-// symbol binds one C function to the field that holds its address.
-type symbol struct {
-	name string
-	dst  *uintptr
-	// optional symbols may be missing; their field stays 0.
-	optional bool
-}
-
-// bindSymbols resolves every symbol in lib. A missing required symbol is an error naming
-// all that are missing.
-func bindSymbols(lib uintptr, what string, syms []symbol) error {
-	var missing []string
-	for _, s := range syms {
-		*s.dst = lookupSymbol(lib, s.name)
-		if *s.dst == 0 && !s.optional {
-			missing = append(missing, s.name)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: %s lacks %s (too old, or not the right library)", runtime.ErrUnavailable, what, strings.Join(missing, ", "))
-	}
-	return nil
+// bindSymbols resolves every function of funcs in lib, which what names in errors.
+func bindSymbols(lib uintptr, what string, funcs []dynlib.Func) error {
+	return dynlib.Bind(what, func(name string) uintptr { return lookupSymbol(lib, name) }, funcs)
 }

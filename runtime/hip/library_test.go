@@ -126,7 +126,7 @@ func TestResultNamesFallBackToNumbers(t *testing.T) {
 	onlyText := func(r Result) (string, string) { return "", "something odd" }
 	resultNamer.Store(&onlyText)
 	assert.Equal(t, "hipError_t(999): something odd", Result(999).Error())
-	rtcName := func(r RTCResult) string { return "HIPRTC_ERROR_COMPILATION" }
+	rtcName := func(r RTCResult) (string, string) { return "HIPRTC_ERROR_COMPILATION", "" }
 	rtcNamer.Store(&rtcName)
 	assert.Equal(t, "HIPRTC_ERROR_COMPILATION", RTCErrorCompilation.Error())
 }

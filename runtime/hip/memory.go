@@ -3,56 +3,64 @@ package hip
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 )
 
 // buffer is device memory: allocated by the device, or wrapped caller-owned memory.
 type buffer struct {
-	dev   *Device
-	ptr   uintptr // hipDeviceptr_t
-	size  int
-	owned bool
-	freed atomic.Bool
+	mem gpurt.Buffer // Ptr is the hipDeviceptr_t
+	dev *Device
+}
+
+// asBuffer returns the shared part of a buffer of this package, nil for anything else.
+func asBuffer(b runtime.Buffer) *gpurt.Buffer {
+	if hb, ok := b.(*buffer); ok && hb != nil {
+		return &hb.mem
+	}
+	return nil
 }
 
 // Size is the buffer's length in bytes.
-func (b *buffer) Size() int { return b.size }
+func (b *buffer) Size() int { return b.mem.Len }
 
 // DevicePtr is the buffer's device address.
-func (b *buffer) DevicePtr() uintptr { return b.ptr }
+func (b *buffer) DevicePtr() uintptr { return b.mem.Ptr }
 
 // Free releases the memory, unless the buffer wraps memory the caller owns. A second
-// Free does nothing.
+// Free does nothing. Unlike CUDA's, the device keeps no list of what it allocated: HIP
+// memory outlives the device's Close, so Free releases it directly, then or later.
 func (b *buffer) Free() error {
-	if b.freed.Swap(true) || !b.owned || b.ptr == 0 {
+	if b.mem.Freed.Swap(true) || !b.mem.Owned || b.mem.Ptr == 0 {
 		return nil
 	}
-	return b.dev.onThread(func() error {
-		if r := Result(callN(b.dev.drv.hipFree, b.ptr)); r != Success {
-			return failed(fmt.Sprintf("hipFree(%#x)", b.ptr), r)
+	return b.dev.core.OnThread(func() error {
+		if r := Result(gpurt.CallN(b.dev.drv.hipFree, b.mem.Ptr)); r != Success {
+			return failed(fmt.Sprintf("hipFree(%#x)", b.mem.Ptr), r)
 		}
 		return nil
 	})
 }
 
+// newBuffer makes the Go value of size bytes at ptr.
+func (d *Device) newBuffer(ptr uintptr, size int, owned bool) *buffer {
+	return &buffer{mem: gpurt.Buffer{Dev: &d.core, Ptr: ptr, Len: size, Owned: owned}, dev: d}
+}
+
 // Alloc returns size bytes of uninitialised device memory. Alloc(0) returns an empty
 // buffer whose DevicePtr is 0.
 func (d *Device) Alloc(size int) (runtime.Buffer, error) {
-	if size < 0 {
-		return nil, fmt.Errorf("%w: hip: Alloc(%d): negative size", runtime.ErrInvalidArgument, size)
+	if err := d.core.CheckSize("Alloc", size); err != nil {
+		return nil, err
 	}
-	b := &buffer{dev: d, size: size, owned: true}
+	b := d.newBuffer(0, size, true)
 	if size == 0 {
-		if d.closed.Load() {
-			return nil, fmt.Errorf("hip device %d: %w", d.ordinal, runtime.ErrClosed)
-		}
 		return b, nil
 	}
-	err := d.withDevice(func() error {
-		if r := Result(callN(d.drv.hipMalloc, uintptr(unsafe.Pointer(&b.ptr)), uintptr(size))); r != Success {
+	err := d.core.WithDevice(func() error {
+		if r := Result(gpurt.CallN(d.drv.hipMalloc, uintptr(unsafe.Pointer(&b.mem.Ptr)), uintptr(size))); r != Success {
 			return failed(fmt.Sprintf("hipMalloc(%d)", size), r)
 		}
 		return nil
@@ -76,18 +84,18 @@ func WrapDevicePointer(dev runtime.Device, ptr uintptr, bytes int) (runtime.Buff
 		return nil, fmt.Errorf("%w: hip.WrapDevicePointer(%#x, %d): negative size", runtime.ErrInvalidArgument, ptr, bytes)
 	}
 	if bytes == 0 {
-		return &buffer{dev: d, ptr: ptr}, nil
+		return d.newBuffer(ptr, 0, false), nil
 	}
 	if ptr == 0 {
 		return nil, fmt.Errorf("%w: hip.WrapDevicePointer: null pointer for %d bytes", runtime.ErrInvalidArgument, bytes)
 	}
-	err := d.withDevice(func() error {
+	err := d.core.WithDevice(func() error {
 		var base, size uintptr
-		if r := Result(callN(d.drv.hipMemGetAddressRange, uintptr(unsafe.Pointer(&base)), uintptr(unsafe.Pointer(&size)), ptr)); r != Success {
+		if r := Result(gpurt.CallN(d.drv.hipMemGetAddressRange, uintptr(unsafe.Pointer(&base)), uintptr(unsafe.Pointer(&size)), ptr)); r != Success {
 			return fmt.Errorf("%w: hip.WrapDevicePointer: %#x is not device memory the HIP runtime knows: %w",
 				runtime.ErrInvalidArgument, ptr, failed(fmt.Sprintf("hipMemGetAddressRange(%#x)", ptr), r))
 		}
-		if !fits(uint64(ptr-base), uint64(bytes), uint64(size)) {
+		if !gpurt.Fits(uint64(ptr-base), uint64(bytes), uint64(size)) {
 			return fmt.Errorf("%w: hip.WrapDevicePointer: %d bytes at %#x overrun the allocation [%#x, %#x)",
 				runtime.ErrInvalidArgument, bytes, ptr, base, base+size)
 		}
@@ -96,59 +104,26 @@ func WrapDevicePointer(dev runtime.Device, ptr uintptr, bytes int) (runtime.Buff
 	if err != nil {
 		return nil, err
 	}
-	return &buffer{dev: d, ptr: ptr, size: bytes}, nil
-}
-
-// fits reports whether n bytes from offset off lie inside size bytes, without overflow.
-func fits(off, n, size uint64) bool { return off <= size && n <= size-off }
-
-// checkRange validates a byte range [off, off+n) of a buffer of size bytes.
-func checkRange(op string, off, n, size int) error {
-	if off < 0 || n < 0 || !fits(uint64(off), uint64(n), uint64(size)) {
-		return fmt.Errorf("%w: hip: %s: %d bytes at offset %d out of range of a %d-byte buffer", runtime.ErrInvalidArgument, op, n, off, size)
-	}
-	return nil
-}
-
-// ownBuffer returns b as a live buffer of this device.
-func (d *Device) ownBuffer(op string, b runtime.Buffer) (*buffer, error) {
-	hb, ok := b.(*buffer)
-	if !ok || hb == nil {
-		return nil, fmt.Errorf("%w: hip: %s: %T is not HIP device memory", runtime.ErrInvalidArgument, op, b)
-	}
-	if hb.dev != d {
-		return nil, fmt.Errorf("%w: hip: %s: buffer belongs to HIP device %d, not %d", runtime.ErrInvalidArgument, op, hb.dev.ordinal, d.ordinal)
-	}
-	if hb.freed.Load() {
-		return nil, fmt.Errorf("hip: %s: buffer was freed: %w", op, runtime.ErrClosed)
-	}
-	return hb, nil
+	return d.newBuffer(ptr, bytes, false), nil
 }
 
 // hostBuffer is pinned host memory (hipHostMalloc).
 type hostBuffer struct {
-	dev   *Device
-	p     unsafe.Pointer
-	size  int
-	freed atomic.Bool
+	mem gpurt.HostMemory
+	dev *Device
 }
 
 // Bytes is the memory as a Go slice; nil after Free.
-func (h *hostBuffer) Bytes() []byte {
-	if h.freed.Load() || h.p == nil {
-		return nil
-	}
-	return unsafe.Slice((*byte)(h.p), h.size)
-}
+func (h *hostBuffer) Bytes() []byte { return h.mem.Bytes() }
 
 // Free releases the memory. A second Free does nothing.
 func (h *hostBuffer) Free() error {
-	if h.freed.Swap(true) || h.p == nil {
+	if h.mem.Freed.Swap(true) || h.mem.P == nil {
 		return nil
 	}
-	h.dev.pinned.remove(uintptr(h.p))
-	return h.dev.onThread(func() error {
-		if r := Result(callN(h.dev.drv.hipHostFree, uintptr(h.p))); r != Success {
+	h.dev.pinned.remove(uintptr(h.mem.P))
+	return h.dev.core.OnThread(func() error {
+		if r := Result(gpurt.CallN(h.dev.drv.hipHostFree, uintptr(h.mem.P))); r != Success {
 			return failed("hipHostFree", r)
 		}
 		return nil
@@ -158,24 +133,24 @@ func (h *hostBuffer) Free() error {
 // AllocHost returns size bytes of pinned host memory, which streams copy to and from
 // asynchronously.
 func (d *Device) AllocHost(size int) (runtime.HostBuffer, error) {
-	if size < 0 {
-		return nil, fmt.Errorf("%w: hip: AllocHost(%d): negative size", runtime.ErrInvalidArgument, size)
+	if err := d.core.CheckSize("AllocHost", size); err != nil {
+		return nil, err
 	}
-	h := &hostBuffer{dev: d, size: size}
+	h := &hostBuffer{mem: gpurt.HostMemory{Len: size}, dev: d}
 	if size == 0 {
 		return h, nil
 	}
-	err := d.withDevice(func() error { return d.hostAllocLocked(&h.p, size) })
+	err := d.core.WithDevice(func() error { return d.hostAllocLocked(&h.mem.P, size) })
 	if err != nil {
 		return nil, err
 	}
-	d.pinned.add(uintptr(h.p), size)
+	d.pinned.add(uintptr(h.mem.P), size)
 	return h, nil
 }
 
 // hostAllocLocked allocates pinned host memory on a thread where the device is current.
 func (d *Device) hostAllocLocked(p *unsafe.Pointer, size int) error {
-	if r := Result(callN(d.drv.hipHostMalloc, uintptr(unsafe.Pointer(p)), uintptr(size), hostMallocDefault)); r != Success {
+	if r := Result(gpurt.CallN(d.drv.hipHostMalloc, uintptr(unsafe.Pointer(p)), uintptr(size), hostMallocDefault)); r != Success {
 		return failed(fmt.Sprintf("hipHostMalloc(%d)", size), r)
 	}
 	return nil
@@ -183,7 +158,8 @@ func (d *Device) hostAllocLocked(p *unsafe.Pointer, size int) error {
 
 // pinnedSet records the device's HostBuffers, so a copy can tell pinned host memory,
 // which HIP copies asynchronously, from Go memory, which must stay put until the copy is
-// done.
+// done. CUDA needs no such record: its driver finishes with pageable memory before the
+// copy call returns.
 type pinnedSet struct {
 	mu    sync.RWMutex
 	spans []span
@@ -217,7 +193,7 @@ func (s *pinnedSet) contains(p uintptr, n int) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, sp := range s.spans {
-		if p >= sp.start && fits(uint64(p-sp.start), uint64(n), uint64(sp.size)) {
+		if p >= sp.start && gpurt.Fits(uint64(p-sp.start), uint64(n), uint64(sp.size)) {
 			return true
 		}
 	}

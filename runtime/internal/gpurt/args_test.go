@@ -1,4 +1,4 @@
-package cuda
+package gpurt
 
 import (
 	"math"
@@ -10,20 +10,31 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+var testBackend = &Backend{Pkg: "test", Brand: "TEST", Status: func(code int32) error { return testStatus(code) }}
+
+type testStatus int32
+
+func (s testStatus) Error() string { return "status " + string(rune('0'+s)) }
+
+// fakeBuffer is a runtime.Buffer at a made-up device address.
+type fakeBuffer struct{ ptr uintptr }
+
+func (b fakeBuffer) Size() int          { return 4096 }
+func (b fakeBuffer) DevicePtr() uintptr { return b.ptr }
+func (b fakeBuffer) Free() error        { return nil }
+
 func TestParamBlockPacking(t *testing.T) {
-	assert.Equal(t, 16*runtime.MaxArgs, paramBlockBytes)
-	block := new(paramBlock)
-	base := uintptr(unsafe.Pointer(block))
-	block.initTable(base)
-	for i, p := range block.table {
-		assert.Equal(t, uintptr(unsafe.Pointer(&block.slots[i])), p, "entry %d points at its slot", i)
+	assert.Equal(t, 16*runtime.MaxArgs, ParamBlockBytes)
+	block := InitParamBlock(unsafe.Pointer(new(ParamBlock)))
+	for i := range runtime.MaxArgs {
+		assert.Equal(t, uintptr(unsafe.Pointer(&block.slots[i])), block.Entry(i), "entry %d points at its slot", i)
 	}
 
-	buf := &buffer{ptr: 0x7f0000001000, size: 4096}
+	buf := fakeBuffer{ptr: 0x7f0000001000}
 	var a runtime.Args
 	a.Buffer(buf).BufferAt(buf, 256).U32(0xDEADBEEF).U64(0x0123456789ABCDEF).F32(-1.5)
 	require.NoError(t, a.Err())
-	block.pack(&a)
+	block.Pack(&a)
 
 	// Read each argument as the driver does: through its table entry, at its own size.
 	at := func(i int) unsafe.Pointer { return unsafe.Pointer(&block.slots[i]) }
@@ -32,17 +43,19 @@ func TestParamBlockPacking(t *testing.T) {
 	assert.Equal(t, uint32(0xDEADBEEF), *(*uint32)(at(2)))
 	assert.Equal(t, uint64(0x0123456789ABCDEF), *(*uint64)(at(3)))
 	assert.Equal(t, float32(-1.5), *(*float32)(at(4)))
-	assert.Equal(t, uint32(math.Float32bits(-1.5)), uint32(block.slots[4]))
-	for i := range 5 {
-		assert.Equal(t, a.Kind(i).Size(), []int{8, 8, 4, 8, 4}[i])
-	}
+	assert.Equal(t, uint64(math.Float32bits(-1.5)), block.Slot(4))
 
-	// Repacking a shorter list rewrites only its own slots; the table is untouched.
+	// Repacking a shorter list rewrites the slots and zeroes the rest, so a kernel given
+	// too few arguments reads zeros, not the last launch's pointers; the table stays.
 	table := block.table
 	a.Reset().U32(7)
-	block.pack(&a)
-	assert.Equal(t, uint64(7), block.slots[0])
+	block.Pack(&a)
+	assert.Equal(t, uint64(7), block.Slot(0))
+	for i := 1; i < runtime.MaxArgs; i++ {
+		assert.Zero(t, block.Slot(i), "slot %d", i)
+	}
 	assert.Equal(t, table, block.table)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { block.Pack(&a) }))
 }
 
 func TestLaunchShape(t *testing.T) {
@@ -61,12 +74,13 @@ func TestLaunchShape(t *testing.T) {
 		{runtime.Dim3{X: 1, Y: math.MinInt}, [3]uintptr{}, false},
 	}
 	for _, c := range cases {
-		got, err := launchShape("block", c.d, limit)
+		got, err := testBackend.LaunchShape("block", c.d, limit)
 		if c.ok {
 			require.NoError(t, err, "%v", c.d)
 			assert.Equal(t, c.want, got)
 		} else {
 			assert.ErrorIs(t, err, runtime.ErrInvalidArgument, "%v", c.d)
+			assert.ErrorContains(t, err, "test: block")
 		}
 	}
 }
@@ -89,7 +103,7 @@ func TestCheckRange(t *testing.T) {
 		{math.MaxInt, math.MaxInt, math.MaxInt, false},
 	}
 	for _, c := range cases {
-		err := checkRange("op", c.off, c.n, c.size)
+		err := testBackend.CheckRange("op", c.off, c.n, c.size)
 		if c.ok {
 			assert.NoError(t, err, "%+v", c)
 		} else {
