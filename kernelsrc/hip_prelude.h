@@ -40,3 +40,7 @@ __device__ __forceinline__ float gb_exp2_fast(float x) {
 #define __shfl_down_sync(mask, var, delta) __shfl_down((var), (delta))
 #define __shfl_up_sync(mask, var, delta) __shfl_up((var), (delta))
 #define __shfl_xor_sync(mask, var, lane_mask) __shfl_xor((var), (lane_mask))
+#define __shfl_sync(mask, var, src_lane) __shfl((var), (src_lane))
+// HIP's ballot has a bit per lane of the wavefront: 64 bits (sampling.cu scans it with
+// __ffsll).
+#define __ballot_sync(mask, pred) __ballot(pred)

@@ -330,9 +330,19 @@ __device__ __forceinline__ float gb_gumbel_bound(gb_u32 w) {
 // multiple of the warp size); 64-bit values travel as two 32-bit halves so that only the
 // 32-bit shuffles of CUDA and HIP are needed.
 
-__device__ __forceinline__ gb_u32 gb_lane() { return threadIdx.x % warpSize; }
-__device__ __forceinline__ gb_u32 gb_warp() { return threadIdx.x / warpSize; }
-__device__ __forceinline__ gb_u32 gb_num_warps() { return blockDim.x / warpSize; }
+// GB_WARP_SIZE is the lanes of a warp: the constant 32 for CUDA (every NVIDIA GPU), so
+// that shuffle trees unroll and lane and warp indices are shifts, not the divisions that
+// the run-time warpSize costs; HIP (32 or 64 lanes by target) and the emulation (which
+// runs both) keep the run-time value.
+#if defined(__CUDACC__) && !defined(__HIP__) && !defined(__HIPCC__)
+#define GB_WARP_SIZE 32
+#else
+#define GB_WARP_SIZE warpSize
+#endif
+
+__device__ __forceinline__ gb_u32 gb_lane() { return threadIdx.x % GB_WARP_SIZE; }
+__device__ __forceinline__ gb_u32 gb_warp() { return threadIdx.x / GB_WARP_SIZE; }
+__device__ __forceinline__ gb_u32 gb_num_warps() { return blockDim.x / GB_WARP_SIZE; }
 
 __device__ __forceinline__ gb_u32 gb_shfl_down_u32(gb_u32 v, gb_u32 d) {
     return __shfl_down_sync(0xFFFFFFFFu, v, d);
@@ -356,16 +366,57 @@ __device__ __forceinline__ float gb_warp_max_f32_all(float v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     return gb_orderkey_inverse(__reduce_max_sync(0xFFFFFFFFu, gb_orderkey(v)));
 #else
-    for (int m = warpSize / 2; m > 0; m >>= 1) {
+    for (int m = GB_WARP_SIZE / 2; m > 0; m >>= 1) {
         v = fmaxf(v, __uint_as_float(__shfl_xor_sync(0xFFFFFFFFu, __float_as_uint(v), m)));
     }
     return v;
 #endif
 }
 
+// gb_warp_max_u64_all returns the warp's largest value to every lane: on sm_80 and later
+// two warp reductions, the high halves' maximum and then the low halves' among the lanes
+// that hold it; elsewhere a butterfly of shuffles.
+__device__ __forceinline__ gb_u64 gb_warp_max_u64_all(gb_u64 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const gb_u32 hi = __reduce_max_sync(0xFFFFFFFFu, (gb_u32)(v >> 32));
+    const gb_u32 lo = __reduce_max_sync(0xFFFFFFFFu, (gb_u32)(v >> 32) == hi ? (gb_u32)v : 0u);
+    return ((gb_u64)hi << 32) | lo;
+#else
+    for (int m = GB_WARP_SIZE / 2; m > 0; m >>= 1) {
+        const gb_u32 lo = __shfl_xor_sync(0xFFFFFFFFu, (gb_u32)v, m);
+        const gb_u32 hi = __shfl_xor_sync(0xFFFFFFFFu, (gb_u32)(v >> 32), m);
+        v = gb_max_u64(v, ((gb_u64)hi << 32) | lo);
+    }
+    return v;
+#endif
+}
+
+// gb_warp_or_all returns the warp's OR of v to every lane.
+__device__ __forceinline__ gb_u32 gb_warp_or_all(gb_u32 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return __reduce_or_sync(0xFFFFFFFFu, v);
+#else
+    for (int m = GB_WARP_SIZE / 2; m > 0; m >>= 1) {
+        v |= __shfl_xor_sync(0xFFFFFFFFu, v, m);
+    }
+    return v;
+#endif
+}
+
+// gb_first_lane returns the lowest lane of the warp whose p is set (-1 for none). HIP's
+// ballot is 64 bits wide (hip_prelude.h), so the bit scan is too.
+__device__ __forceinline__ int gb_first_lane(bool p) {
+    return __ffsll((long long)__ballot_sync(0xFFFFFFFFu, p)) - 1;
+}
+
+// gb_shfl_f32 returns lane src's v.
+__device__ __forceinline__ float gb_shfl_f32(float v, int src) {
+    return __uint_as_float(__shfl_sync(0xFFFFFFFFu, __float_as_uint(v), src));
+}
+
 // gb_warp_max_u32_all returns the warp's largest value to every lane.
 __device__ __forceinline__ gb_u32 gb_warp_max_u32_all(gb_u32 v) {
-    for (int m = warpSize / 2; m > 0; m >>= 1) {
+    for (int m = GB_WARP_SIZE / 2; m > 0; m >>= 1) {
         v = gb_max_u32(v, __shfl_xor_sync(0xFFFFFFFFu, v, m));
     }
     return v;
@@ -375,7 +426,7 @@ __device__ __forceinline__ gb_u32 gb_warp_max_u32_all(gb_u32 v) {
 __device__ __forceinline__ void gb_block_max_or(gb_u32& value, gb_u32& flags, gb_u64* s_red,
                                                 gb_u64* s_bcast) {
     gb_u32 f = flags;
-    for (int d = warpSize / 2; d > 0; d >>= 1) {
+    for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
         value = gb_max_u32(value, gb_shfl_down_u32(value, d));
         f |= gb_shfl_down_u32(f, d);
     }
@@ -387,7 +438,7 @@ __device__ __forceinline__ void gb_block_max_or(gb_u32& value, gb_u32& flags, gb
         gb_u64 p = gb_lane() < gb_num_warps() ? s_red[gb_lane()] : 0ull;
         gb_u32 v = (gb_u32)(p >> 32);
         gb_u32 ff = (gb_u32)p;
-        for (int d = warpSize / 2; d > 0; d >>= 1) {
+        for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
             v = gb_max_u32(v, gb_shfl_down_u32(v, d));
             ff |= gb_shfl_down_u32(ff, d);
         }
@@ -404,7 +455,7 @@ __device__ __forceinline__ void gb_block_max_or(gb_u32& value, gb_u32& flags, gb
 
 // gb_block_sum_u64 returns the block's sum to every thread.
 __device__ __forceinline__ gb_u64 gb_block_sum_u64(gb_u64 v, gb_u64* s_red, gb_u64* s_bcast) {
-    for (int d = warpSize / 2; d > 0; d >>= 1) {
+    for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
         v += gb_shfl_down_u64(v, d);
     }
     // shfl_down hands a lane its own value where the source lane is past the warp, so only
@@ -415,7 +466,7 @@ __device__ __forceinline__ gb_u64 gb_block_sum_u64(gb_u64 v, gb_u64* s_red, gb_u
     __syncthreads();
     if (gb_warp() == 0u) {
         gb_u64 s = gb_lane() < gb_num_warps() ? s_red[gb_lane()] : 0ull;
-        for (int d = warpSize / 2; d > 0; d >>= 1) {
+        for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
             s += gb_shfl_down_u64(s, d);
         }
         if (gb_lane() == 0u) {
@@ -434,20 +485,20 @@ __device__ __forceinline__ gb_u64 gb_block_exclusive_scan_u64(gb_u64 v, gb_u64& 
                                                               gb_u64* s_bcast) {
     gb_u32 lane = gb_lane();
     gb_u64 incl = v;
-    for (int d = 1; d < warpSize; d <<= 1) {
+    for (int d = 1; d < GB_WARP_SIZE; d <<= 1) {
         gb_u64 t = gb_shfl_up_u64(incl, d);
         if (lane >= (gb_u32)d) {
             incl += t;
         }
     }
-    if (lane == (gb_u32)warpSize - 1u) {
+    if (lane == (gb_u32)GB_WARP_SIZE - 1u) {
         s_red[gb_warp()] = incl;
     }
     __syncthreads();
     if (gb_warp() == 0u) {
         gb_u64 w = lane < gb_num_warps() ? s_red[lane] : 0ull;
         gb_u64 wincl = w;
-        for (int d = 1; d < warpSize; d <<= 1) {
+        for (int d = 1; d < GB_WARP_SIZE; d <<= 1) {
             gb_u64 t = gb_shfl_up_u64(wincl, d);
             if (lane >= (gb_u32)d) {
                 wincl += t;
@@ -456,7 +507,7 @@ __device__ __forceinline__ gb_u64 gb_block_exclusive_scan_u64(gb_u64 v, gb_u64& 
         if (lane < gb_num_warps()) {
             s_red[lane] = wincl - w;
         }
-        if (lane == (gb_u32)warpSize - 1u) {
+        if (lane == (gb_u32)GB_WARP_SIZE - 1u) {
             s_bcast[0] = wincl;
         }
     }
@@ -475,7 +526,7 @@ __device__ __forceinline__ gb_u32 gb_select_bin(const gb_u32* cnt, const gb_u64*
                                                 gb_u64& above, gb_u64* s_bcast) {
     if (gb_warp() == 0u) {
         gb_u32 lane = gb_lane();
-        gb_u32 per = GB_BINS / warpSize;
+        gb_u32 per = GB_BINS / GB_WARP_SIZE;
         gb_u32 lo = lane * per;
         gb_u64 local = 0;
         for (gb_u32 b = lo; b < lo + per; ++b) {
@@ -483,9 +534,9 @@ __device__ __forceinline__ gb_u32 gb_select_bin(const gb_u32* cnt, const gb_u64*
         }
         // suffix: the sum over this lane's bins and every higher lane's.
         gb_u64 suffix = local;
-        for (int d = 1; d < warpSize; d <<= 1) {
+        for (int d = 1; d < GB_WARP_SIZE; d <<= 1) {
             gb_u64 t = gb_shfl_down_u64(suffix, d);
-            if (lane + (gb_u32)d < (gb_u32)warpSize) {
+            if (lane + (gb_u32)d < (gb_u32)GB_WARP_SIZE) {
                 suffix += t;
             }
         }
@@ -565,34 +616,47 @@ __device__ __forceinline__ float gb_exp2_fast(float x) {
 
 #define GB_LOG2E 1.44269504088896340736f
 
-// gb_lse is an online log-sum-exp: m the largest member (-Inf while empty) and
-// s = Σ exp(v - m) over the members. Members are added by groups of four, so the rescale
-// (one exponential) is paid only when a group raises m; each member costs a subtraction,
-// a multiplication and one exponential, 2^(fl(v - m) · log2 e). The difference comes
-// first so that no product overflows (|m| may be near FLT_MAX), and the exponential, a
-// special-function instruction, is the cost that counts.
+// gb_lse is an online log-sum-exp: a reference m and s = Σ exp(v - m) over the members.
+// m is a member (-FLT_MAX with s = 0 while the set is empty, see gb_lse_init), and no
+// member exceeds it by more than GB_LSE_SLACK: gb_lse_add4 moves m to a group's largest
+// value only when that value passes m + slack, so the rescale (one more exponential) is
+// paid about once per thread, not at every group that raises the maximum, as it would if
+// m had to be the maximum. Each member costs a subtraction, a multiplication and one exponential,
+// 2^(fl(v - m) · log2 e); the difference comes first so that no product overflows (|m|
+// may be near FLT_MAX), and the exponential, a special-function instruction, is the cost
+// that counts. Merges (gb_lse_merge, gb_lse_rescale) keep the larger reference and scale
+// the other sum down, so the invariant holds for merged sets too.
 struct gb_lse {
     float m, s;
 };
 
+// GB_LSE_SLACK bounds a member's excess over its set's reference: each term is at most
+// e^32 (about 7.9e13), so even 2^32 of them sum to about 3.4e23, far below FLT_MAX, and a
+// float sum keeps its relative precision whatever the scale.
+#define GB_LSE_SLACK 32.0f
+
+// gb_lse_init empties a. The empty reference is -FLT_MAX, not -Inf, so that a -Inf
+// member adds 2^(-Inf - -FLT_MAX) = 0 rather than the NaN of -Inf - -Inf: gb_lse_add4 then
+// needs no test for empty groups, and every finite group moves the reference of an empty
+// set (-FLT_MAX + slack rounds to -FLT_MAX). The log-sum-exp of the empty set still
+// comes out -Inf: -FLT_MAX + log 0.
 __device__ __forceinline__ void gb_lse_init(gb_lse& a) {
-    a.m = -gb_inf();
+    a.m = -3.40282347e38f;
     a.s = 0.0f;
 }
 
-// gb_exp_diff is exp(v - m) for v <= m (0 for v = -Inf).
+// gb_exp_diff is exp(v - m) for v <= m + GB_LSE_SLACK (0 for v = -Inf).
 __device__ __forceinline__ float gb_exp_diff(float v, float m) {
     return gb_exp2_fast(__fmul_rn(__fadd_rn(v, -m), GB_LOG2E));
 }
 
 // gb_lse_add4 adds the four values v, whose largest (NaN ignored) is gm; -Inf members
 // add nothing. A NaN or +Inf member spoils the sum, but such a row ends with status 1,
-// whose record is NaN whatever the sum.
+// whose record is NaN whatever the sum. It has no branch around it (the rescale is
+// short enough to predicate), so that the compiler can interleave its exponentials with
+// the scan's other work instead of fencing them into a basic block of their own.
 __device__ __forceinline__ void gb_lse_add4(gb_lse& a, const float v[4], float gm) {
-    if (!(gm > -gb_inf())) {
-        return;
-    }
-    if (gm > a.m) {
+    if (gm > __fadd_rn(a.m, GB_LSE_SLACK)) {
         a.s = __fmul_rn(a.s, gb_exp_diff(a.m, gm)); // 0 · 0 while empty
         a.m = gm;
     }
@@ -603,16 +667,18 @@ __device__ __forceinline__ void gb_lse_add4(gb_lse& a, const float v[4], float g
     a.s = __fadd_rn(a.s, __fadd_rn(e01, e23));
 }
 
-// gb_exp2_poly is 2^x for x <= 0 on the FMA pipe instead of the special-function unit,
+// gb_exp2_poly is 2^x for x <= 47 (a member is at most GB_LSE_SLACK above its set's
+// reference, 46.2 octaves) on the FMA pipe instead of the special-function unit,
 // whose 16 lanes per multiprocessor and clock bound the per-element cost of a row that
 // needs two log-sum-exps (FlashAttention-3 and -4 split softmax's exponentials the same
 // way): x = j + f with j an integer (rounded by adding 1.5 * 2^23, whose low bits then
 // hold j) and |f| <= 1/2, a degree-5 minimax polynomial for 2^f (c0 = 1: 2^0 is exactly
 // 1), and j added to the exponent field. Relative error at most 2.2e-7 (2^-22.1, checked
-// against double exp2 for every float in [-125, 0]), within the ABI's 2^-20. x is clamped
-// at -125 so that the exponent stays normal: a member 125 octaves below the maximum adds
-// 2^-125 instead of 0 (so does -Inf, and NaN, whose rows end with status 1), which no sum
-// holding the maximum's 1 notices. Explicit fused multiply-adds: the file is compiled
+// against double exp2 for every float in [-125, 0]; a positive x has the same fractions f
+// and only a larger exponent), within the ABI's 2^-20. x is clamped at -125 so that the
+// exponent stays normal: a member 125 octaves below the reference adds 2^-125 instead of
+// 0 (so does -Inf, and NaN, whose rows end with status 1), which no sum holding the
+// reference's own 1 notices. Explicit fused multiply-adds: the file is compiled
 // with contraction off, and only this approximation may use them.
 __device__ __forceinline__ float gb_exp2_poly(float x) {
     x = fmaxf(x, -125.0f);
@@ -627,13 +693,17 @@ __device__ __forceinline__ float gb_exp2_poly(float x) {
     return __uint_as_float(__float_as_uint(q) + (__float_as_uint(t) << 23));
 }
 
+#ifndef GB_EXP2_POLY
+#define GB_EXP2_POLY 0 // see gumbel_argmax's variants below
+#endif
+
 // gb_lse_add4_poly is gb_lse_add4 with the members' exponentials on the FMA pipe (the
 // rescale, paid only when the maximum rises, stays on the special-function unit).
 __device__ __forceinline__ void gb_lse_add4_poly(gb_lse& a, const float v[4], float gm) {
     if (!(gm > -gb_inf())) {
-        return;
+        return; // the polynomial's clamp would count -Inf members as 2^-125
     }
-    if (gm > a.m) {
+    if (gm > __fadd_rn(a.m, GB_LSE_SLACK)) {
         a.s = __fmul_rn(a.s, gb_exp_diff(a.m, gm));
         a.m = gm;
     }
@@ -676,9 +746,9 @@ __device__ __forceinline__ void gb_lse_merge_packed(gb_lse& a, gb_u64 w) {
     gb_lse_merge(a, __uint_as_float((gb_u32)w), __uint_as_float((gb_u32)(w >> 32)));
 }
 
-// gb_lse_rescale sets a.m to the warp's largest maximum and returns a.s rescaled to it
+// gb_lse_rescale sets a.m to the warp's largest reference and returns a.s rescaled to it
 // (every lane gets the same m): one warp max and one exponential, after which merging is
-// plain addition. A lane that holds the maximum (or nothing, when the whole warp is
+// plain addition. A lane that holds that reference (or nothing, when the whole warp is
 // empty) keeps its sum as it is.
 __device__ __forceinline__ float gb_lse_rescale(gb_lse& a) {
     const float m = gb_warp_max_f32_all(a.m);
@@ -698,7 +768,7 @@ __device__ __forceinline__ float gb_shfl_down_f32(float v, gb_u32 d) {
 __device__ __forceinline__ void gb_warp_lse2(gb_lse& a, gb_lse& b, bool two) {
     float sa = gb_lse_rescale(a);
     float sb = two ? gb_lse_rescale(b) : 0.0f;
-    for (int d = warpSize / 2; d > 0; d >>= 1) {
+    for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
         sa = __fadd_rn(sa, gb_shfl_down_f32(sa, d));
         if (two) {
             sb = __fadd_rn(sb, gb_shfl_down_f32(sb, d));
@@ -746,8 +816,9 @@ __device__ __forceinline__ void gb_block_lse(gb_lse& a, gb_lse& b, bool two, gb_
 // gb_lse_logprob returns v - LSE for the set (m, s), and the LSE itself in lse. The
 // difference is taken from m, fl(fl(v - m) - log s): subtracting the float32 LSE would
 // cancel wherever |m| is large (a logit pushed near 2^29 by a frequency penalty, say),
-// where fl(m + log s) rounds back to m and every log-probability would read 0. A set
-// whose maximum is not finite follows IEEE arithmetic on the LSE (ABI.md).
+// where fl(m + log s) rounds back to m and every log-probability would read 0 (m is
+// within GB_LSE_SLACK of the set's maximum, so log s stays small). A set whose reference
+// is not finite follows IEEE arithmetic on the LSE (ABI.md).
 __device__ __forceinline__ float gb_lse_logprob(float v, float m, float s, float& lse) {
     if (!(m > -gb_inf()) || m == gb_inf()) {
         lse = gb_lse_value(m, s);
@@ -759,10 +830,12 @@ __device__ __forceinline__ float gb_lse_logprob(float v, float m, float s, float
 }
 
 // gb_win is what a block of gumbel_argmax reduces at the end of a draw: the winner's key,
-// the OR of the row flags and, for the log-probability record (NL > 0), the winner's raw
-// logit x and the value v its processed log-probability is taken of (fl(x' * invT)), so
-// that no load waits on the winner once it is known, and the log-sum-exps (NL = 1: proc
-// only, the one set; NL = 2: both).
+// the OR of the row flags and, for the log-probability record (NL > 0), the log-sum-exps
+// (NL = 1: proc only, the one set; NL = 2: both). The record's other inputs, the
+// winner's raw logit x and the value v its processed log-probability is taken of
+// (fl(x' * invT)), are read once a block's winner is known (gb_argmax_end): carrying
+// them through the scan and the merges cost registers in the hot loop and two shuffles
+// per level of every warp merge.
 struct gb_win {
     gb_u64 key;
     gb_u32 flags;
@@ -987,11 +1060,17 @@ __device__ __forceinline__ float gb_max4(const float v[4]) {
 //                  unit carries one exponential per element, not two. 0 (the default):
 //                  both on it; the H200 measured 0 faster (V = 151936, 8 rows, bf16, two
 //                  log-sum-exps: 69.9 against 75.4 µs at one block per row, 25.4 against
-//                  25.9 at 17): the polynomial's extra registers cost more than the
-//                  special-function unit's queue.
+//                  25.9 at 17), and again after the merges were reworked (8 rows, split,
+//                  float32: 15.13 against 14.76 µs; polynomials for half of the members:
+//                  13.98 against 13.95): the polynomial's extra instructions cost as much
+//                  as the special-function unit's queue saves.
+//   GB_TRACE       1: thread 0 of every block writes timestamps of its phases (globaltimer
+//                  and clock64 words, ABI.md's partials followed by 8 words per block), for
+//                  BenchmarkGPUPhases in kernelsrc/emu; a diagnostic build only: the caller
+//                  must allocate those 8 words per block beyond the partials. 0: off.
 // The defaults compile without spills (NVRTC 11.8, sm_90: 61 registers with the record's
 // fused merge, 63 with GB_EXP2_POLY=1; GB_GROUPS=2 reaches 64 and spills about 170-200
-// bytes).
+// bytes; CUDA 13.0 ptxas, sm_90: 64 registers, no spills).
 #ifndef GB_GROUPS
 #define GB_GROUPS 1
 #endif
@@ -1009,9 +1088,6 @@ __device__ __forceinline__ float gb_max4(const float v[4]) {
 #endif
 #ifndef GB_LOG_LOOP
 #define GB_LOG_LOOP 0
-#endif
-#ifndef GB_EXP2_POLY
-#define GB_EXP2_POLY 0
 #endif
 #if GB_TILE_BOUND && !GB_BLOCK_BOUND
 #error "GB_TILE_BOUND needs GB_BLOCK_BOUND"
@@ -1118,14 +1194,6 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
                 j = xp[i][0] == mx ? 0u : j;
                 tbest = mx;
                 tkey = gb_pack(mx, g + (gb_u32)i * stride + j);
-                if (NL != 0) {
-                    w.v = mx;
-                    float x = cur[i][3];
-                    x = j == 2u ? cur[i][2] : x;
-                    x = j == 1u ? cur[i][1] : x;
-                    x = j == 0u ? cur[i][0] : x;
-                    w.x = x;
-                }
             }
         }
 #if GB_PREFETCH
@@ -1376,7 +1444,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
             }
             while (mask != 0u) {
                 const gb_u32 low = mask & (0u - mask);
-                float xk = 0.0f, rk = 0.0f;
+                float xk = 0.0f;
                 gb_u32 wk = 0u, tk = 0u, ik = 0u;
 #pragma unroll
                 for (int i = 0; i < GB_GROUPS; ++i) {
@@ -1384,7 +1452,6 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                     for (gb_u32 j = 0; j < 4u; ++j) {
                         if (low == 1u << (4u * (gb_u32)i + j)) {
                             xk = xs[i][j];
-                            rk = cur[i][j];
                             wk = w[i][j];
                             tk = t[i][j];
                             ik = g + (gb_u32)i * stride + j;
@@ -1393,12 +1460,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                 }
                 mask ^= low;
                 const float s = __fadd_rn(xk, gb_gumbel(wk, tk));
-                const gb_u64 k = gb_pack(s, ik);
-                if (NL != 0 && k > tkey) {
-                    win.x = rk;
-                    win.v = xk;
-                }
-                tkey = gb_max_u64(tkey, k);
+                tkey = gb_max_u64(tkey, gb_pack(s, ik));
                 tbest = fmaxf(tbest, s);
             }
 #else
@@ -1408,12 +1470,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                 for (gb_u32 j = 0; j < 4u; ++j) {
                     if (need[i][j]) {
                         float s = __fadd_rn(xs[i][j], gb_gumbel(w[i][j], t[i][j]));
-                        const gb_u64 k = gb_pack(s, g + (gb_u32)i * stride + j);
-                        if (NL != 0 && k > tkey) {
-                            win.x = cur[i][j];
-                            win.v = xs[i][j];
-                        }
-                        tkey = gb_max_u64(tkey, k);
+                        tkey = gb_max_u64(tkey, gb_pack(s, g + (gb_u32)i * stride + j));
                         tbest = fmaxf(tbest, s);
                     }
                 }
@@ -1427,61 +1484,73 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
     }
 }
 
-// gb_warp_win leaves in lane 0 the warp's merge of w: the winner's payload travels with
-// its key, and each log-sum-exp is one warp max and one exponential, then additions. The
-// chains of a level are independent, so a level costs about one shuffle's latency.
+// gb_warp_win leaves in lane 0 the warp's merge of w: the key's maximum and the flags' OR,
+// then each log-sum-exp as one warp max and one exponential followed by a tree of
+// additions. Every warp of a 1024-thread block runs it at once, so what counts is the
+// multiprocessor's shuffle throughput (one warp-wide shuffle per clock): on sm_80 and
+// later the key, the flags and the maxima take one warp reduction each (two for the
+// 64-bit key) instead of a five-level tree of shuffles, and only the float sums, which no
+// warp reduction adds, still climb a tree.
 template <int NL>
 __device__ __forceinline__ void gb_warp_win(gb_win& w) {
-    float sr = 0.0f, sp = 0.0f;
+    w.key = gb_warp_max_u64_all(w.key);
+    w.flags = gb_warp_or_all(w.flags);
+    if (NL == 0) {
+        return;
+    }
+    float sr = 0.0f;
+    float sp = gb_lse_rescale(w.proc);
     if (NL == 2) {
         sr = gb_lse_rescale(w.raw);
     }
-    if (NL >= 1) {
-        sp = gb_lse_rescale(w.proc);
-    }
-    for (int d = warpSize / 2; d > 0; d >>= 1) {
-        const gb_u64 k = gb_shfl_down_u64(w.key, d);
-        w.flags |= gb_shfl_down_u32(w.flags, d);
-        if (NL >= 1) {
-            const float x = gb_shfl_down_f32(w.x, d);
-            const float v = gb_shfl_down_f32(w.v, d);
-            sp = __fadd_rn(sp, gb_shfl_down_f32(sp, d));
-            if (k > w.key) {
-                w.x = x;
-                w.v = v;
-            }
-        }
+    for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
+        sp = __fadd_rn(sp, gb_shfl_down_f32(sp, d));
         if (NL == 2) {
             sr = __fadd_rn(sr, gb_shfl_down_f32(sr, d));
         }
-        w.key = gb_max_u64(w.key, k);
     }
+    w.proc.s = sp;
     if (NL == 2) {
         w.raw.s = sr;
     }
-    if (NL >= 1) {
-        w.proc.s = sp;
-    }
+}
+
+// gb_warp_win_xv is gb_warp_win that also hands lane 0 the payload (x, v) of a lane whose
+// key won: a ballot and two shuffles once the key is known, not two per level.
+template <int NL>
+__device__ __forceinline__ void gb_warp_win_xv(gb_win& w) {
+    const gb_u64 own = w.key;
+    gb_warp_win<NL>(w); // every lane gets the warp's key
+    const int src = gb_first_lane(own == w.key);
+    w.x = gb_shfl_f32(w.x, src);
+    w.v = gb_shfl_f32(w.v, src);
 }
 
 // gb_block_win leaves in thread 0 the block's merge of w: the warps' results meet in one
-// round of shared memory and one barrier (keys, flags, payloads and log-sum-exp pairs
-// together), and warp 0 merges them as a warp merges its lanes. Warp 0 reads the shared
-// arrays after the barrier: a caller passes another barrier before it writes them again.
-template <int NL>
+// round of shared memory and one barrier (keys, flags, log-sum-exp pairs and, with XV,
+// the winner's payload (x, v)), and warp 0 merges them as a warp merges its lanes. Warp 0
+// reads the shared arrays after the barrier: a caller passes another barrier before it
+// writes them again.
+template <int NL, bool XV>
 __device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
                                              gb_u64* s_xv) {
-    gb_warp_win<NL>(w);
+    if (XV) {
+        gb_warp_win_xv<NL>(w);
+    } else {
+        gb_warp_win<NL>(w);
+    }
     const gb_u32 wp = gb_warp();
     if (gb_lane() == 0u) {
         s_key[wp] = w.key;
         s_flags[wp] = w.flags;
         if (NL >= 1) {
-            s_xv[wp] = ((gb_u64)__float_as_uint(w.v) << 32) | __float_as_uint(w.x);
             s_pair[2u * wp + 1u] = gb_lse_pack(w.proc);
         }
         if (NL == 2) {
             s_pair[2u * wp] = gb_lse_pack(w.raw);
+        }
+        if (XV) {
+            s_xv[wp] = ((gb_u64)__float_as_uint(w.v) << 32) | __float_as_uint(w.x);
         }
     }
     __syncthreads();
@@ -1491,9 +1560,6 @@ __device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s
         w.key = have ? s_key[l] : 0ull;
         w.flags = have ? s_flags[l] : 0u;
         if (NL >= 1) {
-            const gb_u64 xv = have ? s_xv[l] : 0ull;
-            w.x = __uint_as_float((gb_u32)xv);
-            w.v = __uint_as_float((gb_u32)(xv >> 32));
             gb_lse_init(w.proc);
             if (have) {
                 w.proc = gb_lse_unpack(s_pair[2u * l + 1u]);
@@ -1505,13 +1571,20 @@ __device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s
                 w.raw = gb_lse_unpack(s_pair[2u * l]);
             }
         }
-        gb_warp_win<NL>(w);
+        if (XV) {
+            const gb_u64 xv = have ? s_xv[l] : 0ull;
+            w.x = __uint_as_float((gb_u32)xv);
+            w.v = __uint_as_float((gb_u32)(xv >> 32));
+            gb_warp_win_xv<NL>(w);
+        } else {
+            gb_warp_win<NL>(w);
+        }
     }
 }
 
 // gb_write_record_sets stores slot o's log-probability record (ABI.md) from the token's
 // raw logit x and value v and the two sets, each log-probability taken from its set's
-// maximum (gb_lse_logprob). nl = 1: proc is raw too, and x = v.
+// reference (gb_lse_logprob). nl = 1: proc is raw too, and x = v.
 __device__ __forceinline__ void gb_write_record_sets(float* logprobs, gb_u64 o, bool ok, int nl, float x, float v,
                                                      const gb_lse& raw, const gb_lse& proc) {
     float* rec = logprobs + 4u * o;
@@ -1545,11 +1618,64 @@ __device__ __forceinline__ void gb_finish_draw(gb_row_params* params, const gb_r
     gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
 }
 
+// GB_TRACE (see gumbel_argmax's variants): word i of block p's eight after the partials
+// is 0 the block's start (globaltimer, ns), 1 the start and 2 the end of its scan, 3 the
+// end of its block merge (clock64), 4 its arrival (globaltimer); the block that finishes
+// the draw adds 5 the end of its merge loop and 6 of its final merge (clock64) and 7 the
+// draw's end (globaltimer, after a fence).
+#ifndef GB_TRACE
+#define GB_TRACE 0
+#endif
+#if GB_TRACE
+__device__ __forceinline__ gb_u64 gb_gtimer() {
+    gb_u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ gb_u64* gb_trace(gb_u64* partials) {
+    const gb_u64 n = (gb_u64)gridDim.x * gridDim.y * gridDim.z;
+    const gb_u64 p = ((gb_u64)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    return partials + 4u * n + 8u * p;
+}
+#define GB_TR(i, v) do { if (threadIdx.x == 0u) { gb_trace(partials)[i] = (gb_u64)(v); } } while (0)
+#else
+#define GB_TR(i, v) do { } while (0)
+#endif
+
+// gb_load_published reads a word that another block stored before its arrival was
+// counted, after this block's own fence. On CUDA that fence invalidates the
+// multiprocessor's L1, and ld.global.cg reads at L2, where the fenced stores are; a
+// volatile read would be a system-scope strong load, slower on the draw's critical path.
+// HIP (whose fence invalidates L1 too) and the emulation keep the volatile read.
+__device__ __forceinline__ gb_u64 gb_load_published(const gb_u64* p) {
+#if defined(__CUDACC__) && !defined(__HIP__) && !defined(__HIPCC__)
+    return __ldcg(p);
+#else
+    return *(const volatile gb_u64*)p;
+#endif
+}
+
+// gb_load_winner sets w.x and w.v to the raw logit and the value fl(x' * invT) of the
+// element whose key is k (greedy rows: invT = 1); 0 for the empty key 0.
+template <int KIND>
+__device__ __forceinline__ void gb_load_winner(const typename gb_io<KIND>::elem* row, gb_u64 k, float invT,
+                                               const gb_proc& pc, gb_win& w) {
+    const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)k;
+    const float x = k != 0ull ? gb_io<KIND>::load1(row + tok) : 0.0f;
+    w.x = x;
+    w.v = k != 0ull ? __fmul_rn(gb_process1(pc, x, tok), invT) : 0.0f;
+}
+
 // gb_argmax_end is a draw's work after the scan (NL log-sum-exps): the block's merge;
-// with S = 1 thread 0 finishes the draw, otherwise the block publishes its partials and
-// the last block of the draw merges them all and finishes it. That block reads each
-// partial winner's logit while the partials are merged (thread i, partial i), so no load
-// waits on the draw's winner.
+// with S = 1 thread 0 reads the winner's logit and finishes the draw, otherwise the block
+// publishes its partials and the last block of the draw merges them all and finishes it.
+// What follows the last arrival is the draw's critical path, so nothing there waits on a
+// load that could be made earlier: each block publishes its winner's logit and value
+// with its partials (read from its own cache, where the scan left them), the last block
+// takes the row flags and resets the counters before merging, so that those atomics'
+// round trip overlaps the merge, and when every partial is in warp 0 (S <= warp size:
+// every batch of 5 rows or more on 132 SMs) warp 0 merges them alone, without the
+// shared-memory round and its barrier.
 template <int KIND, int NL>
 __device__ __forceinline__ void gb_argmax_end(const typename gb_io<KIND>::elem* row, gb_row_params* params,
                                               const gb_row_params& p, gb_u32 y, gb_u32 z, gb_u64 o, gb_win& w,
@@ -1558,9 +1684,14 @@ __device__ __forceinline__ void gb_argmax_end(const typename gb_io<KIND>::elem* 
                                               gb_u32 vocab, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
                                               gb_u64* s_xv, gb_u32* s_last) {
     const gb_u32 nblocks = gridDim.x;
-    gb_block_win<NL>(w, s_key, s_flags, s_pair, s_xv);
+    GB_TR(2, clock64());
+    gb_block_win<NL, false>(w, s_key, s_flags, s_pair, s_xv);
+    GB_TR(3, clock64());
     if (nblocks == 1u) {
         if (threadIdx.x == 0u) {
+            if (NL != 0) {
+                gb_load_winner<KIND>(row, w.key, invT, pc, w);
+            }
             gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab);
         }
         return;
@@ -1569,13 +1700,17 @@ __device__ __forceinline__ void gb_argmax_end(const typename gb_io<KIND>::elem* 
     // Split phase: publish the partials, then count arrivals; the last block reduces.
     const gb_u64 draw_row = (gb_u64)z * gridDim.y + y; // this draw's row of the scratch
     gb_u64* part = partials + draw_row * nblocks;
-    gb_u64* pair = partials + (gb_u64)gridDim.y * gridDim.z * nblocks + 2u * draw_row * nblocks;
+    const gb_u64 draws_blocks = (gb_u64)gridDim.y * gridDim.z * nblocks;
+    gb_u64* pair = partials + draws_blocks + 2u * draw_row * nblocks;
+    gb_u64* xv = partials + 3u * draws_blocks + draw_row * nblocks;
     gb_u32* cnt = counters + 2u * draw_row;
     if (threadIdx.x == 0u) {
         part[blockIdx.x] = w.key;
         if (NL != 0) {
+            gb_load_winner<KIND>(row, w.key, invT, pc, w);
             pair[2u * blockIdx.x] = gb_lse_pack(NL == 1 ? w.proc : w.raw);
             pair[2u * blockIdx.x + 1u] = gb_lse_pack(w.proc);
+            xv[blockIdx.x] = ((gb_u64)__float_as_uint(w.v) << 32) | __float_as_uint(w.x);
         }
         if (w.flags != 0u) {
             atomicOr(&cnt[1], w.flags);
@@ -1584,41 +1719,63 @@ __device__ __forceinline__ void gb_argmax_end(const typename gb_io<KIND>::elem* 
         gb_u32 prev = atomicAdd(&cnt[0], 1u);
         *s_last = prev == nblocks - 1u ? 1u : 0u;
     }
+    GB_TR(4, gb_gtimer());
     __syncthreads();
     if (*s_last == 0u) {
         return;
     }
     __threadfence();
-    const volatile gb_u64* vpart = part;
-    const volatile gb_u64* vpair = pair;
+    // Every block ORed its flags in before it arrived.
+    gb_u32 flags = 0u;
+    if (threadIdx.x == 0u) {
+        flags = atomicExch(&cnt[1], 0u);
+        atomicExch(&cnt[0], 0u);
+    }
     w.key = 0ull;
     w.flags = 0u;
     w.x = w.v = 0.0f;
     gb_lse_init(w.raw);
     gb_lse_init(w.proc);
     for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
-        const gb_u64 k = vpart[i];
+        const gb_u64 k = gb_load_published(part + i);
         if (NL != 0) {
-            if (NL == 2) {
-                gb_lse_merge_packed(w.raw, vpair[2u * i]);
+            const gb_u64 r = gb_load_published(pair + 2u * i), q = gb_load_published(pair + 2u * i + 1u);
+            const gb_u64 u = gb_load_published(xv + i);
+            if (i == threadIdx.x) { // a thread's first partial: nothing to merge it with
+                w.raw = gb_lse_unpack(r);
+                w.proc = gb_lse_unpack(q);
+            } else {
+                if (NL == 2) {
+                    gb_lse_merge_packed(w.raw, r);
+                }
+                gb_lse_merge_packed(w.proc, q);
             }
-            gb_lse_merge_packed(w.proc, vpair[2u * i + 1u]);
             if (k > w.key) {
-                // The partial winner's logit (greedy rows: invT = 1), loaded now so that
-                // its latency hides behind the merge. 0 is an empty partial.
-                const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)k;
-                const float x = k != 0ull ? gb_io<KIND>::load1(row + tok) : 0.0f;
-                w.x = x;
-                w.v = k != 0ull ? __fmul_rn(gb_process1(pc, x, tok), invT) : 0.0f;
+                w.x = __uint_as_float((gb_u32)u);
+                w.v = __uint_as_float((gb_u32)(u >> 32));
             }
         }
         w.key = gb_max_u64(w.key, k);
     }
-    gb_block_win<NL>(w, s_key, s_flags, s_pair, s_xv);
+    GB_TR(5, clock64());
+    if (nblocks <= (gb_u32)GB_WARP_SIZE) {
+        if (gb_warp() != 0u) {
+            return;
+        }
+        if (NL != 0) {
+            gb_warp_win_xv<NL>(w);
+        } else {
+            gb_warp_win<NL>(w);
+        }
+    } else {
+        gb_block_win<NL, NL != 0>(w, s_key, s_flags, s_pair, s_xv);
+    }
     if (threadIdx.x == 0u) {
-        w.flags = atomicExch(&cnt[1], 0u);
-        atomicExch(&cnt[0], 0u);
+        w.flags = flags;
+        GB_TR(6, clock64());
         gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab);
+        __threadfence();
+        GB_TR(7, gb_gtimer());
     }
 }
 
@@ -1643,6 +1800,8 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
         return; // the categorical kernel's row: left entirely alone
     }
     const gb_u64 o = (gb_u64)p.row * gridDim.z + z; // this draw's output slot
+    GB_TR(0, gb_gtimer());
+    GB_TR(1, clock64());
     if (gb_bad_flags(p.flags) || gb_bad_row(p.temperature, vocab)) {
         // Uniform for every block of the row: none touches the counters, and the row
         // gets no end-of-draws work.
@@ -1884,14 +2043,14 @@ __device__ __forceinline__ gb_u32 gb_cat_compact(const typename gb_io<KIND>::ele
             packed |= (gb_u64)c << (16 * i);
         }
         gb_u64 incl = packed;
-        for (int d = 1; d < warpSize; d <<= 1) {
+        for (int d = 1; d < GB_WARP_SIZE; d <<= 1) {
             const gb_u64 t = gb_shfl_up_u64(incl, (gb_u32)d);
             if (lane >= (gb_u32)d) {
                 incl += t;
             }
         }
         gb_u64* wc = s_wc + buf * GB_MAX_WARPS;
-        if (lane == (gb_u32)warpSize - 1u) {
+        if (lane == (gb_u32)GB_WARP_SIZE - 1u) {
             wc[warp] = incl;
         }
         __syncthreads();
@@ -1993,8 +2152,8 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     __shared__ gb_u64 s_tile[GB_MAX_TILES];
     __shared__ gb_i32 s_token;
     __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
-    // LOGPROBS: the raw and (greedy rows) processed log-sum-exp sets, as (max, sum) pairs,
-    // so that records are taken from the set's maximum (gb_lse_logprob) and do not cancel
+    // LOGPROBS: the raw and (greedy rows) processed log-sum-exp sets, as (reference, sum)
+    // pairs, so that records are taken from the reference (gb_lse_logprob) and do not cancel
     // when the logits are huge.
     __shared__ float s_lse[4];
     __shared__ gb_u64 s_wc[2 * GB_MAX_WARPS]; // gb_cat_compact's per-warp counts
@@ -2357,7 +2516,7 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
                 }
             }
             if ((c + 1u) % tile_chunks == 0u || c + 1u == nchunks) {
-                for (int d = warpSize / 2; d > 0; d >>= 1) {
+                for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
                     tile_part += gb_shfl_down_u64(tile_part, d);
                 }
                 if (gb_lane() == 0u && tile_part != 0ull) {
@@ -2375,19 +2534,19 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
         gb_u64 lane_sum = 0ull;  // the mass of this lane's tiles (warp 0)
         gb_u64 lane_excl = 0ull; // the mass of the tiles before them
         if (gb_warp() == 0u) {
-            const gb_u32 per = GB_MAX_TILES / warpSize;
+            const gb_u32 per = GB_MAX_TILES / GB_WARP_SIZE;
             for (gb_u32 i = 0; i < per; ++i) {
                 lane_sum += s_tile[gb_lane() * per + i];
             }
             gb_u64 incl = lane_sum;
-            for (int d = 1; d < warpSize; d <<= 1) {
+            for (int d = 1; d < GB_WARP_SIZE; d <<= 1) {
                 gb_u64 t = gb_shfl_up_u64(incl, d);
                 if (gb_lane() >= (gb_u32)d) {
                     incl += t;
                 }
             }
             lane_excl = incl - lane_sum;
-            if (gb_lane() == (gb_u32)warpSize - 1u) {
+            if (gb_lane() == (gb_u32)GB_WARP_SIZE - 1u) {
                 s_bcast[0] = incl; // S
             }
         }
@@ -2396,7 +2555,7 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
         const gb_u64 target = __umul64hi(u, s_kept);
         __syncthreads();
         if (gb_warp() == 0u) {
-            const gb_u32 per = GB_MAX_TILES / warpSize;
+            const gb_u32 per = GB_MAX_TILES / GB_WARP_SIZE;
             gb_u32 found = 0xFFFFFFFFu;
             gb_u64 before = 0ull;
             gb_u64 acc = lane_excl;
@@ -2410,7 +2569,7 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
             }
             // Every lane from the crossing on finds a tile; the first one is the answer.
             gb_u32 first = found;
-            for (int m = warpSize / 2; m > 0; m >>= 1) {
+            for (int m = GB_WARP_SIZE / 2; m > 0; m >>= 1) {
                 gb_u32 o = __shfl_xor_sync(0xFFFFFFFFu, first, m);
                 first = o < first ? o : first;
             }
@@ -2515,7 +2674,7 @@ __device__ __forceinline__ gb_u64 gb_topn_insert(gb_u64 lst[GB_TOPN_MAX], gb_u64
 
 // gb_block_max_u64_all returns the block's largest value to every thread.
 __device__ __forceinline__ gb_u64 gb_block_max_u64_all(gb_u64 v, gb_u64* s_red, gb_u64* s_bcast) {
-    for (int d = warpSize / 2; d > 0; d >>= 1) {
+    for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
         v = gb_max_u64(v, gb_shfl_down_u64(v, d));
     }
     if (gb_lane() == 0u) {
@@ -2524,7 +2683,7 @@ __device__ __forceinline__ gb_u64 gb_block_max_u64_all(gb_u64 v, gb_u64* s_red, 
     __syncthreads();
     if (gb_warp() == 0u) {
         v = gb_lane() < gb_num_warps() ? s_red[gb_lane()] : 0ull;
-        for (int d = warpSize / 2; d > 0; d >>= 1) {
+        for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
             v = gb_max_u64(v, gb_shfl_down_u64(v, d));
         }
         if (gb_lane() == 0u) {
@@ -2720,7 +2879,7 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
             return;
         }
         __threadfence();
-        const volatile gb_u64* vpart = partials + (gb_u64)GB_TOPN_STRIDE * y * nblocks;
+        const gb_u64* row_part = partials + (gb_u64)GB_TOPN_STRIDE * y * nblocks;
         // What the block merge left in the lists is below this block's published N.
 #pragma unroll
         for (int j = 0; j < GB_TOPN_MAX; ++j) {
@@ -2729,13 +2888,13 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
         thr = 0ull;
         gb_lse_init(lse);
         for (gb_u32 i = threadIdx.x; i < nblocks * GB_TOPN_MAX; i += blockDim.x) {
-            const gb_u64 k = vpart[(gb_u64)GB_TOPN_STRIDE * (i / GB_TOPN_MAX) + i % GB_TOPN_MAX];
+            const gb_u64 k = gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * (i / GB_TOPN_MAX) + i % GB_TOPN_MAX);
             if (k > thr) {
                 thr = gb_topn_insert(lst, k, N);
             }
         }
         for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
-            gb_lse_merge_packed(lse, vpart[(gb_u64)GB_TOPN_STRIDE * i + GB_TOPN_MAX]);
+            gb_lse_merge_packed(lse, gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * i + GB_TOPN_MAX));
         }
         gb_block_lse(lse, lse, false, s_pair);
         gb_topn_merge(lst, N, s_top, s_red, s_bcast);
@@ -2763,7 +2922,7 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
             const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)k;
             const float x = gb_io<KIND>::load1(row + tok);
             otok[j] = (gb_i32)tok;
-            // From the set's maximum, not fl(m + log s): a row whose logits sit near 2^29
+            // From the set's reference, not fl(m + log s): a row whose logits sit near 2^29
             // (a frequency penalty of a saturated count) would otherwise read 0 for all.
             float norm;
             oval[j] = gb_lse_logprob(__fmul_rn(gb_process1(pc, x, tok), invT), s_lse.m, s_lse.s, norm);

@@ -448,7 +448,7 @@ func scratchNeeds(g, n, draws, split int) (partials, counters int) {
 	if kernelOfGroup[g] == kernelTopN {
 		return 8 * 22 * n * split, 4 * 2 * n
 	}
-	return 8 * 3 * n * draws * split, 4 * (2*n*draws + n)
+	return 8 * 4 * n * draws * split, 4 * (2*n*draws + n)
 }
 
 // prepare grows the scratch for a plan and restores the counters after a failed call.

@@ -167,6 +167,28 @@ inline unsigned int __reduce_max_sync(unsigned int mask, unsigned int v) {
     return v;
 }
 
+inline unsigned int __reduce_or_sync(unsigned int mask, unsigned int v) {
+    for (int m = gb_emu::warp_size / 2; m > 0; m >>= 1) {
+        v |= __shfl_xor_sync(mask, v, m);
+    }
+    return v;
+}
+inline unsigned int __shfl_sync(unsigned int mask, unsigned int v, int src) {
+    return gb_emu::shuffle(mask, v, [src](int) { return src; });
+}
+// A 64-bit ballot, as HIP's: the emulation may run 64-lane warps.
+inline unsigned long long __ballot_sync(unsigned int mask, bool p) {
+    const int lane = static_cast<int>(gb_emu::thread_idx.x) % gb_emu::warp_size;
+    unsigned long long b = p ? 1ull << lane : 0ull;
+    for (int m = gb_emu::warp_size / 2; m > 0; m >>= 1) {
+        const unsigned long long lo = __shfl_xor_sync(mask, static_cast<unsigned int>(b), m);
+        const unsigned long long hi = __shfl_xor_sync(mask, static_cast<unsigned int>(b >> 32), m);
+        b |= lo | hi << 32;
+    }
+    return b;
+}
+inline int __ffsll(long long v) { return __builtin_ffsll(v); }
+
 template <typename T>
 inline T atomicAdd(T* p, T v) {
     return std::atomic_ref<T>(*p).fetch_add(v);

@@ -116,7 +116,7 @@ func (l *launch) numPartials() int {
 	if l.kernel == kernelTopN {
 		return topnStride * n * l.gridX
 	}
-	return 3 * n * l.draws() * l.gridX
+	return 4 * n * l.draws() * l.gridX
 }
 
 func (l *launch) paramBytes() []byte {

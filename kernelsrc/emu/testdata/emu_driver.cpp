@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
             logprobs.as<float>()[s] = -7.0f;
         }
         const std::size_t npart =
-            topn ? std::size_t{GB_TOPN_STRIDE} * grid_x * grid_y : std::size_t{3} * grid_x * grid_y * grid_z;
+            topn ? std::size_t{GB_TOPN_STRIDE} * grid_x * grid_y : std::size_t{4} * grid_x * grid_y * grid_z;
         guarded partials(npart * 8, 0);
         std::memset(partials.as<unsigned char>(), 0xA5, npart * 8);
         const std::size_t ncnt = topn ? std::size_t{2} * grid_y : std::size_t{2} * grid_y * grid_z + grid_y;
