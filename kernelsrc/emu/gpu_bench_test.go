@@ -77,18 +77,17 @@ func BenchmarkGPUKernelFeatures(b *testing.B) {
 	}
 }
 
-// timeLaunches runs the launch n times back to back, b.N times over, and returns the mean
-// device time of one launch in microseconds.
-func timeLaunches(b *testing.B, dev runtime.Device, mod runtime.Module, l *launch, n int) float64 {
-	k, err := mod.Kernel(kernelNames[l.kernel] + kernelsrc.Suffixes[l.dtype])
-	require.NoError(b, err)
+// deviceArgs uploads launch l (logits, parameters, processor buffers) to dev and returns
+// its kernel arguments over fresh output and scratch buffers, the partials buffer (with
+// room for extraPartialWords more words) and a function that frees them all.
+func deviceArgs(b *testing.B, dev runtime.Device, l *launch, extraPartialWords int) (*runtime.Args, runtime.Buffer, func()) {
 	s := dev.DefaultStream()
 	var bufs []runtime.Buffer
-	defer func() {
+	free := func() {
 		for _, buf := range bufs {
 			require.NoError(b, buf.Free())
 		}
-	}()
+	}
 	upload := func(data []byte, size int) runtime.Buffer {
 		buf, err := dev.Alloc(max(size, len(data), 8))
 		require.NoError(b, err)
@@ -104,14 +103,25 @@ func timeLaunches(b *testing.B, dev runtime.Device, mod runtime.Module, l *launc
 	tokens := upload(nil, 4*len(out.tokens))
 	status := upload(nil, 4*len(out.status))
 	logprobs := upload(nil, 4*len(out.logprobs))
-	partials := upload(nil, 8*l.numPartials())
+	partials := upload(nil, 8*(l.numPartials()+extraPartialWords))
 	counters := upload(nil, 4*l.numCounters())
 	require.NoError(b, s.Zero(counters, 0, 4*l.numCounters()))
 	bias, counts, mask := upload(auxBuffer(l.bias), 0), upload(auxBuffer(l.counts), 0), upload(auxBuffer(l.mask), 0)
-	var a runtime.Args
+	a := new(runtime.Args)
 	a.Buffer(logits).Buffer(params).Buffer(tokens).Buffer(status).Buffer(partials).Buffer(counters).
 		U64(uint64(l.stride)).U32(uint32(l.vocab)).Buffer(logprobs).Buffer(bias).Buffer(counts).Buffer(mask)
 	require.NoError(b, a.Err())
+	return a, partials, free
+}
+
+// timeLaunches runs the launch n times back to back, b.N times over, and returns the mean
+// device time of one launch in microseconds.
+func timeLaunches(b *testing.B, dev runtime.Device, mod runtime.Module, l *launch, n int) float64 {
+	k, err := mod.Kernel(kernelNames[l.kernel] + kernelsrc.Suffixes[l.dtype])
+	require.NoError(b, err)
+	s := dev.DefaultStream()
+	a, _, free := deviceArgs(b, dev, l, 0)
+	defer free()
 	grid := runtime.Dim3{X: l.gridX, Y: len(l.params), Z: l.draws()}
 	block := runtime.Dim3{X: min(l.block, k.MaxThreadsPerBlock()), Y: 1, Z: 1}
 	start, err := dev.NewEvent()
@@ -120,14 +130,14 @@ func timeLaunches(b *testing.B, dev runtime.Device, mod runtime.Module, l *launc
 	stop, err := dev.NewEvent()
 	require.NoError(b, err)
 	defer stop.Close()
-	require.NoError(b, s.Launch(k, grid, block, &a)) // warm-up
+	require.NoError(b, s.Launch(k, grid, block, a)) // warm-up
 	require.NoError(b, s.Synchronize())
 	var total float64
 	b.ResetTimer()
 	for range b.N {
 		require.NoError(b, s.Record(start))
 		for range n {
-			if err := s.Launch(k, grid, block, &a); err != nil {
+			if err := s.Launch(k, grid, block, a); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -70,43 +70,20 @@ func phases(b *testing.B, dev runtime.Device, k runtime.Kernel, batch, split, vo
 		l.params[y] = rowParams{row: uint32(y), temperature: 0.8, seed: uint64(y), step: 9, flags: flags}
 	}
 	s := dev.DefaultStream()
-	var bufs []runtime.Buffer
-	defer func() {
-		for _, buf := range bufs {
-			require.NoError(b, buf.Free())
-		}
-	}()
-	upload := func(data []byte, size int) runtime.Buffer {
-		buf, err := dev.Alloc(max(size, len(data), 8))
-		require.NoError(b, err)
-		bufs = append(bufs, buf)
-		if len(data) > 0 {
-			require.NoError(b, s.CopyToDevice(buf, 0, data))
-		}
-		return buf
-	}
 	const traceWords = 8
 	blocks, partialWords := batch*split, l.numPartials()
-	out := l.newOutcome()
-	partials := upload(nil, 8*(partialWords+traceWords*blocks))
-	counters := upload(nil, 4*l.numCounters())
-	require.NoError(b, s.Zero(counters, 0, 4*l.numCounters()))
-	var a runtime.Args
-	a.Buffer(upload(l.logits, 0)).Buffer(upload(l.paramBytes(), 0)).Buffer(upload(nil, 4*len(out.tokens))).
-		Buffer(upload(nil, 4*len(out.status))).Buffer(partials).Buffer(counters).
-		U64(uint64(l.stride)).U32(uint32(l.vocab)).Buffer(upload(nil, 4*len(out.logprobs))).
-		Buffer(upload(auxBuffer(l.bias), 0)).Buffer(upload(auxBuffer(l.counts), 0)).Buffer(upload(auxBuffer(l.mask), 0))
-	require.NoError(b, a.Err())
+	a, partials, free := deviceArgs(b, dev, l, traceWords*blocks)
+	defer free()
 	grid, block := runtime.Dim3{X: split, Y: batch, Z: 1}, runtime.Dim3{X: 1024, Y: 1, Z: 1}
 	for range 5 { // warm-up
-		require.NoError(b, s.Launch(k, grid, block, &a))
+		require.NoError(b, s.Launch(k, grid, block, a))
 	}
 	raw := make([]byte, 8*traceWords*blocks)
 	var scan, merge, arrive, tail, final []float64
 	b.ResetTimer()
 	for range b.N {
 		require.NoError(b, s.Zero(partials, 8*partialWords, len(raw)))
-		require.NoError(b, s.Launch(k, grid, block, &a))
+		require.NoError(b, s.Launch(k, grid, block, a))
 		require.NoError(b, s.CopyToHost(raw, partials, 8*partialWords))
 		require.NoError(b, s.Synchronize())
 		word := func(p, i int) float64 { return float64(binary.LittleEndian.Uint64(raw[8*(traceWords*p+i):])) }
