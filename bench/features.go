@@ -141,16 +141,7 @@ func (bs *batchStepper) relaunch() error { return bs.b.Launch(bs.lg) }
 // FeatureMarkdown renders the serving-feature measurements: device time per step for
 // each route, and each feature's cost as a ratio to the plain Gumbel step.
 func FeatureMarkdown(ms []Measurement) string {
-	cells := map[key]map[Route]Measurement{}
-	var order []key
-	for _, m := range ms {
-		k := key{m.DTypeName, m.Vocab, m.Batch}
-		if cells[k] == nil {
-			cells[k] = map[Route]Measurement{}
-			order = append(order, k)
-		}
-		cells[k][m.Route] = m
-	}
+	cells, order, _ := byCell(ms)
 	var sb strings.Builder
 	table := func(title string, of func(Measurement) float64) {
 		fmt.Fprintf(&sb, "\n%s\n\n| dtype | vocab | batch |", title)

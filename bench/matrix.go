@@ -59,13 +59,10 @@ type key struct {
 	vocab, batch int
 }
 
-// Markdown renders measurements as one table per dtype (rows: vocab x batch; columns:
-// device µs per step for each route, then the ratios the targets are stated in), and a
-// host-latency table.
-func Markdown(ms []Measurement) string {
-	cells := map[key]map[Route]Measurement{}
-	var order []key
-	var routes []Route
+// byCell groups measurements by cell (dtype, vocabulary, batch): each cell's measurement
+// per route, the cells and the routes in the order they first appear.
+func byCell(ms []Measurement) (cells map[key]map[Route]Measurement, order []key, routes []Route) {
+	cells = map[key]map[Route]Measurement{}
 	seenRoute := map[Route]bool{}
 	for _, m := range ms {
 		k := key{m.DTypeName, m.Vocab, m.Batch}
@@ -79,6 +76,14 @@ func Markdown(ms []Measurement) string {
 			routes = append(routes, m.Route)
 		}
 	}
+	return cells, order, routes
+}
+
+// Markdown renders measurements as one table per dtype (rows: vocab x batch; columns:
+// device µs per step for each route, then the ratios the targets are stated in), and a
+// host-latency table.
+func Markdown(ms []Measurement) string {
+	cells, order, routes := byCell(ms)
 	var sb strings.Builder
 	write := func(title string, val func(Measurement) string, ratioOf func(Measurement) float64) {
 		ratios := ratioOf != nil

@@ -40,15 +40,7 @@ func BenchmarkSample(b *testing.B) {
 				if err := s.Sample(lg, params, &res); err != nil {
 					b.Fatal(err)
 				}
-				b.ReportAllocs()
-				for i := 0; b.Loop(); i++ {
-					for j := range params {
-						params[j].Step = uint64(i)
-					}
-					if err := s.Sample(lg, params, &res); err != nil {
-						b.Fatal(err)
-					}
-				}
+				sampleSteps(b, s, lg, params, &res)
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch*bigVocab), "ns/element")
 			})
 		}
@@ -88,16 +80,22 @@ func BenchmarkSampleServing(b *testing.B) {
 				}
 			}
 			var res Result
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				for j := range params {
-					params[j].Step = uint64(i)
-				}
-				if err := s.Sample(lg, params, &res); err != nil {
-					b.Fatal(err)
-				}
-			}
+			sampleSteps(b, s, lg, params, &res)
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/step")
 		})
+	}
+}
+
+// sampleSteps times one Sample call per benchmark iteration, each at the next step, and
+// reports allocations.
+func sampleSteps(b *testing.B, s *Sampler, lg Logits, params []Params, res *Result) {
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		for j := range params {
+			params[j].Step = uint64(i)
+		}
+		if err := s.Sample(lg, params, res); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

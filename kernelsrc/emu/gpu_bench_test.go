@@ -23,13 +23,7 @@ import (
 //	CGO_ENABLED=0 go test -tags gpu -c -o .gpu/kernelsrc_emu.test ./kernelsrc/emu
 //	(cd kernelsrc/emu && ../../.gpu/kernelsrc_emu.test -test.run '^$' -test.bench GPUKernelFeatures)
 func BenchmarkGPUKernelFeatures(b *testing.B) {
-	opened, err := runtime.Open(runtime.OpenOptions{Backend: string(runtime.CUDA)})
-	require.NoError(b, err)
-	dev := opened.Device
-	defer dev.Close()
-	mod, err := dev.Load(kernelsrc.Sampling())
-	require.NoError(b, err)
-	defer mod.Close()
+	dev, mod := openCUDA(b)
 
 	const vocab, batch, launches = 151936, 8, 200
 	r := rand.New(rand.NewPCG(7, 7))

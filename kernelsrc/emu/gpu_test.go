@@ -155,15 +155,23 @@ func canonicalNaNs(o outcome) outcome {
 	return o
 }
 
-func TestGPUCUDAEditionMatchesGoEdition(t *testing.T) {
+// openCUDA opens the first CUDA device and loads the sampling program on it; both are
+// closed when the test or benchmark ends.
+func openCUDA(tb testing.TB) (runtime.Device, runtime.Module) {
+	tb.Helper()
 	opened, err := runtime.Open(runtime.OpenOptions{Backend: string(runtime.CUDA)})
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	dev := opened.Device
-	defer dev.Close()
-	t.Logf("device: %+v", dev.Info())
+	tb.Cleanup(func() { dev.Close() })
 	mod, err := dev.Load(kernelsrc.Sampling())
-	require.NoError(t, err)
-	defer mod.Close()
+	require.NoError(tb, err)
+	tb.Cleanup(func() { mod.Close() })
+	return dev, mod
+}
+
+func TestGPUCUDAEditionMatchesGoEdition(t *testing.T) {
+	dev, mod := openCUDA(t)
+	t.Logf("device: %+v", dev.Info())
 
 	r := rand.New(rand.NewPCG(20240601, 8))
 	ls := append(testLaunches(r, gpuShape), gpuLaunches(r)...)
@@ -178,13 +186,7 @@ func TestGPUCUDAEditionMatchesGoEdition(t *testing.T) {
 // RECORD, ADVANCE, routing, log-probability records, topn) on the GPU, plus full-size
 // log-probability and topn launches.
 func TestGPUCUDAEditionV2MatchesGoEdition(t *testing.T) {
-	opened, err := runtime.Open(runtime.OpenOptions{Backend: string(runtime.CUDA)})
-	require.NoError(t, err)
-	dev := opened.Device
-	defer dev.Close()
-	mod, err := dev.Load(kernelsrc.Sampling())
-	require.NoError(t, err)
-	defer mod.Close()
+	dev, mod := openCUDA(t)
 
 	r := rand.New(rand.NewPCG(20261130, 4))
 	ls := v2Launches(r)

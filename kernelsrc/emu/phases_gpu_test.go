@@ -34,13 +34,7 @@ func BenchmarkGPUPhases(b *testing.B) {
 	if !strings.Contains(os.Getenv("GUMBEL_NVRTC_OPTIONS"), "-DGB_TRACE=1") {
 		b.Skip("needs GUMBEL_NVRTC_OPTIONS=-DGB_TRACE=1")
 	}
-	opened, err := runtime.Open(runtime.OpenOptions{Backend: string(runtime.CUDA)})
-	require.NoError(b, err)
-	dev := opened.Device
-	defer dev.Close()
-	mod, err := dev.Load(kernelsrc.Sampling())
-	require.NoError(b, err)
-	defer mod.Close()
+	dev, mod := openCUDA(b)
 	k, err := mod.Kernel(kernelNames[kernelGumbel] + kernelsrc.Suffixes[dtF32])
 	require.NoError(b, err)
 	const vocab = 151936
