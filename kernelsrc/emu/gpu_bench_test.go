@@ -17,7 +17,9 @@ import (
 
 // BenchmarkGPUKernelFeatures times one launch of the CUDA edition per version-2 feature
 // at the size (V = 151936, batch 8, bf16 logits), by CUDA events around 200
-// back-to-back launches, so that it is device time, free of launch overhead. Compare
+// back-to-back launches, so that it is device time, free of launch overhead; S = 16 is
+// what the sampler's split policy gives batch 8 on 132 SMs, S = 17 the split the first
+// measurements used (136 blocks: a short second wave). Compare
 // each line's device-µs/launch with "gumbel" (log-probabilities must cost < 10%):
 //
 //	CGO_ENABLED=0 go test -tags gpu -c -o .gpu/kernelsrc_emu.test ./kernelsrc/emu
@@ -53,7 +55,7 @@ func BenchmarkGPUKernelFeatures(b *testing.B) {
 		{"topn 20", kernelTopN, 0, 0.8, 1},
 		{"topn 20 perturbed", kernelTopN, gokernel.FlagPerturbed, 0.8, 1},
 	}
-	for _, s := range []int{1, 17} {
+	for _, s := range []int{1, 16, 17} {
 		for _, c := range cases {
 			b.Run(fmt.Sprintf("S=%d/%s", s, c.name), func(b *testing.B) {
 				l := *base

@@ -201,6 +201,66 @@ func TestCUDALargeLogitLogProbs(t *testing.T) {
 	requireStrictLogProbs(t, ls, got)
 }
 
+// scaledRow returns a row shape: llmRow's logits times scale, plus offset.
+func scaledRow(scale, offset float32) func(*rand.Rand, int) []float32 {
+	return func(r *rand.Rand, v int) []float32 {
+		row := llmRow(r, v)
+		for i := range row {
+			row[i] = row[i]*scale + offset
+		}
+		return row
+	}
+}
+
+// TestCUDALargeMagnitudeLogProbs checks gumbel_argmax's records of rows without
+// processors at every magnitude of logit, word by word: LLM logits, logits near ±2^27,
+// a spread of a million, tied logits near 2^29 and rows holding ±3e38 (several members
+// at 3e38 each have log-probability -log 2 or less, which a float LSE would round to 0,
+// and the scaled values overflow at small temperatures), at temperatures on both sides
+// of 1, split or not.
+func TestCUDALargeMagnitudeLogProbs(t *testing.T) {
+	ls := largeMagnitudeLaunches()
+	got := decodeResults(t, runDriver(t, encodeJob(t, ls)), ls)
+	seen, _ := matchGo(t, ls, got)
+	require.Positive(t, seen[0], "no slot sampled a token")
+	requireStrictLogProbs(t, ls, got)
+}
+
+// largeMagnitudeLaunches are TestCUDALargeMagnitudeLogProbs's launches.
+func largeMagnitudeLaunches() []*launch {
+	r := rand.New(rand.NewPCG(20261130, 9))
+	shapes := []struct {
+		name  string
+		shape func(*rand.Rand, int) []float32
+	}{
+		{"llm", llmRow},
+		{"far", farRow},
+		{"near 2^27", scaledRow(1, 1<<27)},
+		{"near -2^27", scaledRow(1, -(1 << 27))},
+		{"spread 1e6", scaledRow(1e5, 0)},
+		{"tied 2^29", hugeTiedRow},
+		{"huge", hugeRow},
+	}
+	var ls []*launch
+	for _, dt := range []int{dtF32, dtBF16} {
+		for _, s := range []int{1, 3} {
+			for _, sh := range shapes {
+				l := &launch{kernel: kernelGumbel, dtype: dt, gridX: s, block: 32, warp: 8, vocab: 1001, stride: 1003,
+					slots: 6, logprobs: true}
+				l.name = fmt.Sprintf("magnitudes %s dtype=%d S=%d", sh.name, dt, s)
+				l.fillRows(r, sh.shape)
+				temps := []float32{1, 0.7, 0.25, 3, 1e-3}
+				l.rows(r, func(p *rowParams) {
+					p.temperature = temps[r.IntN(len(temps))]
+					p.flags = gokernel.FlagLogprobs
+				})
+				ls = append(ls, l)
+			}
+		}
+	}
+	return ls
+}
+
 // exp2PolyProgram evaluates sampling.cu's gb_exp2_poly (under the emulation's CUDA
 // definitions) at every 16th float of [-125, 0] and at edge values, and prints the worst
 // relative error against double exp2, then the results at 0, -Inf and -200.

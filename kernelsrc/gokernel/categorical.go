@@ -141,7 +141,7 @@ func (sc *catScratch) sample(l *launchRow) (int32, int32) {
 			} else {
 				procLSE = rawLSE
 			}
-			sc.record = recordOf(raw[tok], row[tok], rawLSE.value(), procLSE.value())
+			sc.record = recordOf(raw[tok], row[tok], rawLSE, procLSE)
 		}
 		return int32(tok), StatusOK
 	}
@@ -246,7 +246,7 @@ func (sc *catScratch) sample(l *launchRow) (int32, int32) {
 		logKept := math.Log(float64(total)) - float64(f)*math.Ln2
 		d := float32(float32(row[tok]-m) * invT)
 		sc.record = [4]float32{
-			float32(float64(raw[tok]) - rawLSE.value()),
+			float32(rawLSE.logprob(float64(raw[tok]))),
 			float32(float64(d) - logKept),
 			float32(rawLSE.value()),
 			float32(float64(m)*float64(invT) + logKept),
@@ -257,12 +257,12 @@ func (sc *catScratch) sample(l *launchRow) (int32, int32) {
 
 // recordOf is a log-probability record: the token's raw logit x and processed value v,
 // and the two log-normalisers.
-func recordOf(x, v float32, rawLSE, processedLSE float64) [4]float32 {
+func recordOf(x, v float32, raw, processed lse) [4]float32 {
 	return [4]float32{
-		float32(float64(x) - rawLSE),
-		float32(float64(v) - processedLSE),
-		float32(rawLSE),
-		float32(processedLSE),
+		float32(raw.logprob(float64(x))),
+		float32(processed.logprob(float64(v))),
+		float32(raw.value()),
+		float32(processed.value()),
 	}
 }
 

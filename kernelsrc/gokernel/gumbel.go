@@ -242,7 +242,7 @@ func (l *launchRow) reduce(best uint64, flags uint32, raw, processed lse) {
 		tok := int(^uint32(best))
 		l.finish(int32(tok), StatusOK)
 		if l.logprobs != nil {
-			l.writeRecord(l.argmaxRecord(tok, raw.value(), processed.value()))
+			l.writeRecord(l.argmaxRecord(tok, raw, processed))
 		}
 	}
 	l.complete()
@@ -250,11 +250,11 @@ func (l *launchRow) reduce(best uint64, flags uint32, raw, processed lse) {
 
 // argmaxRecord is the log-probability record of token tok on the Gumbel and greedy
 // paths, given the raw and processed log-normalisers.
-func (l *launchRow) argmaxRecord(tok int, rawLSE, processedLSE float64) [4]float32 {
+func (l *launchRow) argmaxRecord(tok int, raw, processed lse) [4]float32 {
 	x := l.logits.at(tok)
 	v := l.proc.one(x, tok)
 	if l.p.temperature != 0 {
 		v = float32(v * float32(1/l.p.temperature))
 	}
-	return recordOf(x, v, rawLSE, processedLSE)
+	return recordOf(x, v, raw, processed)
 }

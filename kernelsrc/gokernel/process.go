@@ -211,6 +211,18 @@ func (a lse) value() float64 {
 	return a.m + math.Log(a.sum)
 }
 
+// logprob is the log-probability of a value v under the set: (v - m) - log Σ, taken from
+// the maximum so that it does not cancel against the log-sum-exp itself, which float64
+// cannot tell from m once |m| passes 2^52 (logits near float32's largest: two members at
+// 3e38 would read 0 instead of -log 2). A set whose m is not finite follows IEEE
+// arithmetic on value.
+func (a lse) logprob(v float64) float64 {
+	if math.IsInf(a.m, 0) || math.IsNaN(a.m) {
+		return v - a.value()
+	}
+	return (v - a.m) - math.Log(a.sum)
+}
+
 // packed is the ABI's partial: float32 max in the low word, float32 sum in the high.
 func (a lse) packed() uint64 {
 	return uint64(math.Float32bits(float32(a.sum)))<<32 | uint64(math.Float32bits(float32(a.m)))

@@ -275,18 +275,37 @@ func refSample(categorical bool, row []float32, p refParams, in refInputs, z int
 
 // refLSE is log Σ exp(v) in float64: -Inf for an empty set, +Inf for one holding +Inf.
 func refLSE(vs []float32) float64 {
-	m := math.Inf(-1)
+	m, s := refLSEParts(vs)
+	if math.IsInf(m, 0) {
+		return m // empty, or a set holding +Inf
+	}
+	return m + math.Log(s)
+}
+
+// refLSEParts is the set's largest member m and Σ exp(v - m).
+func refLSEParts(vs []float32) (m, s float64) {
+	m = math.Inf(-1)
 	for _, v := range vs {
 		m = math.Max(m, float64(v))
 	}
 	if math.IsInf(m, 0) {
-		return m // empty, or a set holding +Inf
+		return m, 0
 	}
-	var s float64
 	for _, v := range vs {
 		s += math.Exp(float64(v) - m)
 	}
-	return m + math.Log(s)
+	return m, s
+}
+
+// refLogprob is the log-probability of member v of vs, (v - m) - log Σ exp(v - m): not
+// v - refLSE(vs), which float64 cannot resolve once |m| passes 2^52 (two members at 3e38
+// give each -log 2, where 3e38 - fl(3e38 + log 2) reads 0).
+func refLogprob(vs []float32, v float32) float64 {
+	m, s := refLSEParts(vs)
+	if math.IsInf(m, 0) {
+		return float64(v) - m
+	}
+	return (float64(v) - m) - math.Log(s)
 }
 
 // refRecord is the log-probability record of a draw that returned tok with status 0,
@@ -294,10 +313,9 @@ func refLSE(vs []float32) float64 {
 func refRecord(categorical bool, row []float32, p refParams, in refInputs, z int, tok int32) [4]float64 {
 	xp, _ := refProcessed(row, p, in)
 	rawLSE := refLSE(row)
-	rec := [4]float64{float64(row[tok]) - rawLSE, 0, rawLSE, 0}
+	rec := [4]float64{refLogprob(row, row[tok]), 0, rawLSE, 0}
 	if p.temperature == 0 {
-		lse := refLSE(xp)
-		rec[1], rec[3] = float64(xp[tok])-lse, lse
+		rec[1], rec[3] = refLogprob(xp, xp[tok]), refLSE(xp)
 		return rec
 	}
 	invT := float32(1 / p.temperature)
@@ -306,8 +324,7 @@ func refRecord(categorical bool, row []float32, p refParams, in refInputs, z int
 		for i, x := range xp {
 			scaled[i] = rnd(float64(x) * float64(invT))
 		}
-		lse := refLSE(scaled)
-		rec[1], rec[3] = float64(scaled[tok])-lse, lse
+		rec[1], rec[3] = refLogprob(scaled, scaled[tok]), refLSE(scaled)
 		return rec
 	}
 	// Categorical: renormalised over the kept set, taken relative to the largest
@@ -325,8 +342,7 @@ func refRecord(categorical bool, row []float32, p refParams, in refInputs, z int
 			scaled[i] = rnd(float64(rnd(float64(x)-float64(m))) * float64(invT))
 		}
 	}
-	lse := refLSE(scaled)
-	rec[1], rec[3] = float64(scaled[tok])-lse, float64(m)*float64(invT)+lse
+	rec[1], rec[3] = refLogprob(scaled, scaled[tok]), float64(m)*float64(invT)+refLSE(scaled)
 	return rec
 }
 
@@ -360,12 +376,11 @@ func refTopN(row []float32, p refParams, in refInputs) ([]int32, []float64) {
 		}
 	}
 	sort.SliceStable(order, func(a, b int) bool { return keys[order[a]] > keys[order[b]] })
-	lse := refLSE(vals)
 	toks, values := make([]int32, n), make([]float64, n)
 	for j := range n {
 		toks[j], values[j] = -1, math.Inf(-1)
 		if j < len(order) {
-			toks[j], values[j] = int32(order[j]), float64(vals[order[j]])-lse
+			toks[j], values[j] = int32(order[j]), refLogprob(vals, vals[order[j]])
 		}
 	}
 	return toks, values

@@ -184,7 +184,6 @@ func (l *launchRow) topnReduce(ns *topnScan) {
 		l.topnFail()
 		return
 	}
-	norm := set.value()
 	perturbed := l.p.flags&FlagPerturbed != 0
 	for j := range list.n {
 		k := list.k[j]
@@ -200,7 +199,7 @@ func (l *launchRow) topnReduce(ns *topnScan) {
 				v = float32(v * float32(1/l.p.temperature))
 			}
 		}
-		l.topnPut(j, int32(tok), float32(float64(v)-norm))
+		l.topnPut(j, int32(tok), float32(set.logprob(float64(v))))
 	}
 }
 
