@@ -230,12 +230,8 @@ func compareWithGo(t *testing.T, what string, ls []*launch, got []outcome) {
 	}
 }
 
-// matchGo runs every launch through the Go edition on the CPU device and asserts that got
-// matches it: tokens and statuses exactly (untouched slots included), log-probability
-// records and topn values within recordTolerance, counts and params (RECORD, ADVANCE)
-// exactly, and zeroed counters. It returns the Go edition's output slots by status and
-// its sampled slots by path.
-func matchGo(t *testing.T, ls []*launch, got []outcome) (seen [4]int, kinds map[string]int) {
+// goEdition runs every launch through the Go edition on the CPU device.
+func goEdition(t *testing.T, ls []*launch) []outcome {
 	t.Helper()
 	dev, err := cpu.Open()
 	require.NoError(t, err)
@@ -243,10 +239,30 @@ func matchGo(t *testing.T, ls []*launch, got []outcome) (seen [4]int, kinds map[
 	mod, err := dev.Load(kernelsrc.Sampling())
 	require.NoError(t, err)
 	defer mod.Close()
+	want := make([]outcome, len(ls))
+	for i, l := range ls {
+		want[i] = runGo(t, dev, mod, l)
+	}
+	return want
+}
 
+// matchGo runs every launch through the Go edition (goEdition) and asserts that got
+// matches it (matchOutcomes).
+func matchGo(t *testing.T, ls []*launch, got []outcome) (seen [4]int, kinds map[string]int) {
+	t.Helper()
+	return matchOutcomes(t, ls, goEdition(t, ls), got)
+}
+
+// matchOutcomes asserts that got matches the Go edition's outcomes wants: tokens and
+// statuses exactly (untouched slots included), log-probability records and topn values
+// within recordTolerance, counts and params (RECORD, ADVANCE) exactly, and zeroed
+// counters. It returns the Go edition's output slots by status and its sampled slots by
+// path.
+func matchOutcomes(t *testing.T, ls []*launch, wants, got []outcome) (seen [4]int, kinds map[string]int) {
+	t.Helper()
 	kinds = map[string]int{}
 	for i, l := range ls {
-		want := runGo(t, dev, mod, l)
+		want := wants[i]
 		if l.kernel == kernelTopN {
 			matchTopN(t, l, want, got[i], kinds)
 			continue

@@ -273,49 +273,51 @@ func refSample(categorical bool, row []float32, p refParams, in refInputs, z int
 	return refGumbelArgmax(xp, p)
 }
 
-// refLSE is log Σ exp(v) in float64: -Inf for an empty set, +Inf for one holding +Inf.
-func refLSE(vs []float32) float64 {
-	m, s := refLSEParts(vs)
-	if math.IsInf(m, 0) {
-		return m // empty, or a set holding +Inf
-	}
-	return m + math.Log(s)
-}
+// refSet is a set's log-sum-exp in float64, kept as its largest member m and
+// Σ exp(v - m): -Inf and 0 for an empty set, +Inf for one holding +Inf.
+type refSet struct{ m, s float64 }
 
-// refLSEParts is the set's largest member m and Σ exp(v - m).
-func refLSEParts(vs []float32) (m, s float64) {
-	m = math.Inf(-1)
+func refSetOf(vs []float32) refSet {
+	a := refSet{m: math.Inf(-1)}
 	for _, v := range vs {
-		m = math.Max(m, float64(v))
+		a.m = math.Max(a.m, float64(v))
 	}
-	if math.IsInf(m, 0) {
-		return m, 0
+	if math.IsInf(a.m, 0) {
+		return a
 	}
 	for _, v := range vs {
-		s += math.Exp(float64(v) - m)
+		a.s += math.Exp(float64(v) - a.m)
 	}
-	return m, s
+	return a
 }
 
-// refLogprob is the log-probability of member v of vs, (v - m) - log Σ exp(v - m): not
-// v - refLSE(vs), which float64 cannot resolve once |m| passes 2^52 (two members at 3e38
-// give each -log 2, where 3e38 - fl(3e38 + log 2) reads 0).
-func refLogprob(vs []float32, v float32) float64 {
-	m, s := refLSEParts(vs)
-	if math.IsInf(m, 0) {
-		return float64(v) - m
+// lse is log Σ exp(v).
+func (a refSet) lse() float64 {
+	if math.IsInf(a.m, 0) {
+		return a.m // empty, or a set holding +Inf
 	}
-	return (float64(v) - m) - math.Log(s)
+	return a.m + math.Log(a.s)
+}
+
+// logprob is the log-probability of member v, (v - m) - log Σ exp(v - m): not v - lse(),
+// which float64 cannot resolve once |m| passes 2^52 (two members at 3e38 give each
+// -log 2, where 3e38 - fl(3e38 + log 2) reads 0).
+func (a refSet) logprob(v float32) float64 {
+	if math.IsInf(a.m, 0) {
+		return float64(v) - a.m
+	}
+	return (float64(v) - a.m) - math.Log(a.s)
 }
 
 // refRecord is the log-probability record of a draw that returned tok with status 0,
 // from float64 log-softmaxes of the definitions in ABI.md.
 func refRecord(categorical bool, row []float32, p refParams, in refInputs, z int, tok int32) [4]float64 {
 	xp, _ := refProcessed(row, p, in)
-	rawLSE := refLSE(row)
-	rec := [4]float64{refLogprob(row, row[tok]), 0, rawLSE, 0}
+	raw := refSetOf(row)
+	rec := [4]float64{raw.logprob(row[tok]), 0, raw.lse(), 0}
 	if p.temperature == 0 {
-		rec[1], rec[3] = refLogprob(xp, xp[tok]), refLSE(xp)
+		proc := refSetOf(xp)
+		rec[1], rec[3] = proc.logprob(xp[tok]), proc.lse()
 		return rec
 	}
 	invT := float32(1 / p.temperature)
@@ -324,7 +326,8 @@ func refRecord(categorical bool, row []float32, p refParams, in refInputs, z int
 		for i, x := range xp {
 			scaled[i] = rnd(float64(x) * float64(invT))
 		}
-		rec[1], rec[3] = refLogprob(scaled, scaled[tok]), refLSE(scaled)
+		proc := refSetOf(scaled)
+		rec[1], rec[3] = proc.logprob(scaled[tok]), proc.lse()
 		return rec
 	}
 	// Categorical: renormalised over the kept set, taken relative to the largest
@@ -342,7 +345,8 @@ func refRecord(categorical bool, row []float32, p refParams, in refInputs, z int
 			scaled[i] = rnd(float64(rnd(float64(x)-float64(m))) * float64(invT))
 		}
 	}
-	rec[1], rec[3] = refLogprob(scaled, scaled[tok]), float64(m)*float64(invT)+refLSE(scaled)
+	renorm := refSetOf(scaled)
+	rec[1], rec[3] = renorm.logprob(scaled[tok]), float64(m)*float64(invT)+renorm.lse()
 	return rec
 }
 
@@ -376,11 +380,12 @@ func refTopN(row []float32, p refParams, in refInputs) ([]int32, []float64) {
 		}
 	}
 	sort.SliceStable(order, func(a, b int) bool { return keys[order[a]] > keys[order[b]] })
+	set := refSetOf(vals)
 	toks, values := make([]int32, n), make([]float64, n)
 	for j := range n {
 		toks[j], values[j] = -1, math.Inf(-1)
 		if j < len(order) {
-			toks[j], values[j] = int32(order[j]), refLogprob(vals, vals[order[j]])
+			toks[j], values[j] = int32(order[j]), set.logprob(vals[order[j]])
 		}
 	}
 	return toks, values
