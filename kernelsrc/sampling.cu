@@ -654,7 +654,10 @@ __device__ __forceinline__ float gb_exp_diff(float v, float m) {
 // add nothing. A NaN or +Inf member spoils the sum, but such a row ends with status 1,
 // whose record is NaN whatever the sum. It has no branch around it (the rescale is
 // short enough to predicate), so that the compiler can interleave its exponentials with
-// the scan's other work instead of fencing them into a basic block of their own.
+// the scan's other work instead of fencing them into a basic block of their own. (One
+// reference per warp, moved under a vote, would spare the warp merge its rescale; on an
+// H200 it lost most of what the record's other changes of 2026-11-30 gained, 8 rows of
+// 151936: 0.07 µs per step faster than before them, against 0.33 without it.)
 __device__ __forceinline__ void gb_lse_add4(gb_lse& a, const float v[4], float gm) {
     if (gm > __fadd_rn(a.m, GB_LSE_SLACK)) {
         a.s = __fmul_rn(a.s, gb_exp_diff(a.m, gm)); // 0 · 0 while empty
@@ -759,6 +762,10 @@ __device__ __forceinline__ float gb_lse_rescale(gb_lse& a) {
 
 __device__ __forceinline__ float gb_shfl_down_f32(float v, gb_u32 d) {
     return __uint_as_float(__shfl_down_sync(0xFFFFFFFFu, __float_as_uint(v), d));
+}
+
+__device__ __forceinline__ float gb_shfl_xor_f32(float v, gb_u32 d) {
+    return __uint_as_float(__shfl_xor_sync(0xFFFFFFFFu, __float_as_uint(v), d));
 }
 
 // gb_warp_lse2 leaves in lane 0 the warp's merge of a (and of b when two is set): the
@@ -1065,9 +1072,9 @@ __device__ __forceinline__ float gb_max4(const float v[4]) {
 //                  13.98 against 13.95): the polynomial's extra instructions cost as much
 //                  as the special-function unit's queue saves.
 //   GB_TRACE       1: thread 0 of every block writes timestamps of its phases (globaltimer
-//                  and clock64 words, ABI.md's partials followed by 8 words per block), for
+//                  and clock64 words, ABI.md's partials followed by 16 words per block), for
 //                  BenchmarkGPUPhases in kernelsrc/emu; a diagnostic build only: the caller
-//                  must allocate those 8 words per block beyond the partials. 0: off.
+//                  must allocate those 16 words per block beyond the partials. 0: off.
 // The defaults compile without spills (NVRTC 11.8, sm_90: 61 registers with the record's
 // fused merge, 63 with GB_EXP2_POLY=1; GB_GROUPS=2 reaches 64 and spills about 170-200
 // bytes; CUDA 13.0 ptxas, sm_90: 64 registers, no spills).
@@ -1484,17 +1491,11 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
     }
 }
 
-// gb_warp_win leaves in lane 0 the warp's merge of w: the key's maximum and the flags' OR,
-// then each log-sum-exp as one warp max and one exponential followed by a tree of
-// additions. Every warp of a 1024-thread block runs it at once, so what counts is the
-// multiprocessor's shuffle throughput (one warp-wide shuffle per clock): on sm_80 and
-// later the key, the flags and the maxima take one warp reduction each (two for the
-// 64-bit key) instead of a five-level tree of shuffles, and only the float sums, which no
-// warp reduction adds, still climb a tree.
+// gb_warp_lse leaves in lane 0 the warp's merge of w's NL log-sum-exps: each as one warp
+// max and one exponential followed by a tree of additions (the float sums, which no warp
+// reduction adds, climb a five-level tree of shuffles).
 template <int NL>
-__device__ __forceinline__ void gb_warp_win(gb_win& w) {
-    w.key = gb_warp_max_u64_all(w.key);
-    w.flags = gb_warp_or_all(w.flags);
+__device__ __forceinline__ void gb_warp_lse(gb_win& w) {
     if (NL == 0) {
         return;
     }
@@ -1503,6 +1504,9 @@ __device__ __forceinline__ void gb_warp_win(gb_win& w) {
     if (NL == 2) {
         sr = gb_lse_rescale(w.raw);
     }
+    // The two trees interleaved, level by level. (Fixed-point sums by two warp reductions
+    // each, 26 bits below the largest term, measured slower on an H200: 13.40-13.64
+    // against 13.22-13.39 µs per step, 8 rows of 151936 with log-probabilities.)
     for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
         sp = __fadd_rn(sp, gb_shfl_down_f32(sp, d));
         if (NL == 2) {
@@ -1513,6 +1517,19 @@ __device__ __forceinline__ void gb_warp_win(gb_win& w) {
     if (NL == 2) {
         w.raw.s = sr;
     }
+}
+
+// gb_warp_win leaves in lane 0 the warp's merge of w: the key's maximum and the flags' OR
+// (to every lane), then the log-sum-exps (gb_warp_lse). Every warp of a 1024-thread block
+// runs it at once, so what counts is the multiprocessor's shuffle throughput (one
+// warp-wide shuffle per clock): on sm_80 and later the key, the flags and the maxima take
+// one warp reduction each (two for the 64-bit key) instead of a five-level tree of
+// shuffles.
+template <int NL>
+__device__ __forceinline__ void gb_warp_win(gb_win& w) {
+    w.key = gb_warp_max_u64_all(w.key);
+    w.flags = gb_warp_or_all(w.flags);
+    gb_warp_lse<NL>(w);
 }
 
 // gb_warp_win_xv is gb_warp_win that also hands lane 0 the payload (x, v) of a lane whose
@@ -1526,19 +1543,12 @@ __device__ __forceinline__ void gb_warp_win_xv(gb_win& w) {
     w.v = gb_shfl_f32(w.v, src);
 }
 
-// gb_block_win leaves in thread 0 the block's merge of w: the warps' results meet in one
-// round of shared memory and one barrier (keys, flags, log-sum-exp pairs and, with XV,
-// the winner's payload (x, v)), and warp 0 merges them as a warp merges its lanes. Warp 0
-// reads the shared arrays after the barrier: a caller passes another barrier before it
-// writes them again.
+// gb_block_win_share is a warp's part of a block merge once lane 0 holds the warp's merge
+// of w: it stores the key, the flags, the log-sum-exp pairs and, with XV, the payload
+// (x, v) in the warp's shared slots.
 template <int NL, bool XV>
-__device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
-                                             gb_u64* s_xv) {
-    if (XV) {
-        gb_warp_win_xv<NL>(w);
-    } else {
-        gb_warp_win<NL>(w);
-    }
+__device__ __forceinline__ void gb_block_win_share(const gb_win& w, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
+                                                   gb_u64* s_xv) {
     const gb_u32 wp = gb_warp();
     if (gb_lane() == 0u) {
         s_key[wp] = w.key;
@@ -1553,28 +1563,54 @@ __device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s
             s_xv[wp] = ((gb_u64)__float_as_uint(w.v) << 32) | __float_as_uint(w.x);
         }
     }
+}
+
+// gb_block_win_slots is the second half of a block merge in warp 0, after the barrier
+// that follows every warp's gb_block_win_share: lane l takes warp l's slots (an empty
+// merge past the block's warps). A caller passes another barrier before it writes the
+// shared arrays again.
+template <int NL, bool XV>
+__device__ __forceinline__ void gb_block_win_slots(gb_win& w, const gb_u64* s_key, const gb_u32* s_flags,
+                                                   const gb_u64* s_pair, const gb_u64* s_xv) {
+    const gb_u32 l = gb_lane();
+    const bool have = l < gb_num_warps();
+    w.key = have ? s_key[l] : 0ull;
+    w.flags = have ? s_flags[l] : 0u;
+    if (NL >= 1) {
+        gb_lse_init(w.proc);
+        if (have) {
+            w.proc = gb_lse_unpack(s_pair[2u * l + 1u]);
+        }
+    }
+    if (NL == 2) {
+        gb_lse_init(w.raw);
+        if (have) {
+            w.raw = gb_lse_unpack(s_pair[2u * l]);
+        }
+    }
+    if (XV) {
+        const gb_u64 xv = have ? s_xv[l] : 0ull;
+        w.x = __uint_as_float((gb_u32)xv);
+        w.v = __uint_as_float((gb_u32)(xv >> 32));
+    }
+}
+
+// gb_block_win leaves in thread 0 the block's merge of w: the warps' results meet in one
+// round of shared memory and one barrier (keys, flags, log-sum-exp pairs and, with XV,
+// the winner's payload (x, v)), and warp 0 merges them as a warp merges its lanes.
+template <int NL, bool XV>
+__device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
+                                             gb_u64* s_xv) {
+    if (XV) {
+        gb_warp_win_xv<NL>(w);
+    } else {
+        gb_warp_win<NL>(w);
+    }
+    gb_block_win_share<NL, XV>(w, s_key, s_flags, s_pair, s_xv);
     __syncthreads();
-    if (wp == 0u) {
-        const gb_u32 l = gb_lane();
-        const bool have = l < gb_num_warps();
-        w.key = have ? s_key[l] : 0ull;
-        w.flags = have ? s_flags[l] : 0u;
-        if (NL >= 1) {
-            gb_lse_init(w.proc);
-            if (have) {
-                w.proc = gb_lse_unpack(s_pair[2u * l + 1u]);
-            }
-        }
-        if (NL == 2) {
-            gb_lse_init(w.raw);
-            if (have) {
-                w.raw = gb_lse_unpack(s_pair[2u * l]);
-            }
-        }
+    if (gb_warp() == 0u) {
+        gb_block_win_slots<NL, XV>(w, s_key, s_flags, s_pair, s_xv);
         if (XV) {
-            const gb_u64 xv = have ? s_xv[l] : 0ull;
-            w.x = __uint_as_float((gb_u32)xv);
-            w.v = __uint_as_float((gb_u32)(xv >> 32));
             gb_warp_win_xv<NL>(w);
         } else {
             gb_warp_win<NL>(w);
@@ -1618,28 +1654,55 @@ __device__ __forceinline__ void gb_finish_draw(gb_row_params* params, const gb_r
     gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
 }
 
-// GB_TRACE (see gumbel_argmax's variants): word i of block p's eight after the partials
+// GB_TRACE (see gumbel_argmax's variants): word i of block p's sixteen after the partials
 // is 0 the block's start (globaltimer, ns), 1 the start and 2 the end of its scan, 3 the
-// end of its block merge (clock64), 4 its arrival (globaltimer); the block that finishes
-// the draw adds 5 the end of its merge loop and 6 of its final merge (clock64) and 7 the
-// draw's end (globaltimer, after a fence).
+// end of its block merge, 8 its partials stored and 9 the return of its arrival's atomic
+// (clock64), 4 its arrival (globaltimer);
+// the block that finishes the draw adds 10 the end of its barrier and fence after the
+// arrival, 11 its partials loaded, 5 the end of its merge loop, 6 of its final merge, 12
+// the draw's outputs written and 13 their fence (clock64), and 7 the draw's end
+// (globaltimer, after that fence). The clock64 stamps that follow a value (GB_TRD) wait
+// for it, so that a stamp after a load counts the load's latency.
 #ifndef GB_TRACE
 #define GB_TRACE 0
 #endif
 #if GB_TRACE
+#define GB_TRACE_WORDS 16u
 __device__ __forceinline__ gb_u64 gb_gtimer() {
     gb_u64 t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+// gb_clock_after reads clock64 once dep is available: the predicate that consumes dep
+// comes first in the same volatile block (it never fires for the values traced here).
+__device__ __forceinline__ gb_u64 gb_clock_after(gb_u32 dep) {
+    gb_u64 t;
+    asm volatile("{\n\t.reg .pred gbp;\n\tsetp.eq.u32 gbp, %1, 0x7fc00001;\n\tmov.u64 %0, %%clock64;\n\t@gbp add.u64 %0, %0, 1;\n\t}"
+                 : "=l"(t)
+                 : "r"(dep)
+                 : "memory");
+    return t;
+}
 __device__ __forceinline__ gb_u64* gb_trace(gb_u64* partials) {
     const gb_u64 n = (gb_u64)gridDim.x * gridDim.y * gridDim.z;
     const gb_u64 p = ((gb_u64)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-    return partials + 4u * n + 8u * p;
+    return partials + 4u * n + GB_TRACE_WORDS * p;
 }
 #define GB_TR(i, v) do { if (threadIdx.x == 0u) { gb_trace(partials)[i] = (gb_u64)(v); } } while (0)
+#define GB_TRD(i, dep) GB_TR(i, gb_clock_after((gb_u32)(dep)))
+// GB_TR_END stamps a draw's end (thread 0 of its finishing block, after its outputs):
+// words 12, 13 around a fence that makes the outputs visible, then 7.
+#define GB_TR_END()                                                                            \
+    do {                                                                                       \
+        GB_TR(12, clock64());                                                                  \
+        __threadfence();                                                                       \
+        GB_TR(13, clock64());                                                                  \
+        GB_TR(7, gb_gtimer());                                                                 \
+    } while (0)
 #else
 #define GB_TR(i, v) do { } while (0)
+#define GB_TRD(i, dep) do { } while (0)
+#define GB_TR_END() do { } while (0)
 #endif
 
 // gb_load_published reads a word that another block stored before its arrival was
@@ -1655,27 +1718,149 @@ __device__ __forceinline__ gb_u64 gb_load_published(const gb_u64* p) {
 #endif
 }
 
-// gb_load_winner sets w.x and w.v to the raw logit and the value fl(x' * invT) of the
-// element whose key is k (greedy rows: invT = 1); 0 for the empty key 0.
-template <int KIND>
-__device__ __forceinline__ void gb_load_winner(const typename gb_io<KIND>::elem* row, gb_u64 k, float invT,
-                                               const gb_proc& pc, gb_win& w) {
-    const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)k;
-    const float x = k != 0ull ? gb_io<KIND>::load1(row + tok) : 0.0f;
-    w.x = x;
-    w.v = k != 0ull ? __fmul_rn(gb_process1(pc, x, tok), invT) : 0.0f;
+// gb_block_win_record is gb_block_win for a draw with a record (NL > 0) that also leaves
+// in thread 0 the block winner's raw logit x and the value v its processed
+// log-probability is taken of, fl(x' * invT) (greedy rows: invT = 1); both 0 for the
+// empty key 0. Thread 0 reads the logit as soon as warp 0 knows the block's key, and the
+// read's latency passes under warp 0's log-sum-exp merge; read after the merge, it sat on
+// every block's path to its arrival (H200, V = 151936, 8 rows: about 190 cycles). Each
+// warp's winning lane reading its own candidate before the barrier measured slower still
+// (about 420 cycles more per block merge): every warp then waited on a load.
+template <int KIND, int NL>
+__device__ __forceinline__ void gb_block_win_record(const typename gb_io<KIND>::elem* row, float invT,
+                                                    const gb_proc& pc, gb_win& w, gb_u64* s_key, gb_u32* s_flags,
+                                                    gb_u64* s_pair, gb_u64* s_xv) {
+    gb_warp_win<NL>(w);
+    gb_block_win_share<NL, false>(w, s_key, s_flags, s_pair, s_xv);
+    __syncthreads();
+    if (gb_warp() != 0u) {
+        return;
+    }
+    gb_block_win_slots<NL, false>(w, s_key, s_flags, s_pair, s_xv);
+    w.key = gb_warp_max_u64_all(w.key);
+    w.flags = gb_warp_or_all(w.flags);
+    const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)w.key;
+    float x = 0.0f;
+    if (gb_lane() == 0u && w.key != 0ull) {
+        x = gb_io<KIND>::load1(row + tok);
+    }
+    gb_warp_lse<NL>(w);
+    if (gb_lane() == 0u) {
+        w.x = x;
+        w.v = w.key != 0ull ? __fmul_rn(gb_process1(pc, x, tok), invT) : 0.0f;
+    }
 }
 
-// gb_argmax_end is a draw's work after the scan (NL log-sum-exps): the block's merge;
-// with S = 1 thread 0 reads the winner's logit and finishes the draw, otherwise the block
+// GB_LSE_EMPTY_WORD is gb_lse_pack of the empty set (gb_lse_init: -FLT_MAX, 0).
+#define GB_LSE_EMPTY_WORD 0x00000000FF7FFFFFull
+
+// gb_finish_warp_record is the finishing block's work for a draw with a record (NL > 0)
+// and S <= warp size, run by warp 0 alone once the draw's flags are in thread 0: the
+// token from the partials' keys, and the record from their log-sum-exp pairs. A lone
+// warp issues in order, so every dependent step after the last arrival counts in full:
+// each pair set is merged within a few lanes, not through a warp max and a five-level
+// tree of shuffles. Lanes of even number merge the raw pairs (partials words 2i), odd
+// ones the processed pairs (2i + 1); with per lanes to a set (the fewest of 1, 2, 4 and,
+// for HIP's 64-lane warps, 8 that leave a lane at most 8 pairs), lane l takes pairs
+// (l >> 1) mod per + j * per, all loaded at once with the keys and payloads, and the
+// set's lanes then meet in log2(per) butterfly steps. Lane 0 writes the raw half of the record (words 0 and 2), lane 1 the
+// processed half (1 and 3). Before this, one lane per partial merged one pair of each
+// set and warp 0 climbed two such trees: the H200's trace (V = 151936, 8 rows, S = 16)
+// put about 1100 cycles of the record's cost in that merge.
+template <int NL>
+__device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, const gb_row_params& p, gb_u32 y,
+                                                      gb_u64 o, gb_u32 flags, const gb_u64* part,
+                                                      const gb_u64* pair, const gb_u64* xv, gb_u32 nblocks,
+                                                      gb_i32* tokens, gb_i32* status, float* logprobs,
+                                                      gb_u32* counters, gb_u32* counts, gb_u32 vocab,
+                                                      gb_u64* partials) {
+    (void)partials; // the trace's
+    const gb_u32 l = gb_lane();
+    const gb_u32 per = nblocks <= 8u ? 1u : nblocks <= 16u ? 2u : nblocks <= 32u ? 4u : 8u;
+    const gb_u32 set = l & 1u;
+    const gb_u32 first = (l >> 1) & (per - 1u);
+    // Every load is issued before any waits on one.
+    gb_u64 k = 0ull, u = 0ull;
+    if (l < nblocks) {
+        k = gb_load_published(part + l);
+        u = gb_load_published(xv + l);
+    }
+    float m[8], sum[8];
+#pragma unroll
+    for (gb_u32 j = 0; j < 8u; ++j) {
+        const gb_u32 i = first + j * per;
+        const gb_u64 wd = i < nblocks ? gb_load_published(pair + 2u * i + set) : GB_LSE_EMPTY_WORD;
+        m[j] = __uint_as_float((gb_u32)wd);
+        sum[j] = __uint_as_float((gb_u32)(wd >> 32));
+    }
+    GB_TRD(11, (gb_u32)k ^ (gb_u32)u ^ __float_as_uint(m[0]));
+    // The token's chain (two warp reductions, a ballot, two shuffles) comes first, so
+    // that the log-sum-exps' arithmetic below issues while its results are on their way.
+    const gb_u64 key = gb_warp_max_u64_all(k);
+    const int src = gb_first_lane(k == key);
+    const float x = gb_shfl_f32(__uint_as_float((gb_u32)u), src);
+    const float v = gb_shfl_f32(__uint_as_float((gb_u32)(u >> 32)), src);
+    // The lane's pairs: their largest reference (NaN ignored) and the sum rescaled to it,
+    // in trees. Empty pairs add 0 (2^-Inf, or 2^0 * 0 when every pair is empty); a NaN or
+    // +Inf reference spoils the sum, but its row ends with status 1.
+    float top = fmaxf(fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3])), fmaxf(fmaxf(m[4], m[5]), fmaxf(m[6], m[7])));
+    float e[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        e[j] = __fmul_rn(sum[j], gb_exp_diff(m[j], top));
+    }
+    float total = __fadd_rn(__fadd_rn(__fadd_rn(e[0], e[1]), __fadd_rn(e[2], e[3])),
+                            __fadd_rn(__fadd_rn(e[4], e[5]), __fadd_rn(e[6], e[7])));
+    GB_TRD(5, __float_as_uint(total));
+    // The set's lanes meet: butterfly steps 2 and 4, each kept only where per reaches it
+    // (selects, not a loop, so that the steps schedule with the token's chain).
+#pragma unroll
+    for (gb_u32 d = 2u; d <= 8u; d <<= 1) {
+        if (d == 8u && per <= 4u) {
+            break; // S > 32: a 64-lane warp only
+        }
+        const float om = gb_shfl_xor_f32(top, d), os = gb_shfl_xor_f32(total, d);
+        const float r = fmaxf(top, om);
+        const float t = __fadd_rn(__fmul_rn(total, gb_exp_diff(top, r)), __fmul_rn(os, gb_exp_diff(om, r)));
+        const bool step = d < 2u * per;
+        total = step ? t : total;
+        top = step ? r : top;
+    }
+    GB_TRD(6, (gb_u32)key ^ __float_as_uint(total) ^ __float_as_uint(x) ^ __float_as_uint(v));
+    // Thread 0's atomic brought the flags; shuffled only now, so that the wait for them
+    // comes last.
+    flags = __shfl_sync(0xFFFFFFFFu, flags, 0);
+    if (l < 2u) {
+        // The record's half of this lane's set, NaN unless the draw ends with status 0
+        // (gb_finish, gb_write_record_sets).
+        const bool ok = !(flags & GB_FLAG_NONFINITE) && (flags & GB_FLAG_FINITE);
+        const float nan = __uint_as_float(0x7FC00000u);
+        float lse = nan, lp = nan;
+        if (ok) {
+            lp = gb_lse_logprob(set != 0u ? v : x, top, total, lse);
+        }
+        float* rec = logprobs + 4u * o;
+        rec[l] = lp;
+        rec[2u + l] = lse;
+    }
+    if (l == 0u) {
+        gb_finish(tokens, status, o, key, flags);
+        gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
+        GB_TR_END();
+    }
+}
+
+// gb_argmax_end is a draw's work after the scan (NL log-sum-exps): the block's merge
+// (with a record, gb_block_win_record, which also brings the block winner's logit and
+// value to thread 0); with S = 1 thread 0 finishes the draw, otherwise the block
 // publishes its partials and the last block of the draw merges them all and finishes it.
 // What follows the last arrival is the draw's critical path, so nothing there waits on a
 // load that could be made earlier: each block publishes its winner's logit and value
-// with its partials (read from its own cache, where the scan left them), the last block
-// takes the row flags and resets the counters before merging, so that those atomics'
-// round trip overlaps the merge, and when every partial is in warp 0 (S <= warp size:
-// every batch of 5 rows or more on 132 SMs) warp 0 merges them alone, without the
-// shared-memory round and its barrier.
+// with its partials, the last block takes the row flags and resets the counters before
+// merging, so that those atomics' round trip overlaps the merge, and when every partial
+// is in warp 0 (S <= warp size: every batch of 5 rows or more on 132 SMs) warp 0 merges
+// them alone, without the shared-memory round and its barrier (with a record,
+// gb_finish_warp_record).
 template <int KIND, int NL>
 __device__ __forceinline__ void gb_argmax_end(const typename gb_io<KIND>::elem* row, gb_row_params* params,
                                               const gb_row_params& p, gb_u32 y, gb_u32 z, gb_u64 o, gb_win& w,
@@ -1685,13 +1870,14 @@ __device__ __forceinline__ void gb_argmax_end(const typename gb_io<KIND>::elem* 
                                               gb_u64* s_xv, gb_u32* s_last) {
     const gb_u32 nblocks = gridDim.x;
     GB_TR(2, clock64());
-    gb_block_win<NL, false>(w, s_key, s_flags, s_pair, s_xv);
-    GB_TR(3, clock64());
+    if (NL != 0) {
+        gb_block_win_record<KIND, NL>(row, invT, pc, w, s_key, s_flags, s_pair, s_xv);
+    } else {
+        gb_block_win<NL, false>(w, s_key, s_flags, s_pair, s_xv);
+    }
+    GB_TRD(3, w.key);
     if (nblocks == 1u) {
         if (threadIdx.x == 0u) {
-            if (NL != 0) {
-                gb_load_winner<KIND>(row, w.key, invT, pc, w);
-            }
             gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab);
         }
         return;
@@ -1707,16 +1893,17 @@ __device__ __forceinline__ void gb_argmax_end(const typename gb_io<KIND>::elem* 
     if (threadIdx.x == 0u) {
         part[blockIdx.x] = w.key;
         if (NL != 0) {
-            gb_load_winner<KIND>(row, w.key, invT, pc, w);
             pair[2u * blockIdx.x] = gb_lse_pack(NL == 1 ? w.proc : w.raw);
             pair[2u * blockIdx.x + 1u] = gb_lse_pack(w.proc);
             xv[blockIdx.x] = ((gb_u64)__float_as_uint(w.v) << 32) | __float_as_uint(w.x);
         }
+        GB_TRD(8, __float_as_uint(w.v) ^ (gb_u32)w.key);
         if (w.flags != 0u) {
             atomicOr(&cnt[1], w.flags);
         }
         __threadfence();
         gb_u32 prev = atomicAdd(&cnt[0], 1u);
+        GB_TRD(9, prev);
         *s_last = prev == nblocks - 1u ? 1u : 0u;
     }
     GB_TR(4, gb_gtimer());
@@ -1725,11 +1912,19 @@ __device__ __forceinline__ void gb_argmax_end(const typename gb_io<KIND>::elem* 
         return;
     }
     __threadfence();
+    GB_TR(10, clock64());
     // Every block ORed its flags in before it arrived.
     gb_u32 flags = 0u;
     if (threadIdx.x == 0u) {
         flags = atomicExch(&cnt[1], 0u);
         atomicExch(&cnt[0], 0u);
+    }
+    if (NL != 0 && nblocks <= (gb_u32)GB_WARP_SIZE) {
+        if (gb_warp() == 0u) {
+            gb_finish_warp_record<NL>(params, p, y, o, flags, part, pair, xv, nblocks, tokens, status, logprobs,
+                                      counters, counts, vocab, partials);
+        }
+        return;
     }
     w.key = 0ull;
     w.flags = 0u;
@@ -1756,8 +1951,17 @@ __device__ __forceinline__ void gb_argmax_end(const typename gb_io<KIND>::elem* 
             }
         }
         w.key = gb_max_u64(w.key, k);
+#if GB_TRACE
+        if (i == 0u) {
+            gb_u32 dep = (gb_u32)k;
+            if (NL != 0) {
+                dep ^= __float_as_uint(w.x) ^ __float_as_uint(w.proc.s) ^ __float_as_uint(w.raw.s);
+            }
+            GB_TRD(11, dep);
+        }
+#endif
     }
-    GB_TR(5, clock64());
+    GB_TRD(5, (gb_u32)w.key ^ __float_as_uint(w.proc.s) ^ __float_as_uint(w.raw.s));
     if (nblocks <= (gb_u32)GB_WARP_SIZE) {
         if (gb_warp() != 0u) {
             return;
@@ -1772,12 +1976,9 @@ __device__ __forceinline__ void gb_argmax_end(const typename gb_io<KIND>::elem* 
     }
     if (threadIdx.x == 0u) {
         w.flags = flags;
-        GB_TR(6, clock64());
+        GB_TRD(6, (gb_u32)w.key ^ __float_as_uint(w.proc.s) ^ __float_as_uint(w.raw.s) ^ __float_as_uint(w.v));
         gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab);
-#if GB_TRACE
-        __threadfence(); // the draw's outputs visible before its end is stamped
-#endif
-        GB_TR(7, gb_gtimer());
+        GB_TR_END();
     }
 }
 

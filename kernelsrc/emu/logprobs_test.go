@@ -261,6 +261,35 @@ func largeMagnitudeLaunches() []*launch {
 	return ls
 }
 
+// TestCUDAFinishingWarpRecord covers every shape of the finishing warp's record merge
+// (gb_finish_warp_record): S from 2 to the warp size, so that a set's pairs spread over
+// 1, 2, 4 and (64-lane warps, as HIP's CDNA targets) 8 lanes, with one and two
+// log-sum-exps (T = 1 and others), greedy rows and rows of every magnitude, each record
+// compared with the Go edition's word by word.
+func TestCUDAFinishingWarpRecord(t *testing.T) {
+	r := rand.New(rand.NewPCG(20261130, 12))
+	var ls []*launch
+	for _, c := range []struct{ warp, s int }{
+		{8, 2}, {8, 8}, {32, 9}, {32, 16}, {32, 17}, {32, 32}, {64, 24}, {64, 33}, {64, 64},
+	} {
+		for _, shape := range []func(*rand.Rand, int) []float32{llmRow, farRow, scaledRow(1, 1<<27)} {
+			l := &launch{kernel: kernelGumbel, dtype: dtF32, gridX: c.s, block: c.warp, warp: c.warp, vocab: 4099,
+				stride: 4101, slots: 4, logprobs: true}
+			l.name = fmt.Sprintf("finishing warp=%d S=%d", c.warp, c.s)
+			l.fillRows(r, shape)
+			temps := []float32{0, 1, 0.8, 2}
+			l.rows(r, func(p *rowParams) {
+				p.temperature = temps[r.IntN(len(temps))]
+				p.flags = gokernel.FlagLogprobs
+			})
+			ls = append(ls, l)
+		}
+	}
+	got := decodeResults(t, runDriver(t, encodeJob(t, ls)), ls)
+	seen, _ := matchGoStrict(t, ls, got)
+	require.Positive(t, seen[0], "no slot sampled a token")
+}
+
 // exp2PolyProgram evaluates sampling.cu's gb_exp2_poly (under the emulation's CUDA
 // definitions) at every 16th float of [-125, 0] and at edge values, and prints the worst
 // relative error against double exp2, then the results at 0, -Inf and -200.

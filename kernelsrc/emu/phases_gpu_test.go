@@ -26,10 +26,14 @@ import (
 //
 //	GUMBEL_NVRTC_OPTIONS=-DGB_TRACE=1 kernelsrc_emu.test -test.run '^$' -test.bench GPUPhases
 //
-// Metrics (medians over the launches): scan-cyc and merge-cyc, a block's scan and block
-// merge (median block); arrive-ns, the last block's arrival after the first block's
-// start; tail-ns, the draw's end after the last arrival; final-merge-cyc, the finishing
-// block's merge of the partials.
+// Metrics (medians over the launches of the median block's spans, in clock cycles):
+// scan-cyc and merge-cyc, a block's scan and block merge; publish-cyc, the stores of its
+// partials; arrival-cyc, its fence and arrival. The finishing blocks' spans after their
+// arrival: fin-sync-cyc (barrier and fence), fin-load-cyc (the partials' loads),
+// fin-loop-cyc (the rest of the merge loop, or with a record and S <= 32 the lanes' own
+// merges), final-merge-cyc (the warp or block merge), fin-write-cyc (the draw's outputs
+// and record) and fin-fence-cyc (their fence). In ns: arrive-ns, the last block's arrival
+// after the first block's start; tail-ns, the draw's end after the last arrival.
 func BenchmarkGPUPhases(b *testing.B) {
 	if !strings.Contains(os.Getenv("GUMBEL_NVRTC_OPTIONS"), "-DGB_TRACE=1") {
 		b.Skip("needs GUMBEL_NVRTC_OPTIONS=-DGB_TRACE=1")
@@ -45,6 +49,19 @@ func BenchmarkGPUPhases(b *testing.B) {
 			})
 		}
 	}
+}
+
+// traceSpans are the spans BenchmarkGPUPhases reports: from one trace word to another
+// (sampling.cu, GB_TRACE), over every block or only those that finished a draw.
+var traceSpans = []struct {
+	name     string
+	from, to int
+	finish   bool
+}{
+	{"scan-cyc", 1, 2, false}, {"merge-cyc", 2, 3, false}, {"publish-cyc", 3, 8, false},
+	{"arrival-cyc", 8, 9, false}, {"fin-sync-cyc", 9, 10, true}, {"fin-load-cyc", 10, 11, true},
+	{"fin-loop-cyc", 11, 5, true}, {"final-merge-cyc", 5, 6, true}, {"fin-write-cyc", 6, 12, true},
+	{"fin-fence-cyc", 12, 13, true},
 }
 
 // phases launches the traced kernel b.N times and reports the medians of its phases.
@@ -64,7 +81,7 @@ func phases(b *testing.B, dev runtime.Device, k runtime.Kernel, batch, split, vo
 		l.params[y] = rowParams{row: uint32(y), temperature: 0.8, seed: uint64(y), step: 9, flags: flags}
 	}
 	s := dev.DefaultStream()
-	const traceWords = 8
+	const traceWords = 16 // sampling.cu, GB_TRACE_WORDS
 	blocks, partialWords := batch*split, l.numPartials()
 	a, partials, free := deviceArgs(b, dev, l, traceWords*blocks)
 	defer free()
@@ -73,7 +90,8 @@ func phases(b *testing.B, dev runtime.Device, k runtime.Kernel, batch, split, vo
 		require.NoError(b, s.Launch(k, grid, block, a))
 	}
 	raw := make([]byte, 8*traceWords*blocks)
-	var scan, merge, arrive, tail, final []float64
+	perLaunch := make([][]float64, len(traceSpans)) // each launch's median of each span
+	var arrive, tail []float64
 	b.ResetTimer()
 	for range b.N {
 		require.NoError(b, s.Zero(partials, 8*partialWords, len(raw)))
@@ -81,27 +99,30 @@ func phases(b *testing.B, dev runtime.Device, k runtime.Kernel, batch, split, vo
 		require.NoError(b, s.CopyToHost(raw, partials, 8*partialWords))
 		require.NoError(b, s.Synchronize())
 		word := func(p, i int) float64 { return float64(binary.LittleEndian.Uint64(raw[8*(traceWords*p+i):])) }
-		var bs, bm []float64
+		spans := make([][]float64, len(traceSpans))
 		first, last, end := word(0, 0), 0.0, 0.0
 		for p := range blocks {
 			first = min(first, word(p, 0))
 			last = max(last, word(p, 4))
-			bs = append(bs, word(p, 2)-word(p, 1))
-			bm = append(bm, word(p, 3)-word(p, 2))
-			if w := word(p, 7); w != 0 {
-				end = max(end, w)
-				final = append(final, word(p, 6)-word(p, 5))
+			finished := word(p, 7) != 0
+			end = max(end, word(p, 7))
+			for i, sp := range traceSpans {
+				if finished || !sp.finish {
+					spans[i] = append(spans[i], word(p, sp.to)-word(p, sp.from))
+				}
 			}
 		}
 		require.NotZero(b, end, "no block wrote the end of a draw: is the build traced?")
-		scan, merge = append(scan, median(bs)), append(merge, median(bm))
+		for i := range spans {
+			perLaunch[i] = append(perLaunch[i], median(spans[i]))
+		}
 		arrive, tail = append(arrive, last-first), append(tail, end-last)
 	}
-	b.ReportMetric(median(scan), "scan-cyc")
-	b.ReportMetric(median(merge), "merge-cyc")
+	for i, sp := range traceSpans {
+		b.ReportMetric(median(perLaunch[i]), sp.name)
+	}
 	b.ReportMetric(median(arrive), "arrive-ns")
 	b.ReportMetric(median(tail), "tail-ns")
-	b.ReportMetric(median(final), "final-merge-cyc")
 }
 
 func median(v []float64) float64 {
