@@ -235,16 +235,20 @@ __device__ __forceinline__ gb_u32 gb_flags(float x) {
     return x != -gb_inf() ? GB_FLAG_FINITE : 0u;
 }
 
+// gb_flags_status is the status a row's flags give its draws: 1 for a NaN or +Inf
+// logit, 2 for no finite one, else 0.
+__device__ __forceinline__ gb_i32 gb_flags_status(gb_u32 flags) {
+    if (flags & GB_FLAG_NONFINITE) {
+        return GB_STATUS_NONFINITE;
+    }
+    return (flags & GB_FLAG_FINITE) ? GB_STATUS_OK : GB_STATUS_NO_FINITE;
+}
+
 // gb_finish turns a draw's winner key and row flags into the token and status of its
 // output slot, and returns the status.
 __device__ __forceinline__ gb_i32 gb_finish(gb_i32* tokens, gb_i32* status, gb_u64 slot, gb_u64 key, gb_u32 flags) {
-    gb_i32 st = GB_STATUS_OK;
-    gb_i32 tok = (gb_i32)(0xFFFFFFFFu - (gb_u32)key);
-    if (flags & GB_FLAG_NONFINITE) {
-        st = GB_STATUS_NONFINITE;
-    } else if (!(flags & GB_FLAG_FINITE)) {
-        st = GB_STATUS_NO_FINITE;
-    }
+    const gb_i32 st = gb_flags_status(flags);
+    const gb_i32 tok = (gb_i32)(0xFFFFFFFFu - (gb_u32)key);
     tokens[slot] = st == GB_STATUS_OK ? tok : -1;
     status[slot] = st;
     return st;
@@ -1832,8 +1836,8 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
     flags = __shfl_sync(0xFFFFFFFFu, flags, 0);
     if (l < 2u) {
         // The record's half of this lane's set, NaN unless the draw ends with status 0
-        // (gb_finish, gb_write_record_sets).
-        const bool ok = !(flags & GB_FLAG_NONFINITE) && (flags & GB_FLAG_FINITE);
+        // (as gb_write_record_sets).
+        const bool ok = gb_flags_status(flags) == GB_STATUS_OK;
         const float nan = __uint_as_float(0x7FC00000u);
         float lse = nan, lp = nan;
         if (ok) {
@@ -2456,7 +2460,7 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
             s_lse[3] = proc.s;
         }
     }
-    if ((flags & GB_FLAG_NONFINITE) || !(flags & GB_FLAG_FINITE)) {
+    if (gb_flags_status(flags) != GB_STATUS_OK) {
         if (threadIdx.x == 0u) {
             gb_finish(tokens, status, o, 0ull, flags);
             if (lp) {
