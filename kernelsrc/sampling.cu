@@ -1076,9 +1076,9 @@ __device__ __forceinline__ float gb_max4(const float v[4]) {
 //                  13.98 against 13.95): the polynomial's extra instructions cost as much
 //                  as the special-function unit's queue saves.
 //   GB_TRACE       1: thread 0 of every block writes timestamps of its phases (globaltimer
-//                  and clock64 words, ABI.md's partials followed by 16 words per block), for
+//                  and clock64 words, ABI.md's partials followed by 20 words per block), for
 //                  BenchmarkGPUPhases in kernelsrc/emu; a diagnostic build only: the caller
-//                  must allocate those 16 words per block beyond the partials. 0: off.
+//                  must allocate those 20 words per block beyond the partials. 0: off.
 // The defaults compile without spills (NVRTC 11.8, sm_90: 61 registers with the record's
 // fused merge, 63 with GB_EXP2_POLY=1; GB_GROUPS=2 reaches 64 and spills about 170-200
 // bytes; CUDA 13.0 ptxas, sm_90: 64 registers, no spills).
@@ -1136,7 +1136,8 @@ __device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], con
 // log-sum-exp over the logits themselves (NL = 1: the scan's one log-sum-exp covers both).
 template <bool PROC, int NL, int G>
 __device__ __forceinline__ void gb_prepare(const gb_proc& pc, gb_u32 g, gb_u32 stride, const float cur[G][4],
-                                           const gb_u32 n[G], float xp[G][4], gb_u32& flags, gb_lse& raw) {
+                                           const gb_u32 n[G], float xp[G][4], gb_u32& flags, gb_lse& raw,
+                                           float rmax[G]) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
         if (PROC) {
@@ -1149,10 +1150,11 @@ __device__ __forceinline__ void gb_prepare(const gb_proc& pc, gb_u32 g, gb_u32 s
             }
         }
         if (NL == 2) {
+            rmax[i] = gb_max4(cur[i]);
 #if GB_EXP2_POLY
-            gb_lse_add4_poly(raw, cur[i], gb_max4(cur[i]));
+            gb_lse_add4_poly(raw, cur[i], rmax[i]);
 #else
-            gb_lse_add4(raw, cur[i], gb_max4(cur[i]));
+            gb_lse_add4(raw, cur[i], rmax[i]);
 #endif
         }
     }
@@ -1191,7 +1193,8 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
         gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
 #endif
         float xp[GB_GROUPS][4];
-        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, xp, flags, raw);
+        float rmax[GB_GROUPS];
+        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, xp, flags, raw, rmax);
 #pragma unroll
         for (int i = 0; i < GB_GROUPS; ++i) {
             const float mx = gb_max4(xp[i]); // elements past end read as -Inf
@@ -1332,7 +1335,7 @@ __device__ __forceinline__ float gb_tile_bound(const typename gb_io<KIND>::elem*
 // below. A group of four whose fl(max x·invT + MaxGumbel) is below it skips Philox; an
 // element whose fl(x·invT + bound(w)) is below it skips its logarithms. Neither changes
 // the result: a skipped score is provably below the winner's. The trip count is the same
-// for every thread of the block, as the warp reduction requires.
+// for every lane of a warp, as the warp reduction requires.
 //
 // With PROC every bound and score is of the processed logits x'. NL log-sum-exps run
 // beside it (every element counts, skipped or not): proc over fl(x'·invT) and, with
@@ -1368,7 +1371,8 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
         tile = gb_tile_bound<KIND, GB_GROUPS>(row, g, end, vec, invT, cur, s_bound);
     }
 #endif
-    for (gb_u32 g0 = start; g0 < end; g0 += trip) {
+    // One trip of the thread's groups g, g + stride, ... (then g moves on by a trip).
+    auto run_trip = [&]() {
 #if GB_PREFETCH
         float nxt[GB_GROUPS][4];
         gb_u32 nn[GB_GROUPS];
@@ -1383,14 +1387,18 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
 #else
         float lower = tbest;
 #endif
-        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, xs, flags, raw);
+        float rmax[GB_GROUPS]; // with NL = 2, the groups' largest logits
+        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, xs, flags, raw, rmax);
 #pragma unroll
         for (int i = 0; i < GB_GROUPS; ++i) {
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 xs[i][j] = __fmul_rn(xs[i][j], invT);
             }
-            mx[i] = gb_max4(xs[i]);
+            // Without processors, the raw log-sum-exp has the group's largest logit already,
+            // and fl(max x·invT) = max fl(x·invT) (invT > 0: multiplying and rounding are
+            // monotone, NaN is ignored by both maxima): one multiplication for three maxima.
+            mx[i] = (!PROC && NL == 2) ? __fmul_rn(rmax[i], invT) : gb_max4(xs[i]);
             if (NL >= 1) {
                 gb_lse_add4(proc, xs[i], mx[i]);
             }
@@ -1492,8 +1500,98 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
         gb_take_groups<GB_GROUPS>(cur, n, nxt, nn);
 #endif
         g += trip;
+    };
+    // The trips in which every warp holds elements run in a loop that is uniform for the
+    // block. After them, only the warps holding elements run the last trip: the trip's
+    // collectives are warp-wide, never block-wide, and an empty trip changes nothing. At
+    // 8 rows of 151936 (2374 groups per block of 1024 threads), 22 of the 32 warps would
+    // otherwise run a third trip of empty groups, every log-sum-exp instruction included,
+    // on the issue slots that the 10 warps holding elements need (H200, float32: 11.97 to
+    // 11.79 µs per step, 13.29 to 12.96 with log-probabilities). A loop on the warp's own
+    // first group, which the compiler cannot see is uniform, cost more than it saved: 2%
+    // more time per step at 64 rows, where a block makes 19 trips.
+    const gb_u32 last_warp = 4u * (blockDim.x - GB_WARP_SIZE); // the last warp's lane 0, from g0
+    gb_u32 g0 = start;
+    for (; g0 < end && end - g0 > last_warp; g0 += trip) {
+        run_trip();
+    }
+    if (g - 4u * gb_lane() < end) { // this warp's lane 0 holds an element of the last trip
+        run_trip();
     }
 }
+
+// GB_TRACE (see gumbel_argmax's variants): word i of block p's GB_TRACE_WORDS after the
+// partials is 0 the block's start (globaltimer, ns), 1 the start and 2 the end of its
+// scan, 3 the end of its block merge, 8 its partials stored and 9 the return of its
+// arrival's atomic (clock64), 4 its arrival (globaltimer), and, over its warps (gumbel
+// rows), 16 the last and 17 the first end of a warp's scan and 18 the last end of a
+// warp's own merge (clock64); the block that finishes the draw adds 10 the end of its
+// barrier and fence after the arrival, 11 its partials loaded, 5 the end of its merge
+// loop, 6 of its final merge, 12 the draw's outputs written and 13 their fence (clock64),
+// and 7 the draw's end (globaltimer, after that fence), and when its warp 0 writes a
+// record (gb_finish_warp_record), 14 the row flags at hand and 15 the record computed
+// (clock64). The clock64 stamps that follow a value (GB_TRD) wait for it, so that a
+// stamp after a load counts the load's latency. Each stamp costs a few instructions and
+// a store, so spans that hold many of them read longer than they run untraced.
+#ifndef GB_TRACE
+#define GB_TRACE 0
+#endif
+#if GB_TRACE
+#define GB_TRACE_WORDS 20u
+// gb_trace_warps is the block's shared record of its warps' phases (gumbel rows only: it
+// is reset before the scan's barrier): the last and the first warp's scan end and the
+// last warp's end of its own merge (clock64).
+__device__ __forceinline__ gb_u64* gb_trace_warps() {
+    __shared__ gb_u64 s_warps[3];
+    return s_warps;
+}
+__device__ __forceinline__ gb_u64 gb_gtimer() {
+    gb_u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+// gb_clock_after reads clock64 once dep is available: the predicate that consumes dep
+// comes first in the same volatile block (it never fires for the values traced here).
+__device__ __forceinline__ gb_u64 gb_clock_after(gb_u32 dep) {
+    gb_u64 t;
+    asm volatile("{\n\t.reg .pred gbp;\n\tsetp.eq.u32 gbp, %1, 0x7fc00001;\n\tmov.u64 %0, %%clock64;\n\t@gbp add.u64 %0, %0, 1;\n\t}"
+                 : "=l"(t)
+                 : "r"(dep)
+                 : "memory");
+    return t;
+}
+__device__ __forceinline__ gb_u64* gb_trace(gb_u64* partials) {
+    const gb_u64 n = (gb_u64)gridDim.x * gridDim.y * gridDim.z;
+    const gb_u64 p = ((gb_u64)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    return partials + 4u * n + GB_TRACE_WORDS * p;
+}
+#define GB_TR(i, v) do { if (threadIdx.x == 0u) { gb_trace(partials)[i] = (gb_u64)(v); } } while (0)
+#define GB_TRD(i, dep) GB_TR(i, gb_clock_after((gb_u32)(dep)))
+// GB_TR_END stamps a draw's end (thread 0 of its finishing block, after its outputs):
+// words 12, 13 around a fence that makes the outputs visible, then 7.
+#define GB_TR_END()                                                                            \
+    do {                                                                                       \
+        GB_TR(12, clock64());                                                                  \
+        __threadfence();                                                                       \
+        GB_TR(13, clock64());                                                                  \
+        GB_TR(7, gb_gtimer());                                                                 \
+    } while (0)
+#else
+#define GB_TR(i, v) do { } while (0)
+#define GB_TRD(i, dep) do { } while (0)
+#define GB_TR_END() do { } while (0)
+#endif
+#if GB_TRACE
+#define GB_TRW_RESET() do { if (threadIdx.x == 0u) { gb_u64* t_ = gb_trace_warps(); t_[0] = 0ull; t_[1] = ~0ull; t_[2] = 0ull; } } while (0)
+#define GB_TRW_SCAN() do { if (gb_lane() == 0u) { const gb_u64 c_ = clock64(); atomicMax((unsigned long long*)gb_trace_warps(), (unsigned long long)c_); atomicMin((unsigned long long*)gb_trace_warps() + 1, (unsigned long long)c_); } } while (0)
+#define GB_TRW_MERGED(dep) do { if (gb_lane() == 0u) { atomicMax((unsigned long long*)gb_trace_warps() + 2, (unsigned long long)gb_clock_after((gb_u32)(dep))); } } while (0)
+#define GB_TRW_WRITE() do { GB_TR(16, gb_trace_warps()[0]); GB_TR(17, gb_trace_warps()[1]); GB_TR(18, gb_trace_warps()[2]); } while (0)
+#else
+#define GB_TRW_RESET() do { } while (0)
+#define GB_TRW_SCAN() do { } while (0)
+#define GB_TRW_MERGED(dep) do { } while (0)
+#define GB_TRW_WRITE() do { } while (0)
+#endif
 
 // gb_warp_lse leaves in lane 0 the warp's merge of w's NL log-sum-exps: each as one warp
 // max and one exponential followed by a tree of additions (the float sums, which no warp
@@ -1554,6 +1652,7 @@ template <int NL, bool XV>
 __device__ __forceinline__ void gb_block_win_share(const gb_win& w, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
                                                    gb_u64* s_xv) {
     const gb_u32 wp = gb_warp();
+    GB_TRW_MERGED((gb_u32)w.key ^ (NL >= 1 ? __float_as_uint(w.proc.s) : 0u));
     if (gb_lane() == 0u) {
         s_key[wp] = w.key;
         s_flags[wp] = w.flags;
@@ -1657,57 +1756,6 @@ __device__ __forceinline__ void gb_finish_draw(gb_row_params* params, const gb_r
     }
     gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
 }
-
-// GB_TRACE (see gumbel_argmax's variants): word i of block p's sixteen after the partials
-// is 0 the block's start (globaltimer, ns), 1 the start and 2 the end of its scan, 3 the
-// end of its block merge, 8 its partials stored and 9 the return of its arrival's atomic
-// (clock64), 4 its arrival (globaltimer);
-// the block that finishes the draw adds 10 the end of its barrier and fence after the
-// arrival, 11 its partials loaded, 5 the end of its merge loop, 6 of its final merge, 12
-// the draw's outputs written and 13 their fence (clock64), and 7 the draw's end
-// (globaltimer, after that fence). The clock64 stamps that follow a value (GB_TRD) wait
-// for it, so that a stamp after a load counts the load's latency.
-#ifndef GB_TRACE
-#define GB_TRACE 0
-#endif
-#if GB_TRACE
-#define GB_TRACE_WORDS 16u
-__device__ __forceinline__ gb_u64 gb_gtimer() {
-    gb_u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-// gb_clock_after reads clock64 once dep is available: the predicate that consumes dep
-// comes first in the same volatile block (it never fires for the values traced here).
-__device__ __forceinline__ gb_u64 gb_clock_after(gb_u32 dep) {
-    gb_u64 t;
-    asm volatile("{\n\t.reg .pred gbp;\n\tsetp.eq.u32 gbp, %1, 0x7fc00001;\n\tmov.u64 %0, %%clock64;\n\t@gbp add.u64 %0, %0, 1;\n\t}"
-                 : "=l"(t)
-                 : "r"(dep)
-                 : "memory");
-    return t;
-}
-__device__ __forceinline__ gb_u64* gb_trace(gb_u64* partials) {
-    const gb_u64 n = (gb_u64)gridDim.x * gridDim.y * gridDim.z;
-    const gb_u64 p = ((gb_u64)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-    return partials + 4u * n + GB_TRACE_WORDS * p;
-}
-#define GB_TR(i, v) do { if (threadIdx.x == 0u) { gb_trace(partials)[i] = (gb_u64)(v); } } while (0)
-#define GB_TRD(i, dep) GB_TR(i, gb_clock_after((gb_u32)(dep)))
-// GB_TR_END stamps a draw's end (thread 0 of its finishing block, after its outputs):
-// words 12, 13 around a fence that makes the outputs visible, then 7.
-#define GB_TR_END()                                                                            \
-    do {                                                                                       \
-        GB_TR(12, clock64());                                                                  \
-        __threadfence();                                                                       \
-        GB_TR(13, clock64());                                                                  \
-        GB_TR(7, gb_gtimer());                                                                 \
-    } while (0)
-#else
-#define GB_TR(i, v) do { } while (0)
-#define GB_TRD(i, dep) do { } while (0)
-#define GB_TR_END() do { } while (0)
-#endif
 
 // gb_load_published reads a word that another block stored before its arrival was
 // counted, after this block's own fence. On CUDA that fence invalidates the
@@ -1834,6 +1882,7 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
     // Thread 0's atomic brought the flags; shuffled only now, so that the wait for them
     // comes last.
     flags = __shfl_sync(0xFFFFFFFFu, flags, 0);
+    GB_TRD(14, flags);
     if (l < 2u) {
         // The record's half of this lane's set, NaN unless the draw ends with status 0
         // (as gb_write_record_sets).
@@ -1843,6 +1892,7 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
         if (ok) {
             lp = gb_lse_logprob(set != 0u ? v : x, top, total, lse);
         }
+        GB_TRD(15, __float_as_uint(lp) ^ __float_as_uint(lse));
         float* rec = logprobs + 4u * o;
         rec[l] = lp;
         rec[2u + l] = lse;
@@ -1874,12 +1924,14 @@ __device__ __forceinline__ void gb_argmax_end(const typename gb_io<KIND>::elem* 
                                               gb_u64* s_xv, gb_u32* s_last) {
     const gb_u32 nblocks = gridDim.x;
     GB_TR(2, clock64());
+    GB_TRW_SCAN();
     if (NL != 0) {
         gb_block_win_record<KIND, NL>(row, invT, pc, w, s_key, s_flags, s_pair, s_xv);
     } else {
         gb_block_win<NL, false>(w, s_key, s_flags, s_pair, s_xv);
     }
     GB_TRD(3, w.key);
+    GB_TRW_WRITE();
     if (nblocks == 1u) {
         if (threadIdx.x == 0u) {
             gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab);
@@ -2069,6 +2121,7 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
         if (threadIdx.x == 0u) {
             s_bound = 0u; // below the key of every float, -Inf included
         }
+        GB_TRW_RESET();
         __syncthreads();
 #endif
         if (!procs) {

@@ -261,21 +261,23 @@ func largeMagnitudeLaunches() []*launch {
 	return ls
 }
 
-// TestCUDAFinishingWarpRecord covers every shape of the finishing warp's record merge
-// (gb_finish_warp_record): S from 2 to the warp size, so that a set's pairs spread over
-// 1, 2, 4 and (64-lane warps, as HIP's CDNA targets) 8 lanes, with one and two
-// log-sum-exps (T = 1 and others), greedy rows and rows of every magnitude, each record
-// compared with the Go edition's word by word.
-func TestCUDAFinishingWarpRecord(t *testing.T) {
-	r := rand.New(rand.NewPCG(20261130, 12))
+// recordShape is one launch shape of the record-merge tests: S blocks per row of block
+// threads, in warps of warp lanes.
+type recordShape struct {
+	name           string
+	warp, block, s int
+}
+
+// matchRecordShapes launches each shape on rows of every magnitude (LLM-like, far apart,
+// up to 2^27), with rows at T = 0, 1, 0.8 and 2 (greedy rows, one and two log-sum-exps)
+// that all ask for a record, and compares every record word with the Go edition's.
+func matchRecordShapes(t *testing.T, r *rand.Rand, shapes []recordShape) {
+	t.Helper()
 	var ls []*launch
-	for _, c := range []struct{ warp, s int }{
-		{8, 2}, {8, 8}, {32, 9}, {32, 16}, {32, 17}, {32, 32}, {64, 24}, {64, 33}, {64, 64},
-	} {
+	for _, c := range shapes {
 		for _, shape := range []func(*rand.Rand, int) []float32{llmRow, farRow, scaledRow(1, 1<<27)} {
-			l := &launch{kernel: kernelGumbel, dtype: dtF32, gridX: c.s, block: c.warp, warp: c.warp, vocab: 4099,
-				stride: 4101, slots: 4, logprobs: true}
-			l.name = fmt.Sprintf("finishing warp=%d S=%d", c.warp, c.s)
+			l := &launch{kernel: kernelGumbel, dtype: dtF32, gridX: c.s, block: c.block, warp: c.warp, vocab: 4099,
+				stride: 4101, slots: 4, logprobs: true, name: c.name}
 			l.fillRows(r, shape)
 			temps := []float32{0, 1, 0.8, 2}
 			l.rows(r, func(p *rowParams) {
@@ -288,6 +290,37 @@ func TestCUDAFinishingWarpRecord(t *testing.T) {
 	got := decodeResults(t, runDriver(t, encodeJob(t, ls)), ls)
 	seen, _ := matchGoStrict(t, ls, got)
 	require.Positive(t, seen[0], "no slot sampled a token")
+}
+
+// TestCUDAFinishingWarpRecord covers every shape of the finishing warp's record merge
+// (gb_finish_warp_record): S from 2 to the warp size, so that a set's pairs spread over
+// 1, 2, 4 and (64-lane warps, as HIP's CDNA targets) 8 lanes.
+func TestCUDAFinishingWarpRecord(t *testing.T) {
+	var shapes []recordShape
+	for _, c := range []struct{ warp, s int }{
+		{8, 2}, {8, 8}, {32, 9}, {32, 16}, {32, 17}, {32, 32}, {64, 24}, {64, 33}, {64, 64},
+	} {
+		shapes = append(shapes, recordShape{fmt.Sprintf("finishing warp=%d S=%d", c.warp, c.s), c.warp, c.warp, c.s})
+	}
+	matchRecordShapes(t, rand.New(rand.NewPCG(20261130, 12)), shapes)
+}
+
+// TestCUDABlockMergeRecord covers the block merge of a record (gb_block_win_record: each
+// warp's merge, then warp 0's merge of the warps' pairs) with 2 to 32 warps per block (as
+// many as the warp has lanes, up to 32) on 8-, 16-, 32- and 64-lane warps, and S = 1 (the
+// block finishes its draw) and 3 (it publishes its pairs). The emulation's other tests
+// run blocks of at most 4 warps.
+func TestCUDABlockMergeRecord(t *testing.T) {
+	var shapes []recordShape
+	for _, c := range []struct{ warp, warps int }{
+		{8, 2}, {8, 8}, {16, 9}, {16, 16}, {32, 5}, {32, 17}, {32, 32}, {64, 16},
+	} {
+		for _, s := range []int{1, 3} {
+			name := fmt.Sprintf("block merge warp=%d warps=%d S=%d", c.warp, c.warps, s)
+			shapes = append(shapes, recordShape{name, c.warp, c.warp * c.warps, s})
+		}
+	}
+	matchRecordShapes(t, rand.New(rand.NewPCG(20261130, 13)), shapes)
 }
 
 // exp2PolyProgram evaluates sampling.cu's gb_exp2_poly (under the emulation's CUDA

@@ -32,8 +32,13 @@ import (
 // arrival: fin-sync-cyc (barrier and fence), fin-load-cyc (the partials' loads),
 // fin-loop-cyc (the rest of the merge loop, or with a record and S <= 32 the lanes' own
 // merges), final-merge-cyc (the warp or block merge), fin-write-cyc (the draw's outputs
-// and record) and fin-fence-cyc (their fence). In ns: arrive-ns, the last block's arrival
-// after the first block's start; tail-ns, the draw's end after the last arrival.
+// and record) and fin-fence-cyc (their fence); with a record and S <= 32, fin-flags-cyc
+// and fin-log-cyc, the row flags and the record's values at hand after the final merge.
+// Over a block's warps: warps-scan-cyc, its start to the last warp's scan end;
+// warp-skew-cyc, the first warp's scan end to the last's; warp-merged-cyc, on to the last
+// warp's own merge; second-level-cyc, on to the end of the block merge (the barrier and
+// warp 0's merge of the warps' results). In ns: arrive-ns, the last block's arrival after
+// the first block's start; tail-ns, the draw's end after the last arrival.
 func BenchmarkGPUPhases(b *testing.B) {
 	if !strings.Contains(os.Getenv("GUMBEL_NVRTC_OPTIONS"), "-DGB_TRACE=1") {
 		b.Skip("needs GUMBEL_NVRTC_OPTIONS=-DGB_TRACE=1")
@@ -61,7 +66,9 @@ var traceSpans = []struct {
 	{"scan-cyc", 1, 2, false}, {"merge-cyc", 2, 3, false}, {"publish-cyc", 3, 8, false},
 	{"arrival-cyc", 8, 9, false}, {"fin-sync-cyc", 9, 10, true}, {"fin-load-cyc", 10, 11, true},
 	{"fin-loop-cyc", 11, 5, true}, {"final-merge-cyc", 5, 6, true}, {"fin-write-cyc", 6, 12, true},
-	{"fin-fence-cyc", 12, 13, true},
+	{"fin-fence-cyc", 12, 13, true}, {"fin-flags-cyc", 6, 14, true}, {"fin-log-cyc", 6, 15, true},
+	{"warps-scan-cyc", 1, 16, false}, {"warp-skew-cyc", 17, 16, false}, {"warp-merged-cyc", 16, 18, false},
+	{"second-level-cyc", 18, 3, false},
 }
 
 // phases launches the traced kernel b.N times and reports the medians of its phases.
@@ -81,7 +88,7 @@ func phases(b *testing.B, dev runtime.Device, k runtime.Kernel, batch, split, vo
 		l.params[y] = rowParams{row: uint32(y), temperature: 0.8, seed: uint64(y), step: 9, flags: flags}
 	}
 	s := dev.DefaultStream()
-	const traceWords = 16 // sampling.cu, GB_TRACE_WORDS
+	const traceWords = 20 // sampling.cu, GB_TRACE_WORDS
 	blocks, partialWords := batch*split, l.numPartials()
 	a, partials, free := deviceArgs(b, dev, l, traceWords*blocks)
 	defer free()
@@ -107,19 +114,25 @@ func phases(b *testing.B, dev runtime.Device, k runtime.Kernel, batch, split, vo
 			finished := word(p, 7) != 0
 			end = max(end, word(p, 7))
 			for i, sp := range traceSpans {
-				if finished || !sp.finish {
+				// Words 14 and 15 exist only where a record's finishing warp wrote
+				// them; a span with an unwritten end is left out.
+				if (finished || !sp.finish) && word(p, sp.from) != 0 && word(p, sp.to) != 0 {
 					spans[i] = append(spans[i], word(p, sp.to)-word(p, sp.from))
 				}
 			}
 		}
 		require.NotZero(b, end, "no block wrote the end of a draw: is the build traced?")
 		for i := range spans {
-			perLaunch[i] = append(perLaunch[i], median(spans[i]))
+			if len(spans[i]) > 0 {
+				perLaunch[i] = append(perLaunch[i], median(spans[i]))
+			}
 		}
 		arrive, tail = append(arrive, last-first), append(tail, end-last)
 	}
 	for i, sp := range traceSpans {
-		b.ReportMetric(median(perLaunch[i]), sp.name)
+		if len(perLaunch[i]) > 0 {
+			b.ReportMetric(median(perLaunch[i]), sp.name)
+		}
 	}
 	b.ReportMetric(median(arrive), "arrive-ns")
 	b.ReportMetric(median(tail), "tail-ns")
