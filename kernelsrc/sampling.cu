@@ -1133,7 +1133,8 @@ __device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], con
 
 // gb_prepare processes a thread's groups of one trip: the row flags, the values the scan
 // ranks (xp: the processed logits with PROC, else the logits) and, with NL = 2, the raw
-// log-sum-exp over the logits themselves (NL = 1: the scan's one log-sum-exp covers both).
+// log-sum-exp over the logits themselves, whose groups' largest logits it leaves in rmax
+// (NL = 1: the scan's one log-sum-exp covers both; rmax is left unset).
 template <bool PROC, int NL, int G>
 __device__ __forceinline__ void gb_prepare(const gb_proc& pc, gb_u32 g, gb_u32 stride, const float cur[G][4],
                                            const gb_u32 n[G], float xp[G][4], gb_u32& flags, gb_lse& raw,
