@@ -1577,17 +1577,16 @@ __device__ __forceinline__ gb_u64* gb_trace(gb_u64* partials) {
         GB_TR(13, clock64());                                                                  \
         GB_TR(7, gb_gtimer());                                                                 \
     } while (0)
-#else
-#define GB_TR(i, v) do { } while (0)
-#define GB_TRD(i, dep) do { } while (0)
-#define GB_TR_END() do { } while (0)
-#endif
-#if GB_TRACE
+// GB_TRW_* keep words 16 to 18 (gb_trace_warps): each warp's lane 0 raises or lowers
+// the block's shared values, and thread 0 writes them after the block merge.
 #define GB_TRW_RESET() do { if (threadIdx.x == 0u) { gb_u64* t_ = gb_trace_warps(); t_[0] = 0ull; t_[1] = ~0ull; t_[2] = 0ull; } } while (0)
 #define GB_TRW_SCAN() do { if (gb_lane() == 0u) { const gb_u64 c_ = clock64(); atomicMax((unsigned long long*)gb_trace_warps(), (unsigned long long)c_); atomicMin((unsigned long long*)gb_trace_warps() + 1, (unsigned long long)c_); } } while (0)
 #define GB_TRW_MERGED(dep) do { if (gb_lane() == 0u) { atomicMax((unsigned long long*)gb_trace_warps() + 2, (unsigned long long)gb_clock_after((gb_u32)(dep))); } } while (0)
 #define GB_TRW_WRITE() do { GB_TR(16, gb_trace_warps()[0]); GB_TR(17, gb_trace_warps()[1]); GB_TR(18, gb_trace_warps()[2]); } while (0)
 #else
+#define GB_TR(i, v) do { } while (0)
+#define GB_TRD(i, dep) do { } while (0)
+#define GB_TR_END() do { } while (0)
 #define GB_TRW_RESET() do { } while (0)
 #define GB_TRW_SCAN() do { } while (0)
 #define GB_TRW_MERGED(dep) do { } while (0)
@@ -1816,8 +1815,8 @@ __device__ __forceinline__ void gb_block_win_record(const typename gb_io<KIND>::
 // ones the processed pairs (2i + 1); with per lanes to a set (the fewest of 1, 2, 4 and,
 // for HIP's 64-lane warps, 8 that leave a lane at most 8 pairs), lane l takes pairs
 // (l >> 1) mod per + j * per, all loaded at once with the keys and payloads, and the
-// set's lanes then meet in log2(per) butterfly steps. Lane 0 writes the raw half of the record (words 0 and 2), lane 1 the
-// processed half (1 and 3). Before this, one lane per partial merged one pair of each
+// set's lanes then meet in log2(per) butterfly steps. Lane 0 writes the raw half of the
+// record (words 0 and 2), lane 1 the processed half (1 and 3). Before this, one lane per partial merged one pair of each
 // set and warp 0 climbed two such trees: the H200's trace (V = 151936, 8 rows, S = 16)
 // put about 1100 cycles of the record's cost in that merge.
 template <int NL>
