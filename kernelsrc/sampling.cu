@@ -779,6 +779,9 @@ __device__ __forceinline__ float gb_shfl_xor_f32(float v, gb_u32 d) {
 __device__ __forceinline__ void gb_warp_lse2(gb_lse& a, gb_lse& b, bool two) {
     float sa = gb_lse_rescale(a);
     float sb = two ? gb_lse_rescale(b) : 0.0f;
+    // The two trees interleaved, level by level. (Fixed-point sums by two warp reductions
+    // each, 26 bits below the largest term, measured slower on an H200: 13.40-13.64
+    // against 13.22-13.39 µs per step, 8 rows of 151936 with log-probabilities.)
     for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
         sa = __fadd_rn(sa, gb_shfl_down_f32(sa, d));
         if (two) {
@@ -1593,31 +1596,12 @@ __device__ __forceinline__ gb_u64* gb_trace(gb_u64* partials) {
 #define GB_TRW_WRITE() do { } while (0)
 #endif
 
-// gb_warp_lse leaves in lane 0 the warp's merge of w's NL log-sum-exps: each as one warp
-// max and one exponential followed by a tree of additions (the float sums, which no warp
-// reduction adds, climb a five-level tree of shuffles).
+// gb_warp_lse leaves in lane 0 the warp's merge of w's NL log-sum-exps (gb_warp_lse2:
+// proc, and raw with NL = 2).
 template <int NL>
 __device__ __forceinline__ void gb_warp_lse(gb_win& w) {
-    if (NL == 0) {
-        return;
-    }
-    float sr = 0.0f;
-    float sp = gb_lse_rescale(w.proc);
-    if (NL == 2) {
-        sr = gb_lse_rescale(w.raw);
-    }
-    // The two trees interleaved, level by level. (Fixed-point sums by two warp reductions
-    // each, 26 bits below the largest term, measured slower on an H200: 13.40-13.64
-    // against 13.22-13.39 µs per step, 8 rows of 151936 with log-probabilities.)
-    for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
-        sp = __fadd_rn(sp, gb_shfl_down_f32(sp, d));
-        if (NL == 2) {
-            sr = __fadd_rn(sr, gb_shfl_down_f32(sr, d));
-        }
-    }
-    w.proc.s = sp;
-    if (NL == 2) {
-        w.raw.s = sr;
+    if (NL != 0) {
+        gb_warp_lse2(w.proc, w.raw, NL == 2);
     }
 }
 
@@ -1816,9 +1800,10 @@ __device__ __forceinline__ void gb_block_win_record(const typename gb_io<KIND>::
 // for HIP's 64-lane warps, 8 that leave a lane at most 8 pairs), lane l takes pairs
 // (l >> 1) mod per + j * per, all loaded at once with the keys and payloads, and the
 // set's lanes then meet in log2(per) butterfly steps. Lane 0 writes the raw half of the
-// record (words 0 and 2), lane 1 the processed half (1 and 3). Before this, one lane per partial merged one pair of each
-// set and warp 0 climbed two such trees: the H200's trace (V = 151936, 8 rows, S = 16)
-// put about 1100 cycles of the record's cost in that merge.
+// record (words 0 and 2), lane 1 the processed half (1 and 3). Before this, one lane per
+// partial merged one pair of each set and warp 0 climbed two such trees: the H200's
+// trace (V = 151936, 8 rows, S = 16) put about 1100 cycles of the record's cost in that
+// merge.
 template <int NL>
 __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, const gb_row_params& p, gb_u32 y,
                                                       gb_u64 o, gb_u32 flags, const gb_u64* part,
@@ -1864,8 +1849,9 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
     float total = __fadd_rn(__fadd_rn(__fadd_rn(e[0], e[1]), __fadd_rn(e[2], e[3])),
                             __fadd_rn(__fadd_rn(e[4], e[5]), __fadd_rn(e[6], e[7])));
     GB_TRD(5, __float_as_uint(total));
-    // The set's lanes meet: butterfly steps 2 and 4, each kept only where per reaches it
-    // (selects, not a loop, so that the steps schedule with the token's chain).
+    // The set's lanes meet: butterfly steps 2, 4 and (64-lane warps only) 8, each kept
+    // only where per reaches it (selects, not branches, so that the steps schedule with
+    // the token's chain).
 #pragma unroll
     for (gb_u32 d = 2u; d <= 8u; d <<= 1) {
         if (d == 8u && per <= 4u) {
