@@ -847,9 +847,13 @@ __device__ __forceinline__ float gb_lse_logprob(float v, float m, float s, float
 // the OR of the row flags and, for the log-probability record (NL > 0), the log-sum-exps
 // (NL = 1: proc only, the one set; NL = 2: both). The record's other inputs, the
 // winner's raw logit x and the value v its processed log-probability is taken of
-// (fl(x' * invT)), are read once a block's winner is known (gb_argmax_end): carrying
-// them through the scan and the merges cost registers in the hot loop and two shuffles
-// per level of every warp merge.
+// (fl(x' * invT)), are its payload: the scan keeps them beside the thread's best key (two
+// moves when the key improves, which is rare), and each warp merge hands them on from
+// its winning lane with one ballot and two shuffles (gb_warp_win_xv). Reading the block
+// winner's logit from memory once warp 0 knew the block's key put a load on every
+// block's path to its arrival; on an H200 the payload took the step with
+// log-probabilities from 9.18 to 8.89 µs at 1 row of 151936 float32 logits (12.93 to
+// 12.91 at 8 rows), medians of ten rounds.
 struct gb_win {
     gb_u64 key;
     gb_u32 flags;
@@ -1171,7 +1175,7 @@ __device__ __forceinline__ void gb_prepare(const gb_proc& pc, gb_u32 g, gb_u32 s
 // keys do). -Inf never becomes a best: a row whose finite logits are all missing ends
 // with status 2 (NaN and +Inf: status 1) whatever the key. NL log-sum-exps run beside
 // it: proc over x' (the greedy record's temperature-1 distribution) and, with NL = 2,
-// raw over the logits.
+// raw over the logits; with NL > 0, w.x and w.v follow the best key (see gb_win).
 template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem* row, gb_u32 start,
                                                gb_u32 end, bool vec, const gb_proc& pc, gb_win& w) {
@@ -1212,6 +1216,10 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
                 j = xp[i][0] == mx ? 0u : j;
                 tbest = mx;
                 tkey = gb_pack(mx, g + (gb_u32)i * stride + j);
+                if (NL != 0) {
+                    w.x = j == 0u ? cur[i][0] : j == 1u ? cur[i][1] : j == 2u ? cur[i][2] : cur[i][3];
+                    w.v = mx;
+                }
             }
         }
 #if GB_PREFETCH
@@ -1344,7 +1352,7 @@ __device__ __forceinline__ float gb_tile_bound(const typename gb_io<KIND>::elem*
 // With PROC every bound and score is of the processed logits x'. NL log-sum-exps run
 // beside it (every element counts, skipped or not): proc over fl(x'·invT) and, with
 // NL = 2, raw over the logits; NL = 1 only when the two are the same (no processors,
-// invT = 1).
+// invT = 1). With NL > 0, win.x and win.v follow the best key (see gb_win).
 template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem* row, gb_u32 start,
                                                gb_u32 end, bool vec, float invT, gb_u32 step_lo, gb_u32 step_hi,
@@ -1467,7 +1475,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
             }
             while (mask != 0u) {
                 const gb_u32 low = mask & (0u - mask);
-                float xk = 0.0f;
+                float xk = 0.0f, rk = 0.0f;
                 gb_u32 wk = 0u, tk = 0u, ik = 0u;
 #pragma unroll
                 for (int i = 0; i < GB_GROUPS; ++i) {
@@ -1475,6 +1483,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                     for (gb_u32 j = 0; j < 4u; ++j) {
                         if (low == 1u << (4u * (gb_u32)i + j)) {
                             xk = xs[i][j];
+                            rk = cur[i][j];
                             wk = w[i][j];
                             tk = t[i][j];
                             ik = g + (gb_u32)i * stride + j;
@@ -1483,7 +1492,12 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                 }
                 mask ^= low;
                 const float s = __fadd_rn(xk, gb_gumbel(wk, tk));
-                tkey = gb_max_u64(tkey, gb_pack(s, ik));
+                const gb_u64 key = gb_pack(s, ik);
+                if (NL != 0 && key > tkey) {
+                    win.x = rk;
+                    win.v = xk;
+                }
+                tkey = gb_max_u64(tkey, key);
                 tbest = fmaxf(tbest, s);
             }
 #else
@@ -1493,7 +1507,12 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                 for (gb_u32 j = 0; j < 4u; ++j) {
                     if (need[i][j]) {
                         float s = __fadd_rn(xs[i][j], gb_gumbel(w[i][j], t[i][j]));
-                        tkey = gb_max_u64(tkey, gb_pack(s, g + (gb_u32)i * stride + j));
+                        const gb_u64 key = gb_pack(s, g + (gb_u32)i * stride + j);
+                        if (NL != 0 && key > tkey) {
+                            win.x = cur[i][j];
+                            win.v = xs[i][j];
+                        }
+                        tkey = gb_max_u64(tkey, key);
                         tbest = fmaxf(tbest, s);
                     }
                 }
@@ -1754,39 +1773,6 @@ __device__ __forceinline__ gb_u64 gb_load_published(const gb_u64* p) {
 #endif
 }
 
-// gb_block_win_record is gb_block_win for a draw with a record (NL > 0) that also leaves
-// in thread 0 the block winner's raw logit x and the value v its processed
-// log-probability is taken of, fl(x' * invT) (greedy rows: invT = 1); both 0 for the
-// empty key 0. Thread 0 reads the logit as soon as warp 0 knows the block's key, and the
-// read's latency passes under warp 0's log-sum-exp merge; read after the merge, it sat on
-// every block's path to its arrival (H200, V = 151936, 8 rows: about 190 cycles). Each
-// warp's winning lane reading its own candidate before the barrier measured slower still
-// (about 420 cycles more per block merge): every warp then waited on a load.
-template <int KIND, int NL>
-__device__ __forceinline__ void gb_block_win_record(const typename gb_io<KIND>::elem* row, float invT,
-                                                    const gb_proc& pc, gb_win& w, gb_u64* s_key, gb_u32* s_flags,
-                                                    gb_u64* s_pair, gb_u64* s_xv) {
-    gb_warp_win<NL>(w);
-    gb_block_win_share<NL, false>(w, s_key, s_flags, s_pair, s_xv);
-    __syncthreads();
-    if (gb_warp() != 0u) {
-        return;
-    }
-    gb_block_win_slots<NL, false>(w, s_key, s_flags, s_pair, s_xv);
-    w.key = gb_warp_max_u64_all(w.key);
-    w.flags = gb_warp_or_all(w.flags);
-    const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)w.key;
-    float x = 0.0f;
-    if (gb_lane() == 0u && w.key != 0ull) {
-        x = gb_io<KIND>::load1(row + tok);
-    }
-    gb_warp_lse<NL>(w);
-    if (gb_lane() == 0u) {
-        w.x = x;
-        w.v = w.key != 0ull ? __fmul_rn(gb_process1(pc, x, tok), invT) : 0.0f;
-    }
-}
-
 // GB_LSE_EMPTY_WORD is gb_lse_pack of the empty set (gb_lse_init: -FLT_MAX, 0).
 #define GB_LSE_EMPTY_WORD 0x00000000FF7FFFFFull
 
@@ -1891,31 +1877,25 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
 }
 
 // gb_argmax_end is a draw's work after the scan (NL log-sum-exps): the block's merge
-// (with a record, gb_block_win_record, which also brings the block winner's logit and
-// value to thread 0); with S = 1 thread 0 finishes the draw, otherwise the block
-// publishes its partials and the last block of the draw merges them all and finishes it.
-// What follows the last arrival is the draw's critical path, so nothing there waits on a
-// load that could be made earlier: each block publishes its winner's logit and value
-// with its partials, the last block takes the row flags and resets the counters before
-// merging, so that those atomics' round trip overlaps the merge, and when every partial
-// is in warp 0 (S <= warp size: every batch of 5 rows or more on 132 SMs) warp 0 merges
-// them alone, without the shared-memory round and its barrier (with a record,
-// gb_finish_warp_record).
-template <int KIND, int NL>
-__device__ __forceinline__ void gb_argmax_end(const typename gb_io<KIND>::elem* row, gb_row_params* params,
-                                              const gb_row_params& p, gb_u32 y, gb_u32 z, gb_u64 o, gb_win& w,
-                                              float invT, const gb_proc& pc, gb_i32* tokens, gb_i32* status,
+// (with a record, the winner's payload rides along, see gb_win); with S = 1 thread 0
+// finishes the draw, otherwise the block publishes its partials and the last block of the
+// draw merges them all and finishes it. What follows the last arrival is the draw's
+// critical path, so nothing there waits on a load that could be made earlier: each block
+// publishes its winner's logit and value with its partials, the last block takes the row
+// flags and resets the counters before merging, so that those atomics' round trip
+// overlaps the merge, and when every partial is in warp 0 (S <= warp size: every batch of
+// 5 rows or more on 132 SMs) warp 0 merges them alone, without the shared-memory round
+// and its barrier (with a record, gb_finish_warp_record).
+template <int NL>
+__device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_row_params& p, gb_u32 y, gb_u32 z,
+                                              gb_u64 o, gb_win& w, gb_i32* tokens, gb_i32* status,
                                               gb_u64* partials, gb_u32* counters, float* logprobs, gb_u32* counts,
                                               gb_u32 vocab, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
                                               gb_u64* s_xv, gb_u32* s_last) {
     const gb_u32 nblocks = gridDim.x;
     GB_TR(2, clock64());
     GB_TRW_SCAN();
-    if (NL != 0) {
-        gb_block_win_record<KIND, NL>(row, invT, pc, w, s_key, s_flags, s_pair, s_xv);
-    } else {
-        gb_block_win<NL, false>(w, s_key, s_flags, s_pair, s_xv);
-    }
+    gb_block_win<NL, NL != 0>(w, s_key, s_flags, s_pair, s_xv);
     GB_TRD(3, w.key);
     GB_TRW_WRITE();
     if (nblocks == 1u) {
@@ -2125,14 +2105,14 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
         }
     }
     if (nl == 0) {
-        gb_argmax_end<KIND, 0>(row, params, p, y, z, o, w, invT, pc, tokens, status, partials, counters, logprobs,
-                               counts, vocab, s_key, s_flags, s_pair, s_xv, &s_last);
+        gb_argmax_end<0>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, s_key,
+                         s_flags, s_pair, s_xv, &s_last);
     } else if (nl == 1) {
-        gb_argmax_end<KIND, 1>(row, params, p, y, z, o, w, invT, pc, tokens, status, partials, counters, logprobs,
-                               counts, vocab, s_key, s_flags, s_pair, s_xv, &s_last);
+        gb_argmax_end<1>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, s_key,
+                         s_flags, s_pair, s_xv, &s_last);
     } else {
-        gb_argmax_end<KIND, 2>(row, params, p, y, z, o, w, invT, pc, tokens, status, partials, counters, logprobs,
-                               counts, vocab, s_key, s_flags, s_pair, s_xv, &s_last);
+        gb_argmax_end<2>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, s_key,
+                         s_flags, s_pair, s_xv, &s_last);
     }
 }
 

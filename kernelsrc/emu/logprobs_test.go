@@ -305,11 +305,11 @@ func TestCUDAFinishingWarpRecord(t *testing.T) {
 	matchRecordShapes(t, rand.New(rand.NewPCG(20261130, 12)), shapes)
 }
 
-// TestCUDABlockMergeRecord covers the block merge of a record (gb_block_win_record: each
-// warp's merge, then warp 0's merge of the warps' pairs) with 2 to 32 warps per block (as
-// many as the warp has lanes, up to 32) on 8-, 16-, 32- and 64-lane warps, and S = 1 (the
-// block finishes its draw) and 3 (it publishes its pairs). The emulation's other tests
-// run blocks of at most 4 warps.
+// TestCUDABlockMergeRecord covers the block merge of a record (gb_block_win with the
+// winner's payload: each warp's merge, then warp 0's merge of the warps' pairs and
+// payloads) with 2 to 32 warps per block (as many as the warp has lanes, up to 32) on 8-,
+// 16-, 32- and 64-lane warps, and S = 1 (the block finishes its draw) and 3 (it publishes
+// its pairs). The emulation's other tests run blocks of at most 4 warps.
 func TestCUDABlockMergeRecord(t *testing.T) {
 	var shapes []recordShape
 	for _, c := range []struct{ warp, warps int }{
