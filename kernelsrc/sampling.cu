@@ -1615,26 +1615,19 @@ __device__ __forceinline__ gb_u64* gb_trace(gb_u64* partials) {
 #define GB_TRW_WRITE() do { } while (0)
 #endif
 
-// gb_warp_lse leaves in lane 0 the warp's merge of w's NL log-sum-exps (gb_warp_lse2:
-// proc, and raw with NL = 2).
-template <int NL>
-__device__ __forceinline__ void gb_warp_lse(gb_win& w) {
-    if (NL != 0) {
-        gb_warp_lse2(w.proc, w.raw, NL == 2);
-    }
-}
-
 // gb_warp_win leaves in lane 0 the warp's merge of w: the key's maximum and the flags' OR
-// (to every lane), then the log-sum-exps (gb_warp_lse). Every warp of a 1024-thread block
-// runs it at once, so what counts is the multiprocessor's shuffle throughput (one
-// warp-wide shuffle per clock): on sm_80 and later the key, the flags and the maxima take
-// one warp reduction each (two for the 64-bit key) instead of a five-level tree of
-// shuffles.
+// (to every lane), then the NL log-sum-exps (gb_warp_lse2: proc, and raw with NL = 2).
+// Every warp of a 1024-thread block runs it at once, so what counts is the
+// multiprocessor's shuffle throughput (one warp-wide shuffle per clock): on sm_80 and
+// later the key, the flags and the maxima take one warp reduction each (two for the
+// 64-bit key) instead of a five-level tree of shuffles.
 template <int NL>
 __device__ __forceinline__ void gb_warp_win(gb_win& w) {
     w.key = gb_warp_max_u64_all(w.key);
     w.flags = gb_warp_or_all(w.flags);
-    gb_warp_lse<NL>(w);
+    if (NL != 0) {
+        gb_warp_lse2(w.proc, w.raw, NL == 2);
+    }
 }
 
 // gb_warp_win_xv is gb_warp_win that also hands lane 0 the payload (x, v) of a lane whose
@@ -1648,12 +1641,19 @@ __device__ __forceinline__ void gb_warp_win_xv(gb_win& w) {
     w.v = gb_shfl_f32(w.v, src);
 }
 
-// gb_block_win_share is a warp's part of a block merge once lane 0 holds the warp's merge
-// of w: it stores the key, the flags, the log-sum-exp pairs and, with XV, the payload
-// (x, v) in the warp's shared slots.
+// gb_block_win leaves in thread 0 the block's merge of w: the warps' results meet in one
+// round of shared memory and one barrier (keys, flags, log-sum-exp pairs and, with XV,
+// the winner's payload (x, v)), and warp 0 merges them as a warp merges its lanes (lane l
+// takes warp l's slots, an empty merge past the block's warps). Warp 0 reads the shared
+// arrays after the barrier: a caller passes another barrier before it writes them again.
 template <int NL, bool XV>
-__device__ __forceinline__ void gb_block_win_share(const gb_win& w, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
-                                                   gb_u64* s_xv) {
+__device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
+                                             gb_u64* s_xv) {
+    if (XV) {
+        gb_warp_win_xv<NL>(w);
+    } else {
+        gb_warp_win<NL>(w);
+    }
     const gb_u32 wp = gb_warp();
     GB_TRW_MERGED((gb_u32)w.key ^ (NL >= 1 ? __float_as_uint(w.proc.s) : 0u));
     if (gb_lane() == 0u) {
@@ -1669,54 +1669,28 @@ __device__ __forceinline__ void gb_block_win_share(const gb_win& w, gb_u64* s_ke
             s_xv[wp] = ((gb_u64)__float_as_uint(w.v) << 32) | __float_as_uint(w.x);
         }
     }
-}
-
-// gb_block_win_slots is the second half of a block merge in warp 0, after the barrier
-// that follows every warp's gb_block_win_share: lane l takes warp l's slots (an empty
-// merge past the block's warps). A caller passes another barrier before it writes the
-// shared arrays again.
-template <int NL, bool XV>
-__device__ __forceinline__ void gb_block_win_slots(gb_win& w, const gb_u64* s_key, const gb_u32* s_flags,
-                                                   const gb_u64* s_pair, const gb_u64* s_xv) {
-    const gb_u32 l = gb_lane();
-    const bool have = l < gb_num_warps();
-    w.key = have ? s_key[l] : 0ull;
-    w.flags = have ? s_flags[l] : 0u;
-    if (NL >= 1) {
-        gb_lse_init(w.proc);
-        if (have) {
-            w.proc = gb_lse_unpack(s_pair[2u * l + 1u]);
-        }
-    }
-    if (NL == 2) {
-        gb_lse_init(w.raw);
-        if (have) {
-            w.raw = gb_lse_unpack(s_pair[2u * l]);
-        }
-    }
-    if (XV) {
-        const gb_u64 xv = have ? s_xv[l] : 0ull;
-        w.x = __uint_as_float((gb_u32)xv);
-        w.v = __uint_as_float((gb_u32)(xv >> 32));
-    }
-}
-
-// gb_block_win leaves in thread 0 the block's merge of w: the warps' results meet in one
-// round of shared memory and one barrier (keys, flags, log-sum-exp pairs and, with XV,
-// the winner's payload (x, v)), and warp 0 merges them as a warp merges its lanes.
-template <int NL, bool XV>
-__device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
-                                             gb_u64* s_xv) {
-    if (XV) {
-        gb_warp_win_xv<NL>(w);
-    } else {
-        gb_warp_win<NL>(w);
-    }
-    gb_block_win_share<NL, XV>(w, s_key, s_flags, s_pair, s_xv);
     __syncthreads();
-    if (gb_warp() == 0u) {
-        gb_block_win_slots<NL, XV>(w, s_key, s_flags, s_pair, s_xv);
+    if (wp == 0u) {
+        const gb_u32 l = gb_lane();
+        const bool have = l < gb_num_warps();
+        w.key = have ? s_key[l] : 0ull;
+        w.flags = have ? s_flags[l] : 0u;
+        if (NL >= 1) {
+            gb_lse_init(w.proc);
+            if (have) {
+                w.proc = gb_lse_unpack(s_pair[2u * l + 1u]);
+            }
+        }
+        if (NL == 2) {
+            gb_lse_init(w.raw);
+            if (have) {
+                w.raw = gb_lse_unpack(s_pair[2u * l]);
+            }
+        }
         if (XV) {
+            const gb_u64 xv = have ? s_xv[l] : 0ull;
+            w.x = __uint_as_float((gb_u32)xv);
+            w.v = __uint_as_float((gb_u32)(xv >> 32));
             gb_warp_win_xv<NL>(w);
         } else {
             gb_warp_win<NL>(w);
