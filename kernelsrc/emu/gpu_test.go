@@ -227,3 +227,20 @@ func TestGPUCUDAEditionV2MatchesGoEdition(t *testing.T) {
 	t.Logf("slots by status %v; sampled by path %v; coverage %v", seen, kinds, v2Coverage(ls, got))
 	require.Positive(t, seen[0])
 }
+
+// TestGPULargeMagnitudeLogProbs runs TestCUDALargeMagnitudeLogProbs's rows on the GPU,
+// where the log-sum-exps use the hardware's approximate 2^x, in small launches and in
+// full-size ones (V = 151936, blocks of 1024, one block per row and 16), and compares
+// every record word with the Go edition's, each log-probability on its own.
+func TestGPULargeMagnitudeLogProbs(t *testing.T) {
+	dev, mod := openCUDA(t)
+	r := rand.New(rand.NewPCG(20261130, 14))
+	ls := largeMagnitudeLaunches(r, []int{1, 3}, 1001, 1003, 96, 32)
+	ls = append(ls, largeMagnitudeLaunches(r, []int{1, 16}, 151936, 151936, 1024, 32)...)
+	got := make([]outcome, len(ls))
+	for i, l := range ls {
+		got[i] = runDevice(t, dev, mod, l)
+	}
+	seen, _ := matchGoStrict(t, ls, got)
+	require.Positive(t, seen[0], "no slot sampled a token")
+}

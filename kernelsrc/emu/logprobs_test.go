@@ -214,42 +214,64 @@ func scaledRow(scale, offset float32) func(*rand.Rand, int) []float32 {
 }
 
 // TestCUDALargeMagnitudeLogProbs checks gumbel_argmax's records of rows without
-// processors at every magnitude of logit, word by word: LLM logits, logits near ±2^27,
-// a spread of a million, tied logits near 2^29 and rows holding ±3e38 (several members
-// at 3e38 each have log-probability -log 2 or less, which a float LSE would round to 0,
-// and the scaled values overflow at small temperatures), at temperatures on both sides
-// of 1, split or not.
+// processors at every magnitude of logit, word by word: LLM logits, logits near 2^21 and
+// 2^22 (float32's spacing there is 1/4 and 1/2, which a log-sum-exp that scaled its
+// reference before subtracting it, fl(m log2 e), would lose), one logit of 1e7 among LLM
+// logits (one thread's reference far above the others'), logits near ±2^27, a spread of
+// a million, tied logits near 2^29, rows holding ±3e38 (several members at 3e38 each
+// have log-probability -log 2 or less, which a float LSE would round to 0, and the
+// scaled values overflow at small temperatures) and rows of -FLT_MAX alone, greedy and
+// at temperatures on both sides of 1, split or not.
 func TestCUDALargeMagnitudeLogProbs(t *testing.T) {
-	ls := largeMagnitudeLaunches()
+	ls := largeMagnitudeLaunches(rand.New(rand.NewPCG(20261130, 9)), []int{1, 3}, 1001, 1003, 32, 8)
 	got := decodeResults(t, runDriver(t, encodeJob(t, ls)), ls)
 	seen, _ := matchGoStrict(t, ls, got)
 	require.Positive(t, seen[0], "no slot sampled a token")
 }
 
-// largeMagnitudeLaunches are TestCUDALargeMagnitudeLogProbs's launches.
-func largeMagnitudeLaunches() []*launch {
-	r := rand.New(rand.NewPCG(20261130, 9))
-	shapes := []struct {
-		name  string
-		shape func(*rand.Rand, int) []float32
-	}{
-		{"llm", llmRow},
-		{"far", farRow},
-		{"near 2^27", scaledRow(1, 1<<27)},
-		{"near -2^27", scaledRow(1, -(1 << 27))},
-		{"spread 1e6", scaledRow(1e5, 0)},
-		{"tied 2^29", hugeTiedRow},
-		{"huge", hugeRow},
+// loneRow returns a row shape: llmRow's logits with one of them set to x.
+func loneRow(x float32) func(*rand.Rand, int) []float32 {
+	return func(r *rand.Rand, v int) []float32 {
+		row := llmRow(r, v)
+		row[r.IntN(v)] = x
+		return row
 	}
+}
+
+// magnitudeShape is a row shape of the large-magnitude launches.
+type magnitudeShape struct {
+	name  string
+	shape func(*rand.Rand, int) []float32
+}
+
+// magnitudeShapes are the rows of TestCUDALargeMagnitudeLogProbs (see there).
+var magnitudeShapes = []magnitudeShape{
+	{"llm", llmRow},
+	{"far", farRow},
+	{"near 2^21", scaledRow(1, 1<<21)},
+	{"near 2^22", scaledRow(1, 1<<22)},
+	{"lone 1e7", loneRow(1e7)},
+	{"-FLT_MAX", scaledRow(0, -math.MaxFloat32)},
+	{"near 2^27", scaledRow(1, 1<<27)},
+	{"near -2^27", scaledRow(1, -(1 << 27))},
+	{"spread 1e6", scaledRow(1e5, 0)},
+	{"tied 2^29", hugeTiedRow},
+	{"huge", hugeRow},
+}
+
+// largeMagnitudeLaunches are gumbel_argmax launches of every magnitude shape in float32
+// and bfloat16, split into each of gridXs blocks of block threads (warps of warp lanes),
+// with records at temperatures on both sides of 1 and greedy rows.
+func largeMagnitudeLaunches(r *rand.Rand, gridXs []int, vocab, stride, block, warp int) []*launch {
 	var ls []*launch
 	for _, dt := range []int{dtF32, dtBF16} {
-		for _, s := range []int{1, 3} {
-			for _, sh := range shapes {
-				l := &launch{kernel: kernelGumbel, dtype: dt, gridX: s, block: 32, warp: 8, vocab: 1001, stride: 1003,
-					slots: 6, logprobs: true}
-				l.name = fmt.Sprintf("magnitudes %s dtype=%d S=%d", sh.name, dt, s)
+		for _, s := range gridXs {
+			for _, sh := range magnitudeShapes {
+				l := &launch{kernel: kernelGumbel, dtype: dt, gridX: s, block: block, warp: warp, vocab: vocab,
+					stride: stride, slots: 6, logprobs: true}
+				l.name = fmt.Sprintf("magnitudes %s dtype=%d S=%d V=%d", sh.name, dt, s, vocab)
 				l.fillRows(r, sh.shape)
-				temps := []float32{1, 0.7, 0.25, 3, 1e-3}
+				temps := []float32{1, 0.7, 0.25, 3, 1e-3, 0}
 				l.rows(r, func(p *rowParams) {
 					p.temperature = temps[r.IntN(len(temps))]
 					p.flags = gokernel.FlagLogprobs
