@@ -35,6 +35,10 @@ __device__ __forceinline__ float gb_exp2_fast(float x) {
 #endif
 }
 
+// The record's ln of a log-sum-exp's sum (sampling.cu uses PTX's lg2.approx on CUDA).
+#define GB_HAVE_LOG_FAST 1
+__device__ __forceinline__ float gb_log_fast(float x) { return logf(x); }
+
 // Warp shuffles: HIP's take no mask (the whole wavefront takes part, as every call in
 // sampling.cu does) and default to width = warpSize (64 on CDNA, 32 on RDNA).
 #define __shfl_down_sync(mask, var, delta) __shfl_down((var), (delta))

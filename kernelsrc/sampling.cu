@@ -620,6 +620,32 @@ __device__ __forceinline__ float gb_exp2_fast(float x) {
 
 #define GB_LOG2E 1.44269504088896340736f
 
+// gb_log_fast is ln x for a log-sum-exp's sum (at least 1 for a non-empty set, 0 for an
+// empty one): PTX lg2.approx (absolute error at most 2^-22.6 in log2 x, so the error in
+// ln x stays under 1.1e-7 wherever x lies) times ln 2. The record's logarithms are the
+// last arithmetic of a draw, on its critical path in one warp of one block, where logf's
+// instruction sequence waited on itself and on instruction fetch: on an H200 (V = 151936,
+// float32) the finishing block's span from its merged sums to its outputs written fell
+// from 638 to 555 cycles at 8 rows and from 506 to 258 at one row, and the step with
+// log-probabilities from 12.92 to 12.78 µs at 8 rows and 8.82 to 8.58 at one (medians of
+// six alternated rounds). The errors against float64 stay near 1e-6 (TestLogprobErrorsGPU).
+// GB_LOG_FAST=0 (see gumbel_argmax's variants) compiles logf instead, for comparison. HIP
+// and the emulation bring their own (logf and a double log).
+#ifndef GB_LOG_FAST
+#define GB_LOG_FAST 1
+#endif
+#ifndef GB_HAVE_LOG_FAST
+__device__ __forceinline__ float gb_log_fast(float x) {
+#if GB_LOG_FAST
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return __fmul_rn(y, 0.693147180559945309f);
+#else
+    return logf(x);
+#endif
+}
+#endif
+
 // gb_lse is an online log-sum-exp: a reference m and s = Σ exp(v - m) over the members.
 // m is a member (-FLT_MAX with s = 0 while the set is empty, see gb_lse_init), and no
 // member exceeds it by more than GB_LSE_SLACK: gb_lse_add4 moves m to a group's largest
@@ -741,7 +767,7 @@ __device__ __forceinline__ float gb_lse_value(float m, float s) {
     if (!(m > -gb_inf()) || m == gb_inf()) {
         return m > -gb_inf() ? m : -gb_inf();
     }
-    return __fadd_rn(m, logf(s));
+    return __fadd_rn(m, gb_log_fast(s));
 }
 
 // gb_lse_pack is the partials word of ABI.md: the max in the low half, the sum in the high.
@@ -838,7 +864,7 @@ __device__ __forceinline__ float gb_lse_logprob(float v, float m, float s, float
         lse = gb_lse_value(m, s);
         return __fadd_rn(v, -lse);
     }
-    const float l = logf(s);
+    const float l = gb_log_fast(s);
     lse = __fadd_rn(m, l);
     return __fadd_rn(__fadd_rn(v, -m), -l);
 }
@@ -1082,6 +1108,8 @@ __device__ __forceinline__ float gb_max4(const float v[4]) {
 //                  float32: 15.13 against 14.76 µs; polynomials for half of the members:
 //                  13.98 against 13.95): the polynomial's extra instructions cost as much
 //                  as the special-function unit's queue saves.
+//   GB_LOG_FAST    1 (the default): the record's logarithms by lg2.approx (gb_log_fast);
+//                  0: by logf.
 //   GB_TRACE       1: thread 0 of every block writes timestamps of its phases (globaltimer
 //                  and clock64 words, ABI.md's partials followed by 20 words per block), for
 //                  BenchmarkGPUPhases in kernelsrc/emu; a diagnostic build only: the caller

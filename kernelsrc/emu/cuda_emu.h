@@ -231,6 +231,11 @@ inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 #define GB_HAVE_EXP2_FAST 1
 inline float gb_exp2_fast(float x) { return static_cast<float>(std::exp2(static_cast<double>(x))); }
 
+// The record's ln of a log-sum-exp's sum: exact here (rounded from double), where the
+// GPU's lg2.approx differs by about 1e-7; the tests allow for that.
+#define GB_HAVE_LOG_FAST 1
+inline float gb_log_fast(float x) { return static_cast<float>(std::log(static_cast<double>(x))); }
+
 // __float2ull_rz: truncation toward zero, saturating like the GPU instruction.
 inline unsigned long long __float2ull_rz(float f) {
     if (f != f) {
