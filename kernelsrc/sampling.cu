@@ -624,11 +624,12 @@ __device__ __forceinline__ float gb_exp2_fast(float x) {
 // empty one): PTX lg2.approx (absolute error at most 2^-22.6 in log2 x, so the error in
 // ln x stays under 1.1e-7 wherever x lies) times ln 2. The record's logarithms are the
 // last arithmetic of a draw, on its critical path in one warp of one block, where logf's
-// instruction sequence waited on itself and on instruction fetch: on an H200 (V = 151936,
-// float32) the finishing block's span from its merged sums to its outputs written fell
-// from 638 to 555 cycles at 8 rows and from 506 to 258 at one row, and the step with
-// log-probabilities from 12.92 to 12.78 µs at 8 rows and 8.82 to 8.58 at one (medians of
-// six alternated rounds). The errors against float64 stay near 1e-6 (TestLogprobErrorsGPU).
+// longer sequence (range reduction and a polynomial) counted in full: on an H200
+// (V = 151936, float32) the finishing block's span from its merged sums to its outputs
+// written fell from 638 to 555 cycles at 8 rows and from 506 to 258 at one row, and the
+// step with log-probabilities from 12.92 to 12.83 µs at 8 rows and 8.83 to 8.69 at one
+// (medians of 16 alternated rounds; the plain step unchanged). The errors against
+// float64 stay near 1e-6 (TestLogprobErrorsGPU).
 // GB_LOG_FAST=0 (see gumbel_argmax's variants) compiles logf instead, for comparison. HIP
 // and the emulation bring their own (logf and a double log).
 #ifndef GB_LOG_FAST
