@@ -762,15 +762,6 @@ __device__ __forceinline__ void gb_lse_merge(gb_lse& a, float m, float s) {
     }
 }
 
-// gb_lse_value is log Σ exp(v) over the members: -Inf for none, +Inf for a set holding
-// +Inf (a scaled logit may overflow; its sum is NaN by then).
-__device__ __forceinline__ float gb_lse_value(float m, float s) {
-    if (!(m > -gb_inf()) || m == gb_inf()) {
-        return m > -gb_inf() ? m : -gb_inf();
-    }
-    return __fadd_rn(m, gb_log_fast(s));
-}
-
 // gb_lse_pack is the partials word of ABI.md: the max in the low half, the sum in the high.
 __device__ __forceinline__ gb_u64 gb_lse_pack(const gb_lse& a) {
     return ((gb_u64)__float_as_uint(a.s) << 32) | __float_as_uint(a.m);
@@ -859,10 +850,11 @@ __device__ __forceinline__ void gb_block_lse(gb_lse& a, gb_lse& b, bool two, gb_
 // cancel wherever |m| is large (a logit pushed near 2^29 by a frequency penalty, say),
 // where fl(m + log s) rounds back to m and every log-probability would read 0 (m is
 // within GB_LSE_SLACK of the set's maximum, so log s stays small). A set whose reference
-// is not finite follows IEEE arithmetic on the LSE (ABI.md).
+// is not finite follows IEEE arithmetic on the LSE (ABI.md): -Inf for a set with no
+// members, +Inf for one holding +Inf (a scaled logit may overflow; its sum is NaN by then).
 __device__ __forceinline__ float gb_lse_logprob(float v, float m, float s, float& lse) {
     if (!(m > -gb_inf()) || m == gb_inf()) {
-        lse = gb_lse_value(m, s);
+        lse = m > -gb_inf() ? m : -gb_inf();
         return __fadd_rn(v, -lse);
     }
     const float l = gb_log_fast(s);
