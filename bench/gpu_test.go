@@ -75,50 +75,6 @@ func TestGPUSplitSweep(t *testing.T) {
 	writeResults(t, "split-sweep", pts, sb.String())
 }
 
-// TestGPUVariants times the gumbel_argmax build variants (GUMBEL_NVRTC_OPTIONS -D
-// macros of sampling.cu) on the greedy and Gumbel routes, for choosing the defaults.
-func TestGPUVariants(t *testing.T) {
-	dev := openGPU(t)
-	variants := []string{"", "-DGB_TILE_BOUND=1", "-DGB_LOG_LOOP=1", "-DGB_TILE_BOUND=1 -DGB_LOG_LOOP=1"}
-	if v := os.Getenv("GUMBEL_BENCH_VARIANTS"); v != "" {
-		variants = strings.Split(v, ",")
-	}
-	type cell struct{ vocab, batch int }
-	cells := []cell{{151936, 1}, {151936, 4}, {151936, 8}, {151936, 64}, {151936, 128}, {32768, 64}}
-	bufs := map[cell]runtime.Buffer{}
-	for _, c := range cells {
-		b, err := Upload(dev, LLMLogits(c.batch, c.vocab, uint64(c.vocab+c.batch)), sampler.Float32)
-		require.NoError(t, err)
-		bufs[c] = b
-		defer b.Free()
-	}
-	var sb strings.Builder
-	sb.WriteString("| variant | route |")
-	for _, c := range cells {
-		fmt.Fprintf(&sb, " V=%d B=%d |", c.vocab, c.batch)
-	}
-	sb.WriteString("\n|---|---|")
-	for range cells {
-		sb.WriteString("---:|")
-	}
-	sb.WriteString("\n")
-	cfg := Config{Groups: 11, Repeats: 100, HostCalls: 1, Warmup: 10}
-	for _, v := range variants {
-		t.Setenv("GUMBEL_NVRTC_OPTIONS", v)
-		for _, r := range []Route{Greedy, GumbelSplit} {
-			fmt.Fprintf(&sb, "| `%s` | %s |", v, r)
-			for _, c := range cells {
-				m, err := Measure(dev, Point{Route: r, DType: sampler.Float32, Vocab: c.vocab, Batch: c.batch}, bufs[c], cfg)
-				require.NoError(t, err, "variant %q", v)
-				fmt.Fprintf(&sb, " %.2f |", m.DeviceUs)
-			}
-			sb.WriteString("\n")
-		}
-	}
-	t.Log("\n" + sb.String())
-	writeResults(t, "variants", nil, sb.String())
-}
-
 // writeResults stores measurements as JSON and markdown under $GUMBEL_BENCH_OUT, when set.
 func writeResults(t *testing.T, name string, v any, md string) {
 	dir := os.Getenv("GUMBEL_BENCH_OUT")

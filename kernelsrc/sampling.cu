@@ -630,20 +630,12 @@ __device__ __forceinline__ float gb_exp2_fast(float x) {
 // step with log-probabilities from 12.92 to 12.83 µs at 8 rows and 8.83 to 8.69 at one
 // (medians of 16 alternated rounds; the plain step unchanged). The errors against
 // float64 stay near 1e-6 (TestLogprobErrorsGPU).
-// GB_LOG_FAST=0 (see gumbel_argmax's variants) compiles logf instead, for comparison. HIP
-// and the emulation bring their own (logf and a double log).
-#ifndef GB_LOG_FAST
-#define GB_LOG_FAST 1
-#endif
+// HIP and the emulation bring their own (logf and a double log).
 #ifndef GB_HAVE_LOG_FAST
 __device__ __forceinline__ float gb_log_fast(float x) {
-#if GB_LOG_FAST
     float y;
     asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return __fmul_rn(y, 0.693147180559945309f);
-#else
-    return logf(x);
-#endif
 }
 #endif
 
@@ -699,54 +691,6 @@ __device__ __forceinline__ void gb_lse_add4(gb_lse& a, const float v[4], float g
     const float e01 = __fadd_rn(gb_exp_diff(v[0], a.m), gb_exp_diff(v[1], a.m));
     const float e23 = __fadd_rn(gb_exp_diff(v[2], a.m), gb_exp_diff(v[3], a.m));
     a.s = __fadd_rn(a.s, __fadd_rn(e01, e23));
-}
-
-// gb_exp2_poly is 2^x for x <= 47 (a member is at most GB_LSE_SLACK above its set's
-// reference, 46.2 octaves) on the FMA pipe instead of the special-function unit,
-// whose 16 lanes per multiprocessor and clock bound the per-element cost of a row that
-// needs two log-sum-exps (FlashAttention-3 and -4 split softmax's exponentials the same
-// way): x = j + f with j an integer (rounded by adding 1.5 * 2^23, whose low bits then
-// hold j) and |f| <= 1/2, a degree-5 minimax polynomial for 2^f (c0 = 1: 2^0 is exactly
-// 1), and j added to the exponent field. Relative error at most 2.2e-7 (2^-22.1, checked
-// against double exp2 for every float in [-125, 0]; a positive x has the same fractions f
-// and only a larger exponent), within the ABI's 2^-20. x is clamped at -125 so that the
-// exponent stays normal: a member 125 octaves below the reference adds 2^-125 instead of
-// 0 (so does -Inf, and NaN, whose rows end with status 1), which no sum holding the
-// reference's own 1 notices. Explicit fused multiply-adds: the file is compiled
-// with contraction off, and only this approximation may use them.
-__device__ __forceinline__ float gb_exp2_poly(float x) {
-    x = fmaxf(x, -125.0f);
-    const float t = __fadd_rn(x, 12582912.0f);
-    const float f = __fadd_rn(x, -__fadd_rn(t, -12582912.0f)); // exact
-    float q = 1.327647245e-3f;
-    q = __fmaf_rn(q, f, 9.675540961e-3f);
-    q = __fmaf_rn(q, f, 5.550713092e-2f);
-    q = __fmaf_rn(q, f, 2.402212024e-1f);
-    q = __fmaf_rn(q, f, 6.931469440e-1f);
-    q = __fmaf_rn(q, f, 1.0f);
-    return __uint_as_float(__float_as_uint(q) + (__float_as_uint(t) << 23));
-}
-
-#ifndef GB_EXP2_POLY
-#define GB_EXP2_POLY 0 // see gumbel_argmax's variants below
-#endif
-
-// gb_lse_add4_poly is gb_lse_add4 with the members' exponentials on the FMA pipe (the
-// rescale, paid only when the maximum rises, stays on the special-function unit).
-__device__ __forceinline__ void gb_lse_add4_poly(gb_lse& a, const float v[4], float gm) {
-    if (!(gm > -gb_inf())) {
-        return; // the polynomial's clamp would count -Inf members as 2^-125
-    }
-    if (gm > __fadd_rn(a.m, GB_LSE_SLACK)) {
-        a.s = __fmul_rn(a.s, gb_exp_diff(a.m, gm));
-        a.m = gm;
-    }
-    float e[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        e[j] = gb_exp2_poly(__fmul_rn(__fadd_rn(v[j], -a.m), GB_LOG2E));
-    }
-    a.s = __fadd_rn(a.s, __fadd_rn(__fadd_rn(e[0], e[1]), __fadd_rn(e[2], e[3])));
 }
 
 // gb_lse_merge adds the members of the pair (m, s) to a.
@@ -1067,73 +1011,8 @@ __device__ __forceinline__ float gb_max4(const float v[4]) {
     return fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
 }
 
-// Variants of gumbel_argmax, chosen at compile time (NVRTC -D options, e.g. through the
-// CUDA backend's GUMBEL_NVRTC_OPTIONS) so that they can be timed against each other. Every
-// setting computes the same tokens; kernelsrc/emu runs each of them.
-//   GB_GROUPS      groups of four elements a thread takes per loop trip (1 to 4): their
-//                  Philox chains are interleaved, so that independent multiplies overlap,
-//                  and the warp agrees on its bound once per trip, not once per group.
-//   GB_PREFETCH    1: the next trip's groups are loaded before this trip's work; 0: each
-//                  trip loads its own groups first (fewer registers, less in flight).
-//   GB_BLOCK_BOUND 1: the warps of a block share their lower bound of the winning score
-//                  through one shared word, so a strong logit seen by any warp lets every
-//                  warp skip logarithms; 0: each warp knows only its own bound.
-//   GB_MIN_BLOCKS  the second argument of gumbel_argmax's __launch_bounds__: blocks of
-//                  1024 threads that must fit on one multiprocessor together (2 caps the
-//                  registers at 32 per thread; check the compiler's spill report).
-//   GB_TILE_BOUND  1: before any noise, the block reduces the largest x·invT of its whole
-//                  chunk (one extra read of the chunk beyond the first trip's groups, which
-//                  stay in registers), so the bound every warp starts from is
-//                  fl(max x·invT + MinGumbel) of the block, not of what it has seen so far:
-//                  in a block holding a strong logit only the strong elements need their
-//                  logarithms, from the first trip on. Needs GB_BLOCK_BOUND. 0: off.
-//   GB_LOG_LOOP    1: a lane runs the logarithms of its elements that need them in a loop
-//                  over exactly those elements (lowest first), so a warp pays one pass of
-//                  log1pf+logf per element its busiest lane needs, not one per position j
-//                  that any lane needs. 0: one guarded evaluation per position.
-//   GB_EXP2_POLY   1: a row with two log-sum-exps (LOGPROBS with processors or a
-//                  temperature other than 1) computes the raw one's exponentials by a
-//                  polynomial on the FMA pipe (gb_exp2_poly), so that the special-function
-//                  unit carries one exponential per element, not two. 0 (the default):
-//                  both on it; the H200 measured 0 faster (V = 151936, 8 rows, bf16, two
-//                  log-sum-exps: 69.9 against 75.4 µs at one block per row, 25.4 against
-//                  25.9 at 17), and again after the merges were reworked (8 rows, split,
-//                  float32: 15.13 against 14.76 µs; polynomials for half of the members:
-//                  13.98 against 13.95): the polynomial's extra instructions cost as much
-//                  as the special-function unit's queue saves.
-//   GB_LOG_FAST    1 (the default): the record's logarithms by lg2.approx (gb_log_fast);
-//                  0: by logf.
-//   GB_TRACE       1: thread 0 of every block writes timestamps of its phases (globaltimer
-//                  and clock64 words, ABI.md's partials followed by 20 words per block), for
-//                  BenchmarkGPUPhases in kernelsrc/emu; a diagnostic build only: the caller
-//                  must allocate those 20 words per block beyond the partials. 0: off.
-// The defaults compile without spills (NVRTC 11.8, sm_90: 61 registers with the record's
-// fused merge, 63 with GB_EXP2_POLY=1; GB_GROUPS=2 reaches 64 and spills about 170-200
-// bytes; CUDA 13.0 ptxas, sm_90: 64 registers, no spills).
-#ifndef GB_GROUPS
+// GB_GROUPS is the groups of four elements a thread takes per trip of the scan.
 #define GB_GROUPS 1
-#endif
-#ifndef GB_PREFETCH
-#define GB_PREFETCH 1
-#endif
-#ifndef GB_BLOCK_BOUND
-#define GB_BLOCK_BOUND 1
-#endif
-#ifndef GB_MIN_BLOCKS
-#define GB_MIN_BLOCKS 1
-#endif
-#ifndef GB_TILE_BOUND
-#define GB_TILE_BOUND 0
-#endif
-#ifndef GB_LOG_LOOP
-#define GB_LOG_LOOP 0
-#endif
-#if GB_TILE_BOUND && !GB_BLOCK_BOUND
-#error "GB_TILE_BOUND needs GB_BLOCK_BOUND"
-#endif
-#if GB_GROUPS < 1 || GB_GROUPS > 4
-#error "GB_GROUPS must be 1, 2, 3 or 4"
-#endif
 
 // gb_load_groups reads a thread's G groups g, g + stride, ... (see gb_load_group).
 template <int KIND, int G>
@@ -1180,11 +1059,7 @@ __device__ __forceinline__ void gb_prepare(const gb_proc& pc, gb_u32 g, gb_u32 s
         }
         if (NL == 2) {
             rmax[i] = gb_max4(cur[i]);
-#if GB_EXP2_POLY
-            gb_lse_add4_poly(raw, cur[i], rmax[i]);
-#else
             gb_lse_add4(raw, cur[i], rmax[i]);
-#endif
         }
     }
 }
@@ -1210,17 +1085,11 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
     gb_u32 g = start + 4u * threadIdx.x;
     float cur[GB_GROUPS][4];
     gb_u32 n[GB_GROUPS];
-#if GB_PREFETCH
     gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
-#endif
     for (; g < end; g += trip) {
-#if GB_PREFETCH
         float nxt[GB_GROUPS][4];
         gb_u32 nn[GB_GROUPS];
         gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
-#else
-        gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
-#endif
         float xp[GB_GROUPS][4];
         float rmax[GB_GROUPS];
         gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, xp, flags, raw, rmax);
@@ -1243,9 +1112,7 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
                 }
             }
         }
-#if GB_PREFETCH
         gb_take_groups<GB_GROUPS>(cur, n, nxt, nn);
-#endif
     }
 }
 
@@ -1329,40 +1196,8 @@ __device__ __forceinline__ float gb_share_bound(float wlower, gb_u32* s_bound) {
     return gb_orderkey_inverse(seen);
 }
 
-// gb_tile_bound raises the block's shared bound to fl(fl(m·invT) + MinGumbel), m the
-// largest logit of the chunk, and returns it to every thread (block-wide: one barrier).
-// The element holding m scores at least that much (its noise is at least MinGumbel and
-// rounding is monotone), so it is a lower bound of the block's winning score, and
-// fl(max x·invT) = fl(m·invT) because multiplying by invT > 0 and rounding are monotone.
-// The thread's first G groups (first, already loaded) count without a second read; the
-// rest of its groups are read here and again by the scan (from cache, mostly).
-template <int KIND, int G>
-__device__ __forceinline__ float gb_tile_bound(const typename gb_io<KIND>::elem* row, gb_u32 g, gb_u32 end,
-                                               bool vec, float invT, const float first[G][4],
-                                               gb_u32* s_bound) {
-    const gb_u32 stride = 4u * blockDim.x;
-    float m = -gb_inf();
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-        m = fmaxf(m, gb_max4(first[i]));
-    }
-    // Unrolled so that several loads are in flight: nothing else hides their latency here.
-#pragma unroll 4
-    for (gb_u32 q = g + (gb_u32)G * stride; q < end; q += stride) {
-        float x[4];
-        gb_load_group<KIND>(row, q, end, vec, x); // missing elements read as -Inf
-        m = fmaxf(m, gb_max4(x));
-    }
-    const float lower = gb_warp_max_f32_all(__fadd_rn(__fmul_rn(m, invT), GB_MIN_GUMBEL));
-    if (gb_lane() == 0u) {
-        atomicMax(s_bound, gb_orderkey(lower));
-    }
-    __syncthreads();
-    return gb_orderkey_inverse(*(volatile gb_u32*)s_bound);
-}
-
 // gb_scan_gumbel folds the chunk [start, end) into the thread's best key with Gumbel
-// noise. Each trip first agrees across the warp (and, with GB_BLOCK_BOUND, the block) on
+// noise. Each trip first agrees across the warp (and the block) on
 // a lower bound of the row's winning score: the best score a lane has reached, or
 // fl(x·invT + MinGumbel) of any element seen, which that element's score cannot fall
 // below. A group of four whose fl(max x·invT + MaxGumbel) is below it skips Philox; an
@@ -1389,37 +1224,15 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
     gb_u32 g = start + 4u * threadIdx.x;
     float cur[GB_GROUPS][4];
     gb_u32 n[GB_GROUPS];
-#if GB_PREFETCH
     gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
-#endif
-#if GB_TILE_BOUND
-#if !GB_PREFETCH
-    gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
-#endif
-    // Every score this block computes, and its winner's, is at least tile: the per-trip
-    // bounds of the groups' own maxima below add nothing to it. The tile bound reads raw
-    // logits, so rows with processors do without it (and keep the per-trip bounds).
-    float tile = -gb_inf();
-    if (!PROC) {
-        tile = gb_tile_bound<KIND, GB_GROUPS>(row, g, end, vec, invT, cur, s_bound);
-    }
-#endif
     // One trip of the thread's groups g, g + stride, ... (then g moves on by a trip).
     auto run_trip = [&]() {
-#if GB_PREFETCH
         float nxt[GB_GROUPS][4];
         gb_u32 nn[GB_GROUPS];
         gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
-#else
-        gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
-#endif
         float xs[GB_GROUPS][4]; // -Inf for -Inf logits and for elements past end
         float mx[GB_GROUPS];
-#if GB_TILE_BOUND
-        float lower = fmaxf(tbest, tile);
-#else
         float lower = tbest;
-#endif
         float rmax[GB_GROUPS]; // with NL = 2, the groups' largest logits
         gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, xs, flags, raw, rmax);
 #pragma unroll
@@ -1435,16 +1248,10 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
             if (NL >= 1) {
                 gb_lse_add4(proc, xs[i], mx[i]);
             }
-            if (!GB_TILE_BOUND || PROC) {
-                lower = fmaxf(lower, __fadd_rn(mx[i], GB_MIN_GUMBEL));
-            }
+            lower = fmaxf(lower, __fadd_rn(mx[i], GB_MIN_GUMBEL));
         }
         float wlower = gb_warp_max_f32_all(lower);
-#if GB_BLOCK_BOUND
         wlower = gb_share_bound(wlower, s_bound);
-#else
-        (void)s_bound;
-#endif
         bool run[GB_GROUPS];
         bool any_run = false;
 #pragma unroll
@@ -1482,46 +1289,6 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                     t[i][0] = t[i][1] = t[i][2] = t[i][3] = 0u;
                 }
             }
-#if GB_LOG_LOOP
-            // Bit 4i+j: element j of group i needs its logarithms. The operands of the
-            // lowest such element are picked by comparisons (no indexed register arrays,
-            // which would go to local memory); the max of keys is order-free.
-            gb_u32 mask = 0u;
-#pragma unroll
-            for (int i = 0; i < GB_GROUPS; ++i) {
-#pragma unroll
-                for (gb_u32 j = 0; j < 4u; ++j) {
-                    mask |= need[i][j] ? 1u << (4u * (gb_u32)i + j) : 0u;
-                }
-            }
-            while (mask != 0u) {
-                const gb_u32 low = mask & (0u - mask);
-                float xk = 0.0f, rk = 0.0f;
-                gb_u32 wk = 0u, tk = 0u, ik = 0u;
-#pragma unroll
-                for (int i = 0; i < GB_GROUPS; ++i) {
-#pragma unroll
-                    for (gb_u32 j = 0; j < 4u; ++j) {
-                        if (low == 1u << (4u * (gb_u32)i + j)) {
-                            xk = xs[i][j];
-                            rk = cur[i][j];
-                            wk = w[i][j];
-                            tk = t[i][j];
-                            ik = g + (gb_u32)i * stride + j;
-                        }
-                    }
-                }
-                mask ^= low;
-                const float s = __fadd_rn(xk, gb_gumbel(wk, tk));
-                const gb_u64 key = gb_pack(s, ik);
-                if (NL != 0 && key > tkey) {
-                    win.x = rk;
-                    win.v = xk;
-                }
-                tkey = gb_max_u64(tkey, key);
-                tbest = fmaxf(tbest, s);
-            }
-#else
 #pragma unroll
             for (int i = 0; i < GB_GROUPS; ++i) {
 #pragma unroll
@@ -1538,11 +1305,8 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                     }
                 }
             }
-#endif
         }
-#if GB_PREFETCH
         gb_take_groups<GB_GROUPS>(cur, n, nxt, nn);
-#endif
         g += trip;
     };
     // The trips in which every warp holds elements run in a loop that is uniform for the
@@ -1563,78 +1327,6 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
         run_trip();
     }
 }
-
-// GB_TRACE (see gumbel_argmax's variants): word i of block p's GB_TRACE_WORDS after the
-// partials is 0 the block's start (globaltimer, ns), 1 the start and 2 the end of its
-// scan, 3 the end of its block merge, 8 its partials stored and 9 the return of its
-// arrival's atomic (clock64), 4 its arrival (globaltimer), and, over its warps (gumbel
-// rows), 16 the last and 17 the first end of a warp's scan and 18 the last end of a
-// warp's own merge (clock64); the block that finishes the draw adds 10 the end of its
-// barrier and fence after the arrival, 11 its partials loaded, 5 the end of its merge
-// loop, 6 of its final merge, 12 the draw's outputs written and 13 their fence (clock64),
-// and 7 the draw's end (globaltimer, after that fence), and when its warp 0 writes a
-// record (gb_finish_warp_record), 14 the row flags at hand and 15 the record computed
-// (clock64). The clock64 stamps that follow a value (GB_TRD) wait for it, so that a
-// stamp after a load counts the load's latency. Each stamp costs a few instructions and
-// a store, so spans that hold many of them read longer than they run untraced.
-#ifndef GB_TRACE
-#define GB_TRACE 0
-#endif
-#if GB_TRACE
-#define GB_TRACE_WORDS 20u
-// gb_trace_warps is the block's shared record of its warps' phases (gumbel rows only: it
-// is reset before the scan's barrier): the last and the first warp's scan end and the
-// last warp's end of its own merge (clock64).
-__device__ __forceinline__ gb_u64* gb_trace_warps() {
-    __shared__ gb_u64 s_warps[3];
-    return s_warps;
-}
-__device__ __forceinline__ gb_u64 gb_gtimer() {
-    gb_u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-// gb_clock_after reads clock64 once dep is available: the predicate that consumes dep
-// comes first in the same volatile block (it never fires for the values traced here).
-__device__ __forceinline__ gb_u64 gb_clock_after(gb_u32 dep) {
-    gb_u64 t;
-    asm volatile("{\n\t.reg .pred gbp;\n\tsetp.eq.u32 gbp, %1, 0x7fc00001;\n\tmov.u64 %0, %%clock64;\n\t@gbp add.u64 %0, %0, 1;\n\t}"
-                 : "=l"(t)
-                 : "r"(dep)
-                 : "memory");
-    return t;
-}
-__device__ __forceinline__ gb_u64* gb_trace(gb_u64* partials) {
-    const gb_u64 n = (gb_u64)gridDim.x * gridDim.y * gridDim.z;
-    const gb_u64 p = ((gb_u64)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-    return partials + 4u * n + GB_TRACE_WORDS * p;
-}
-#define GB_TR(i, v) do { if (threadIdx.x == 0u) { gb_trace(partials)[i] = (gb_u64)(v); } } while (0)
-#define GB_TRD(i, dep) GB_TR(i, gb_clock_after((gb_u32)(dep)))
-// GB_TR_END stamps a draw's end (thread 0 of its finishing block, after its outputs):
-// words 12, 13 around a fence that makes the outputs visible, then 7.
-#define GB_TR_END()                                                                            \
-    do {                                                                                       \
-        GB_TR(12, clock64());                                                                  \
-        __threadfence();                                                                       \
-        GB_TR(13, clock64());                                                                  \
-        GB_TR(7, gb_gtimer());                                                                 \
-    } while (0)
-// GB_TRW_* keep words 16 to 18 (gb_trace_warps): each warp's lane 0 raises or lowers
-// the block's shared values, and thread 0 writes them after the block merge.
-#define GB_TRW_RESET() do { if (threadIdx.x == 0u) { gb_u64* t_ = gb_trace_warps(); t_[0] = 0ull; t_[1] = ~0ull; t_[2] = 0ull; } } while (0)
-#define GB_TRW_SCAN() do { if (gb_lane() == 0u) { const gb_u64 c_ = clock64(); atomicMax((unsigned long long*)gb_trace_warps(), (unsigned long long)c_); atomicMin((unsigned long long*)gb_trace_warps() + 1, (unsigned long long)c_); } } while (0)
-#define GB_TRW_MERGED(dep) do { if (gb_lane() == 0u) { atomicMax((unsigned long long*)gb_trace_warps() + 2, (unsigned long long)gb_clock_after((gb_u32)(dep))); } } while (0)
-#define GB_TRW_WRITE() do { GB_TR(16, gb_trace_warps()[0]); GB_TR(17, gb_trace_warps()[1]); GB_TR(18, gb_trace_warps()[2]); } while (0)
-#else
-#define GB_TR(i, v) do { } while (0)
-#define GB_TRD(i, dep) do { } while (0)
-#define GB_TR_END() do { } while (0)
-#define GB_TRW_RESET() do { } while (0)
-#define GB_TRW_SCAN() do { } while (0)
-#define GB_TRW_MERGED(dep) do { } while (0)
-#define GB_TRW_WRITE() do { } while (0)
-#endif
 
 // gb_warp_win leaves in lane 0 the warp's merge of w: the key's maximum and the flags' OR
 // (to every lane), then the NL log-sum-exps (gb_warp_lse2: proc, and raw with NL = 2).
@@ -1676,7 +1368,6 @@ __device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s
         gb_warp_win<NL>(w);
     }
     const gb_u32 wp = gb_warp();
-    GB_TRW_MERGED((gb_u32)w.key ^ (NL >= 1 ? __float_as_uint(w.proc.s) : 0u));
     if (gb_lane() == 0u) {
         s_key[wp] = w.key;
         s_flags[wp] = w.flags;
@@ -1790,9 +1481,7 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
                                                       gb_u64 o, gb_u32 flags, const gb_u64* part,
                                                       const gb_u64* pair, const gb_u64* xv, gb_u32 nblocks,
                                                       gb_i32* tokens, gb_i32* status, float* logprobs,
-                                                      gb_u32* counters, gb_u32* counts, gb_u32 vocab,
-                                                      gb_u64* partials) {
-    (void)partials; // the trace's
+                                                      gb_u32* counters, gb_u32* counts, gb_u32 vocab) {
     const gb_u32 l = gb_lane();
     const gb_u32 per = nblocks <= 8u ? 1u : nblocks <= 16u ? 2u : nblocks <= 32u ? 4u : 8u;
     const gb_u32 set = l & 1u;
@@ -1811,7 +1500,6 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
         m[j] = __uint_as_float((gb_u32)wd);
         sum[j] = __uint_as_float((gb_u32)(wd >> 32));
     }
-    GB_TRD(11, (gb_u32)k ^ (gb_u32)u ^ __float_as_uint(m[0]));
     // The token's chain (two warp reductions, a ballot, two shuffles) comes first, so
     // that the log-sum-exps' arithmetic below issues while its results are on their way.
     const gb_u64 key = gb_warp_max_u64_all(k);
@@ -1829,7 +1517,6 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
     }
     float total = __fadd_rn(__fadd_rn(__fadd_rn(e[0], e[1]), __fadd_rn(e[2], e[3])),
                             __fadd_rn(__fadd_rn(e[4], e[5]), __fadd_rn(e[6], e[7])));
-    GB_TRD(5, __float_as_uint(total));
     // The set's lanes meet: butterfly steps 2, 4 and (64-lane warps only) 8, each kept
     // only where per reaches it (selects, not branches, so that the steps schedule with
     // the token's chain).
@@ -1845,11 +1532,9 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
         total = step ? t : total;
         top = step ? r : top;
     }
-    GB_TRD(6, (gb_u32)key ^ __float_as_uint(total) ^ __float_as_uint(x) ^ __float_as_uint(v));
     // Thread 0's atomic brought the flags; shuffled only now, so that the wait for them
     // comes last.
     flags = __shfl_sync(0xFFFFFFFFu, flags, 0);
-    GB_TRD(14, flags);
     if (l < 2u) {
         // The record's half of this lane's set, NaN unless the draw ends with status 0
         // (as gb_write_record_sets).
@@ -1859,7 +1544,6 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
         if (ok) {
             lp = gb_lse_logprob(set != 0u ? v : x, top, total, lse);
         }
-        GB_TRD(15, __float_as_uint(lp) ^ __float_as_uint(lse));
         float* rec = logprobs + 4u * o;
         rec[l] = lp;
         rec[2u + l] = lse;
@@ -1867,7 +1551,6 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
     if (l == 0u) {
         gb_finish(tokens, status, o, key, flags);
         gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
-        GB_TR_END();
     }
 }
 
@@ -1888,11 +1571,7 @@ __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_ro
                                               gb_u32 vocab, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
                                               gb_u64* s_xv, gb_u32* s_last) {
     const gb_u32 nblocks = gridDim.x;
-    GB_TR(2, clock64());
-    GB_TRW_SCAN();
     gb_block_win<NL, NL != 0>(w, s_key, s_flags, s_pair, s_xv);
-    GB_TRD(3, w.key);
-    GB_TRW_WRITE();
     if (nblocks == 1u) {
         if (threadIdx.x == 0u) {
             gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab);
@@ -1914,22 +1593,18 @@ __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_ro
             pair[2u * blockIdx.x + 1u] = gb_lse_pack(w.proc);
             xv[blockIdx.x] = ((gb_u64)__float_as_uint(w.v) << 32) | __float_as_uint(w.x);
         }
-        GB_TRD(8, __float_as_uint(w.v) ^ (gb_u32)w.key);
         if (w.flags != 0u) {
             atomicOr(&cnt[1], w.flags);
         }
         __threadfence();
         gb_u32 prev = atomicAdd(&cnt[0], 1u);
-        GB_TRD(9, prev);
         *s_last = prev == nblocks - 1u ? 1u : 0u;
     }
-    GB_TR(4, gb_gtimer());
     __syncthreads();
     if (*s_last == 0u) {
         return;
     }
     __threadfence();
-    GB_TR(10, clock64());
     // Every block ORed its flags in before it arrived.
     gb_u32 flags = 0u;
     if (threadIdx.x == 0u) {
@@ -1939,7 +1614,7 @@ __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_ro
     if (NL != 0 && nblocks <= (gb_u32)GB_WARP_SIZE) {
         if (gb_warp() == 0u) {
             gb_finish_warp_record<NL>(params, p, y, o, flags, part, pair, xv, nblocks, tokens, status, logprobs,
-                                      counters, counts, vocab, partials);
+                                      counters, counts, vocab);
         }
         return;
     }
@@ -1968,17 +1643,7 @@ __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_ro
             }
         }
         w.key = gb_max_u64(w.key, k);
-#if GB_TRACE
-        if (i == 0u) {
-            gb_u32 dep = (gb_u32)k;
-            if (NL != 0) {
-                dep ^= __float_as_uint(w.x) ^ __float_as_uint(w.proc.s) ^ __float_as_uint(w.raw.s);
-            }
-            GB_TRD(11, dep);
-        }
-#endif
     }
-    GB_TRD(5, (gb_u32)w.key ^ __float_as_uint(w.proc.s) ^ __float_as_uint(w.raw.s));
     if (nblocks <= (gb_u32)GB_WARP_SIZE) {
         if (gb_warp() != 0u) {
             return;
@@ -1993,9 +1658,7 @@ __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_ro
     }
     if (threadIdx.x == 0u) {
         w.flags = flags;
-        GB_TRD(6, (gb_u32)w.key ^ __float_as_uint(w.proc.s) ^ __float_as_uint(w.raw.s) ^ __float_as_uint(w.v));
         gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab);
-        GB_TR_END();
     }
 }
 
@@ -2009,7 +1672,7 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     __shared__ gb_u32 s_flags[GB_MAX_WARPS];
     __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
     __shared__ gb_u32 s_last;
-    __shared__ gb_u32 s_bound; // GB_BLOCK_BOUND: the order key of the block's lower bound
+    __shared__ gb_u32 s_bound; // the order key of the block's lower bound
     __shared__ gb_u64 s_xv[GB_MAX_WARPS]; // the warps' winners' (x, v) for the record
 
     const gb_u32 y = blockIdx.y;
@@ -2020,8 +1683,6 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
         return; // the categorical kernel's row: left entirely alone
     }
     const gb_u64 o = (gb_u64)p.row * gridDim.z + z; // this draw's output slot
-    GB_TR(0, gb_gtimer());
-    GB_TR(1, clock64());
     if (gb_bad_flags(p.flags) || gb_bad_row(p.temperature, vocab)) {
         // Uniform for every block of the row: none touches the counters, and the row
         // gets no end-of-draws work.
@@ -2077,14 +1738,11 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     } else {
         gb_u32 step_lo, step_hi;
         gb_step_plus(p, z, step_lo, step_hi);
-#if GB_BLOCK_BOUND
         // The branch is the same for the whole block (one row per block).
         if (threadIdx.x == 0u) {
             s_bound = 0u; // below the key of every float, -Inf included
         }
-        GB_TRW_RESET();
         __syncthreads();
-#endif
         if (!procs) {
             if (nl == 0) {
                 gb_scan_gumbel<KIND, false, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
@@ -2152,27 +1810,14 @@ __device__ __forceinline__ gb_u64 gb_kept_q(float x, const gb_row_state& st) {
     return gb_fixed(w, st.two_pow_f);
 }
 
-// Tuning of the categorical kernel. GB_CAT_CAP is the capacity of the shared-memory list of
-// candidates (12 bytes each: index, key, weight; 3072 fills the 48 KB of static shared
-// memory next to the other arrays: 43,296 bytes in all); rows whose candidates do not fit
-// take the full-row path. GB_CAT_GROUPS is how many groups of four elements each thread
-// has in flight in the passes over the row: 2 fits the 64 registers that 1024 threads
-// allow (NVRTC 11.8, sm_90: no spills), 3 and 4 spill 20 to 180 bytes. 4 is the default
-// all the same: more loads in flight outweigh the spills on an H200 (V = 151936, float32:
-// min-p 71.5 µs against 78.1 with 2, top-k 50 + top-p 0.9 106.8 against 112.2; 1 gives
-// 106.2 and 145.8).
-#ifndef GB_CAT_CAP
+// GB_CAT_CAP is the capacity of the categorical kernel's shared-memory list of candidates
+// (12 bytes each: index, key, weight; 3072 fills the 48 KB of static shared memory next to
+// the other arrays); rows whose candidates do not fit take the full-row path.
+// GB_CAT_GROUPS is how many groups of four elements each thread has in flight in the
+// passes over the row: one block holds a whole row, so the loads in flight, not the
+// instruction count, bound a pass.
 #define GB_CAT_CAP 3072
-#endif
-#ifndef GB_CAT_GROUPS
 #define GB_CAT_GROUPS 4
-#endif
-#if GB_CAT_CAP < 1 || GB_CAT_CAP > 3072
-#error "GB_CAT_CAP must be 1..3072 (the list shares the 48 KB of static shared memory)"
-#endif
-#if GB_CAT_GROUPS < 1 || GB_CAT_GROUPS > 4
-#error "GB_CAT_GROUPS must be 1, 2, 3 or 4"
-#endif
 
 // gb_cat_load_trip reads a thread's GB_CAT_GROUPS groups of one trip over the row (group i
 // at base + i * 4 * blockDim.x + 4 * threadIdx.x) and replaces them by their processed
@@ -3161,15 +2806,15 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
 #define GB_PASS logits, params, tokens, status, partials, counters, row_stride, vocab, logprobs, bias, counts, mask
 #define GB_PASS_CAT logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts, mask
 
-extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, GB_MIN_BLOCKS) gumbel_argmax_f32(GB_ARGS(float)) {
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, 1) gumbel_argmax_f32(GB_ARGS(float)) {
     gb_gumbel_argmax<GB_F32>(GB_PASS);
 }
 
-extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, GB_MIN_BLOCKS) gumbel_argmax_f16(GB_ARGS(gb_u16)) {
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, 1) gumbel_argmax_f16(GB_ARGS(gb_u16)) {
     gb_gumbel_argmax<GB_F16>(GB_PASS);
 }
 
-extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, GB_MIN_BLOCKS) gumbel_argmax_bf16(GB_ARGS(gb_u16)) {
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, 1) gumbel_argmax_bf16(GB_ARGS(gb_u16)) {
     gb_gumbel_argmax<GB_BF16>(GB_PASS);
 }
 
@@ -3188,15 +2833,6 @@ extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) categorical_bf16(GB
     gb_categorical<GB_BF16>(GB_PASS_CAT);
 }
 
-// GB_TOPN_THREADS is topn's __launch_bounds__: at 1024 threads (64 registers) the thread
-// lists of 20 keys spill part of themselves to local memory (NVRTC 11.8, sm_90; the
-// amount moves with every change to the kernel: read it with --ptxas-options=-v), at 512
-// they fit in 121 registers and the kernel reports 512 as its MaxThreadsPerBlock. Time
-// both with GUMBEL_NVRTC_OPTIONS=-DGB_TOPN_THREADS=512.
-#ifndef GB_TOPN_THREADS
-#define GB_TOPN_THREADS GB_MAX_THREADS
-#endif
-
 // topn takes the 12 arguments at the positions of the other kernels (as the Go edition
 // reads ABI.md): argument 8, the logprobs slot, is unused.
 #define GB_TOPN_ARGS(T)                                                                                      \
@@ -3205,17 +2841,17 @@ extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) categorical_bf16(GB
         const gb_u32 *counts, const gb_u32 *mask
 #define GB_TOPN_PASS logits, params, out_tokens, out_values, partials, counters, row_stride, vocab, bias, counts, mask
 
-extern "C" __global__ void __launch_bounds__(GB_TOPN_THREADS) topn_f32(GB_TOPN_ARGS(float)) {
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) topn_f32(GB_TOPN_ARGS(float)) {
     (void)unused;
     gb_topn<GB_F32>(GB_TOPN_PASS);
 }
 
-extern "C" __global__ void __launch_bounds__(GB_TOPN_THREADS) topn_f16(GB_TOPN_ARGS(gb_u16)) {
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) topn_f16(GB_TOPN_ARGS(gb_u16)) {
     (void)unused;
     gb_topn<GB_F16>(GB_TOPN_PASS);
 }
 
-extern "C" __global__ void __launch_bounds__(GB_TOPN_THREADS) topn_bf16(GB_TOPN_ARGS(gb_u16)) {
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) topn_bf16(GB_TOPN_ARGS(gb_u16)) {
     (void)unused;
     gb_topn<GB_BF16>(GB_TOPN_PASS);
 }

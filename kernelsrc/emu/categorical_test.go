@@ -2,30 +2,24 @@ package emu
 
 import (
 	"fmt"
-	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
+
+	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 
 	"github.com/stretchr/testify/require"
 )
 
 // This file tests the categorical kernel's top-k list (sampling.cu, gb_cat_compact): once
-// the keys at or above a radix level's chosen bin fit in GB_CAT_CAP, the rest of the row's
-// work runs on a shared-memory list of them; otherwise the full-row path runs. Which path a
-// row takes follows from its keys and the capacity, so the builds below reach each one by
-// construction:
-//   - default (GB_CAT_CAP = 3072): every top-k row of a vocabulary up to 3072 is listed
-//     right after the first pass; at V = 4099 an all-equal row (every key ties at the
-//     k-th) cannot be listed and falls back, while LLM-like rows are listed;
-//   - min-p alone (no top-k, no top-p) lists the elements that may pass min-p; LLM-like
-//     rows fit, equal rows at V = 4099 and min_p = 1e-30 do not;
-//   - GB_CAT_CAP = 1: only a unique maximum fits, so every row with k >= 2 falls back;
-//   - GB_CAT_CAP = 24 (with GB_CAT_GROUPS = 1): rows are listed after the second, third or
-//     fourth digit, or, when more than 24 keys tie at the k-th, fall back;
-//   - GB_CAT_GROUPS = 1 and 2: other trip shapes of the row passes and the compaction (the
-//     default is 4).
+// the keys at or above a radix level's chosen bin fit in GB_CAT_CAP (3072), the rest of
+// the row's work runs on a shared-memory list of them; otherwise the full-row path runs.
+// Which path a row takes follows from its keys, so the workload reaches each by
+// construction: every top-k row of a vocabulary up to 3072 is listed right after the
+// first pass; at V = 4099 an all-equal row (every key ties at the k-th) cannot be listed
+// and falls back, while LLM-like rows are listed; min-p alone (no top-k, no top-p) lists
+// the elements that may pass min-p: LLM-like rows fit, equal rows at V = 4099 and
+// min_p = 1e-30 do not.
 
 // equalRow holds one value everywhere: every key ties with the k-th.
 func equalRow(r *rand.Rand, v int) []float32 {
@@ -157,46 +151,15 @@ func listLaunches(r *rand.Rand) []*launch {
 	return ls
 }
 
-// listVariants are the builds that reach the list and the full-row path (see above).
-var listVariants = [][]string{
-	nil,
-	{"-DGB_CAT_CAP=1"},
-	{"-DGB_CAT_CAP=24", "-DGB_CAT_GROUPS=1"},
-	{"-DGB_CAT_GROUPS=2"},
-}
-
-// TestCategoricalListMatchesGoEdition runs the top-k workload under every list variant
-// and requires the Go edition's tokens, statuses, records, counts and steps.
+// TestCategoricalListMatchesGoEdition runs the top-k workload and requires the Go
+// edition's tokens, statuses, records, counts and steps.
 func TestCategoricalListMatchesGoEdition(t *testing.T) {
 	ls := listLaunches(rand.New(rand.NewPCG(20261130, 46)))
-	job := encodeJob(t, ls)
-	for _, defines := range listVariants {
-		t.Run(strings.Join(append([]string{"build"}, defines...), " "), func(t *testing.T) {
-			t.Parallel()
-			exe, log, err := buildDriver(t, defines...)
-			require.NoError(t, err, "building the emulation driver with %v:\n%s", defines, log)
-			require.Empty(t, log, "g++ warnings with %v", defines)
-			got := decodeResults(t, runDriverExe(t, exe, job), ls)
-			seen, kinds := matchGo(t, ls, got)
-			t.Logf("%v: slots by status %v; sampled by path %v", defines, seen, kinds)
-			require.Positive(t, seen[0], "no slot sampled a token")
-			for _, k := range []string{"top-k", "top-k+top-p+min-p", "min-p"} {
-				require.Positive(t, kinds[k], "no slot sampled a token on the %s path", k)
-			}
-		})
-	}
-}
-
-// TestCategoricalListMacrosReachTheSource proves that the variant builds compile
-// sampling.cu under their macros: out-of-range values are refused by name.
-func TestCategoricalListMacrosReachTheSource(t *testing.T) {
-	for _, d := range []struct{ define, msg string }{
-		{"-DGB_CAT_CAP=0", "GB_CAT_CAP must be"},
-		{"-DGB_CAT_CAP=4096", "GB_CAT_CAP must be"},
-		{"-DGB_CAT_GROUPS=5", "GB_CAT_GROUPS must be"},
-	} {
-		_, log, err := buildDriver(t, d.define)
-		require.Error(t, err, "%s compiled", d.define)
-		require.Contains(t, log, d.msg)
+	got := decodeResults(t, runDriver(t, encodeJob(t, ls)), ls)
+	seen, kinds := matchGo(t, ls, got)
+	t.Logf("slots by status %v; sampled by path %v", seen, kinds)
+	require.Positive(t, seen[0], "no slot sampled a token")
+	for _, k := range []string{"top-k", "top-k+top-p+min-p", "min-p"} {
+		require.Positive(t, kinds[k], "no slot sampled a token on the %s path", k)
 	}
 }

@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,85 +76,53 @@ func decodeResults(t *testing.T, data []byte, ls []*launch) []outcome {
 	return out
 }
 
-// driverBuild is one build of the emulation driver.
-type driverBuild struct {
+// driver is the emulation driver, built once for every test of the package.
+var driver struct {
 	once sync.Once
+	dir  string
 	path string
 	log  string
 	err  error
 }
 
-// drivers holds the emulation driver builds, one per set of -D options, each built once
-// for every test of the package.
-var drivers struct {
-	mu     sync.Mutex
-	dir    string
-	skip   string
-	builds map[string]*driverBuild
-}
-
 // driverPath builds testdata/emu_driver.cpp (with ../sampling.cu) on first use.
 func driverPath(t *testing.T) string {
-	t.Helper()
-	exe, log, err := buildDriver(t)
-	require.NoError(t, err, "building the emulation driver:\n%s", log)
-	require.Empty(t, log, "g++ warnings")
-	return exe
-}
-
-// buildDriver builds the driver with extra g++ options (the -D macros of sampling.cu's
-// variants) on first use and returns its path, g++'s output and the build error.
-func buildDriver(t *testing.T, defines ...string) (string, string, error) {
 	t.Helper()
 	gxx, err := exec.LookPath("g++")
 	if err != nil {
 		t.Skip("g++ is not installed: the CUDA edition's CPU emulation cannot be built here")
 	}
-	drivers.mu.Lock()
-	if drivers.dir == "" {
-		dir, err := os.MkdirTemp("", "gumbel-emu-")
-		if err != nil {
-			drivers.mu.Unlock()
-			return "", "", err
+	driver.once.Do(func() {
+		driver.dir, driver.err = os.MkdirTemp("", "gumbel-emu-")
+		if driver.err != nil {
+			return
 		}
-		drivers.dir, drivers.builds = dir, map[string]*driverBuild{}
-	}
-	key := strings.Join(defines, " ")
-	b := drivers.builds[key]
-	if b == nil {
-		b = &driverBuild{path: filepath.Join(drivers.dir, fmt.Sprintf("emu_driver_%d", len(drivers.builds)))}
-		drivers.builds[key] = b
-	}
-	drivers.mu.Unlock()
-	b.once.Do(func() {
+		driver.path = filepath.Join(driver.dir, "emu_driver")
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		args := []string{"-std=c++20", "-O2", "-ffp-contract=off", "-fno-strict-aliasing",
-			"-pthread", "-Wall", "-Wextra", "-Wno-unknown-pragmas"}
-		args = append(append(args, defines...), "-o", b.path, filepath.Join("testdata", "emu_driver.cpp"))
+			"-pthread", "-Wall", "-Wextra", "-Wno-unknown-pragmas", "-o", driver.path,
+			filepath.Join("testdata", "emu_driver.cpp")}
 		msg, err := exec.CommandContext(ctx, gxx, args...).CombinedOutput()
-		b.log, b.err = string(msg), err
+		driver.log, driver.err = string(msg), err
 	})
-	return b.path, b.log, b.err
+	require.NoError(t, driver.err, "building the emulation driver:\n%s", driver.log)
+	require.Empty(t, driver.log, "g++ warnings")
+	return driver.path
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if drivers.dir != "" {
-		os.RemoveAll(drivers.dir)
+	if driver.dir != "" {
+		os.RemoveAll(driver.dir)
 	}
 	os.Exit(code)
 }
 
-// runDriver runs the default driver on an input file and returns its output file.
+// runDriver runs the driver on an input file and returns its output file.
 func runDriver(t *testing.T, input []byte, mode ...string) []byte {
 	t.Helper()
-	return runDriverExe(t, driverPath(t), input, mode...)
-}
-
-// runDriverExe runs one driver build on an input file and returns its output file.
-func runDriverExe(t *testing.T, exe string, input []byte, mode ...string) []byte {
-	t.Helper()
+	exe := driverPath(t)
 	dir := t.TempDir()
 	in, out := filepath.Join(dir, "in.bin"), filepath.Join(dir, "out.bin")
 	require.NoError(t, os.WriteFile(in, input, 0o600))

@@ -17,6 +17,4 @@
 //   - GUMBEL_NVRTC_LIBRARY: path of libnvrtc (nvrtc64_*.dll).
 //   - GUMBEL_CACHE_DIR: folder of the compiled-module cache (default: the user cache
 //     folder's gumbel/); "off" turns the disk cache off.
-//   - GUMBEL_NVRTC_OPTIONS: extra NVRTC options separated by spaces, appended after the
-//     defaults and part of the cache key (for timing kernel variants chosen by -D macros).
 package cuda

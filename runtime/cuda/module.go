@@ -3,9 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -65,20 +63,11 @@ func chooseTarget(major, minor int, archs []int, canCUBIN bool) (compileTarget, 
 	return compileTarget{}, errors.New("this NVRTC reports no supported architecture")
 }
 
-// EnvNVRTCOptions holds extra NVRTC options, separated by spaces, appended after the
-// defaults (so a later option can override an earlier one where NVRTC allows it). They
-// take part in the module cache key. It exists to time kernel variants chosen by -D
-// macros in one process, e.g. GUMBEL_NVRTC_OPTIONS="-DGB_GROUPS=2"; options that change
-// the arithmetic (such as --fmad=true) break the kernel ABI.
-const EnvNVRTCOptions = "GUMBEL_NVRTC_OPTIONS"
-
 // compileOptions are NVRTC's options for a target. --fmad=false because the kernel ABI
 // rounds the product and the sum of a score separately: a fused multiply-add would give
-// different tokens from the other editions. The environment is read on every call, not
-// once, so a process can load the same program under several settings.
+// different tokens from the other editions.
 func compileOptions(t compileTarget) []string {
-	opts := []string{"--gpu-architecture=" + t.arch, "--fmad=false", "-default-device", "--std=c++17"}
-	return append(opts, strings.Fields(os.Getenv(EnvNVRTCOptions))...)
+	return []string{"--gpu-architecture=" + t.arch, "--fmad=false", "-default-device", "--std=c++17"}
 }
 
 // LoadSource says where Load found a module's code.
