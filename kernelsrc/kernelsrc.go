@@ -26,18 +26,6 @@ var HIPPrelude string
 //go:embed sampling.metal
 var Metal string
 
-// Kernel base names; the full name appends the logits type suffix ("_f32", "_f16",
-// "_bf16").
-const (
-	GumbelArgmax = "gumbel_argmax"
-	Categorical  = "categorical"
-	// TopN is the top-n log-probability kernel of ABI version 2.
-	TopN = "topn"
-)
-
-// Suffixes of the logits element types, in the order of sampler.DType.
-var Suffixes = [3]string{"_f32", "_f16", "_bf16"}
-
 // Sampling returns the sampling program: every edition of the kernel set.
 func Sampling() *runtime.Program {
 	return &runtime.Program{

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
@@ -174,12 +174,12 @@ func (b *Batch) SetRow(i int, p Params) error {
 		return err
 	}
 	r := route(p, b.vocab, s.set.Gumbel)
-	flags := gokernel.FlagRouted | gokernel.FlagAdvance | s.procs.flags(i, p)
+	flags := abi.FlagRouted | abi.FlagAdvance | s.procs.flags(i, p)
 	if r == RouteCategorical {
-		flags |= gokernel.FlagCategorical
+		flags |= abi.FlagCategorical
 	}
 	if p.Logprobs {
-		flags |= gokernel.FlagLogprobs
+		flags |= abi.FlagLogprobs
 	}
 	putRowParams(b.record, i, r, p, b.vocab, rowSeed(s.set.Seed, p), flags, uint32(p.TopLogprobs))
 	if err := s.stream.CopyToDevice(b.params, i*RowParamsSize, b.record); err != nil {

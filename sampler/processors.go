@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
@@ -99,22 +99,22 @@ func (p *processors) checkCall(rows, vocab int) error {
 // passed checkCall): BIAS, MASK, RECORD when tracked, PENALTIES when tracked and a
 // penalty is on. An untracked row's counts are zero, and zero counts change no logit,
 // so its penalties need no flag.
-func (p *processors) flags(i int, q Params) uint32 {
+func (p *processors) flags(i int, q Params) abi.Flags {
 	r := p.row(i)
 	if r == nil {
 		return 0
 	}
-	var f uint32
+	var f abi.Flags
 	if r.bias {
-		f |= gokernel.FlagBias
+		f |= abi.FlagBias
 	}
 	if r.masked() {
-		f |= gokernel.FlagMask
+		f |= abi.FlagMask
 	}
 	if r.tracked {
-		f |= gokernel.FlagRecord
+		f |= abi.FlagRecord
 		if penaltiesOn(q) {
-			f |= gokernel.FlagPenalties
+			f |= abi.FlagPenalties
 		}
 	}
 	return f

@@ -1,17 +1,16 @@
 package sampler
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 
-	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/philox"
 )
 
 // RowParamsSize is the size in bytes of one RowParams record of the kernel ABI
 // (kernelsrc/ABI.md): 16 little-endian 32-bit words.
-const RowParamsSize = 64
+const RowParamsSize = abi.RowParamsSize
 
 // maxVocab bounds the vocabulary: the ABI passes V as u32 and indices as int32 tokens.
 const maxVocab = 1 << 31
@@ -95,45 +94,30 @@ func rowSeed(samplerSeed uint64, p Params) uint64 {
 // putRowParams writes the RowParams record of logits row `row` into dst (at least
 // RowParamsSize bytes), in the form its route's kernel expects: greedy rows carry
 // temperature 0; filters that are off, and every filter of a gumbel_argmax row, are
-// written as the ABI's off values (top_k 0, top_p 1, min_p 0). flags and topn are
-// words 9 and 13; the penalty words are written only with gokernel.FlagPenalties, so a record
-// without version-2 features is a version-1 record.
-func putRowParams(dst []byte, row int, r Route, p Params, vocab int, seed uint64, flags, topn uint32) {
-	dst = dst[:RowParamsSize]
-	le := binary.LittleEndian
-	temperature := p.Temperature
+// written as the ABI's off values (top_k 0, top_p 1, min_p 0). The penalty words are
+// written only with abi.FlagPenalties.
+func putRowParams(dst []byte, row int, r Route, p Params, vocab int, seed uint64, flags abi.Flags, topn uint32) {
+	rp := abi.RowParams{Row: uint32(row), Temperature: p.Temperature, Seed: seed, Step: p.Step, TopP: 1,
+		Flags: flags, TopN: topn}
 	if r == RouteGreedy {
-		temperature = 0
+		rp.Temperature = 0
 	}
 	// Filters reach the categorical kernel only; gumbel_argmax rows carry them off.
-	var topK uint32
-	topP, minP := float32(1), float32(0)
 	if r == RouteCategorical {
 		if topKOn(p.TopK, vocab) {
-			topK = uint32(p.TopK)
+			rp.TopK = uint32(p.TopK)
 		}
 		if topPOn(p.TopP) {
-			topP = p.TopP
+			rp.TopP = p.TopP
 		}
-		minP = p.MinP
+		rp.MinP = p.MinP
 	}
-	le.PutUint32(dst[0:], uint32(row))
-	le.PutUint32(dst[4:], math.Float32bits(temperature))
-	le.PutUint64(dst[8:], seed)
-	le.PutUint64(dst[16:], p.Step)
-	le.PutUint32(dst[24:], topK)
-	le.PutUint32(dst[28:], math.Float32bits(topP))
-	le.PutUint32(dst[32:], math.Float32bits(minP))
-	clear(dst[36:])
-	le.PutUint32(dst[36:], flags)
-	if flags&gokernel.FlagPenalties != 0 {
-		repetition := p.RepetitionPenalty
-		if repetition == 0 {
-			repetition = 1
+	if flags&abi.FlagPenalties != 0 {
+		rp.RepetitionPenalty = p.RepetitionPenalty
+		if rp.RepetitionPenalty == 0 {
+			rp.RepetitionPenalty = 1
 		}
-		le.PutUint32(dst[40:], math.Float32bits(repetition))
-		le.PutUint32(dst[44:], math.Float32bits(p.FrequencyPenalty))
-		le.PutUint32(dst[48:], math.Float32bits(p.PresencePenalty))
+		rp.FrequencyPenalty, rp.PresencePenalty = p.FrequencyPenalty, p.PresencePenalty
 	}
-	le.PutUint32(dst[52:], topn)
+	rp.Encode(dst)
 }

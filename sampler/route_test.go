@@ -6,7 +6,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/philox"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -196,28 +196,29 @@ func TestRowResult(t *testing.T) {
 	}
 }
 
-func TestPutRowParamsVersion2Words(t *testing.T) {
+func TestPutRowParamsFeatureWords(t *testing.T) {
 	le := binary.LittleEndian
 	penalised := Params{Temperature: 1, RepetitionPenalty: 1.5, FrequencyPenalty: -0.25, PresencePenalty: 2}
 	tests := []struct {
 		name                 string
 		p                    Params
-		flags, topn          uint32
+		flags                abi.Flags
+		topn                 uint32
 		wantRep, wantFreq    float32
 		wantPresence         float32
 		wantPenaltyWordsZero bool
 	}{
-		{"version 1 record", penalised, 0, 0, 0, 0, 0, true},
-		{"penalties off without the flag", penalised, gokernel.FlagBias | gokernel.FlagLogprobs, 7, 0, 0, 0, true},
-		{"penalties with the flag", penalised, gokernel.FlagPenalties | gokernel.FlagRecord, 0, 1.5, -0.25, 2, false},
-		{"repetition 0 is written as off", Params{FrequencyPenalty: 1}, gokernel.FlagPenalties, 0, 1, 1, 0, false},
-		{"perturbed topn", Params{Temperature: 0.5}, gokernel.FlagPerturbed | gokernel.FlagMask, 20, 0, 0, 0, true},
+		{"no features", penalised, 0, 0, 0, 0, 0, true},
+		{"penalties off without the flag", penalised, abi.FlagBias | abi.FlagLogprobs, 7, 0, 0, 0, true},
+		{"penalties with the flag", penalised, abi.FlagPenalties | abi.FlagRecord, 0, 1.5, -0.25, 2, false},
+		{"repetition 0 is written as off", Params{FrequencyPenalty: 1}, abi.FlagPenalties, 0, 1, 1, 0, false},
+		{"perturbed topn", Params{Temperature: 0.5}, abi.FlagPerturbed | abi.FlagMask, 20, 0, 0, 0, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			buf := make([]byte, RowParamsSize)
 			putRowParams(buf, 1, RouteGumbel, tc.p, 100, 9, tc.flags, tc.topn)
-			assert.Equal(t, tc.flags, le.Uint32(buf[36:]), "flags")
+			assert.Equal(t, uint32(tc.flags), le.Uint32(buf[36:]), "flags")
 			if tc.wantPenaltyWordsZero {
 				assert.Equal(t, make([]byte, 12), buf[40:52], "penalty words")
 			} else {

@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/gumbel-go/gumbel/kernelsrc"
-	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
@@ -24,7 +24,11 @@ const (
 	numKernels
 )
 
-const numDTypes = 3
+const numDTypes = len(abi.DTypes)
+
+// kernelFamilies are the ABI's kernel families of the slots.
+var kernelFamilies = [numKernels]string{kernelGumbel: abi.GumbelArgmax, kernelCategorical: abi.Categorical,
+	kernelTopN: abi.TopN}
 
 // launchKernel is a kernel with the block width it is launched with.
 type launchKernel struct {
@@ -96,10 +100,9 @@ func New(dev runtime.Device, opts Options) (*Sampler, error) {
 		procs:   newProcessors(),
 		set:     Settings{Seed: opts.Seed, Gumbel: gumbel, Split: split, Policy: policy},
 	}
-	bases := [numKernels]string{kernelGumbel: kernelsrc.GumbelArgmax, kernelCategorical: kernelsrc.Categorical, kernelTopN: kernelsrc.TopN}
-	for d := range numDTypes {
-		for k, base := range bases {
-			name := base + kernelsrc.Suffixes[d]
+	for d, dt := range abi.DTypes {
+		for k, family := range kernelFamilies {
+			name := abi.KernelName(family, dt)
 			kern, err := module.Kernel(name)
 			if err != nil && k == kernelTopN && errors.Is(err, runtime.ErrNoKernel) {
 				// Sampling works without topn; only the calls that need it fail.
@@ -300,14 +303,15 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 		seed := rowSeed(s.set.Seed, p)
 		procFlags := s.procs.flags(i, p)
 		g := groupDistinct
-		var flags, topn uint32
+		var flags abi.Flags
+		var topn uint32
 		if mode == drawDistinct {
-			flags, topn = gokernel.FlagPerturbed|procFlags&^gokernel.FlagRecord, uint32(draws)
+			flags, topn = abi.FlagPerturbed|procFlags&^abi.FlagRecord, uint32(draws)
 		} else {
 			g = kernelOf(r)
 			flags = procFlags
 			if p.Logprobs {
-				flags |= gokernel.FlagLogprobs
+				flags |= abi.FlagLogprobs
 			}
 		}
 		putRowParams(host[next[g]*RowParamsSize:], i, r, p, vocab, seed, flags, topn)
@@ -445,10 +449,9 @@ func (s *Sampler) groupSplit(g, n, vocab int) int {
 // scratchNeeds returns the partials and counters bytes a launch of n rows (at most
 // maxRowsPerLaunch) of group g with draws draws and split blocks per row uses (ABI.md).
 func scratchNeeds(g, n, draws, split int) (partials, counters int) {
-	if kernelOfGroup[g] == kernelTopN {
-		return 8 * 22 * n * split, 4 * 2 * n
-	}
-	return 8 * 4 * n * draws * split, 4 * (2*n*draws + n)
+	l := abi.Launch{Rows: n, Split: split, Draws: draws}
+	family := kernelFamilies[kernelOfGroup[g]]
+	return 8 * l.PartialsWords(family), 4 * l.CountersWords(family)
 }
 
 // prepare grows the scratch for a plan and restores the counters after a failed call.

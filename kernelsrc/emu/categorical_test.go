@@ -6,8 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
-
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/stretchr/testify/require"
 )
 
@@ -107,7 +106,7 @@ func listLaunches(r *rand.Rand) []*launch {
 				if l.bias != nil {
 					v2Flags(r, p)
 				} else {
-					p.flags = gokernel.FlagLogprobs
+					p.flags = abi.FlagLogprobs
 				}
 			})
 			ls = append(ls, l)
@@ -124,7 +123,7 @@ func listLaunches(r *rand.Rand) []*launch {
 	l.store(3*4099+4000, 29)
 	l.logprobs = true
 	l.rows(r, func(p *rowParams) {
-		p.temperature, p.topK, p.topP, p.minP, p.flags = 1, 2, []float32{0, 0.5}[r.IntN(2)], 0, gokernel.FlagLogprobs
+		p.temperature, p.topK, p.topP, p.minP, p.flags = 1, 2, []float32{0, 0.5}[r.IntN(2)], 0, abi.FlagLogprobs
 	})
 	ls = append(ls, l)
 	// Min-p alone: listed when its candidates fit (LLM-like rows), the full-row path when
@@ -141,7 +140,7 @@ func listLaunches(r *rand.Rand) []*launch {
 		l.rows(r, func(p *rowParams) {
 			p.temperature = temps[r.IntN(len(temps))]
 			p.minP = []float32{0.05, 0.05, 0.3, 1, 1e-30}[r.IntN(5)]
-			p.flags = gokernel.FlagLogprobs
+			p.flags = abi.FlagLogprobs
 			if l.bias != nil {
 				v2Flags(r, p)
 			}

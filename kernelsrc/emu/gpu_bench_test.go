@@ -9,8 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gumbel-go/gumbel/kernelsrc"
-	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 	_ "github.com/gumbel-go/gumbel/runtime/cuda" // registers the CUDA backend
 )
@@ -35,32 +34,32 @@ func BenchmarkGPUKernelFeatures(b *testing.B) {
 	for i := range base.mask {
 		base.mask[i] = ^uint32(0) // every token allowed: the work of a mask, not its effect
 	}
-	procs := gokernel.FlagBias | gokernel.FlagMask | gokernel.FlagPenalties
+	procs := abi.FlagBias | abi.FlagMask | abi.FlagPenalties
 	cases := []struct {
 		name   string
 		kernel int
-		flags  uint32
+		flags  abi.Flags
 		temp   float32
 		draws  int
 	}{
 		{"gumbel", kernelGumbel, 0, 0.8, 1},
-		{"gumbel+logprobs", kernelGumbel, gokernel.FlagLogprobs, 0.8, 1},
+		{"gumbel+logprobs", kernelGumbel, abi.FlagLogprobs, 0.8, 1},
 		{"gumbel T=1", kernelGumbel, 0, 1, 1},
-		{"gumbel+logprobs T=1", kernelGumbel, gokernel.FlagLogprobs, 1, 1},
+		{"gumbel+logprobs T=1", kernelGumbel, abi.FlagLogprobs, 1, 1},
 		{"greedy", kernelGumbel, 0, 0, 1},
-		{"greedy+logprobs", kernelGumbel, gokernel.FlagLogprobs, 0, 1},
+		{"greedy+logprobs", kernelGumbel, abi.FlagLogprobs, 0, 1},
 		{"gumbel+processors", kernelGumbel, procs, 0.8, 1},
-		{"gumbel+processors+logprobs", kernelGumbel, procs | gokernel.FlagLogprobs, 0.8, 1},
+		{"gumbel+processors+logprobs", kernelGumbel, procs | abi.FlagLogprobs, 0.8, 1},
 		{"gumbel draws=4", kernelGumbel, 0, 0.8, 4},
 		{"topn 20", kernelTopN, 0, 0.8, 1},
-		{"topn 20 perturbed", kernelTopN, gokernel.FlagPerturbed, 0.8, 1},
+		{"topn 20 perturbed", kernelTopN, abi.FlagPerturbed, 0.8, 1},
 	}
 	for _, s := range []int{1, 16, 17} {
 		for _, c := range cases {
 			b.Run(fmt.Sprintf("S=%d/%s", s, c.name), func(b *testing.B) {
 				l := *base
 				l.kernel, l.gridX, l.gridZ, l.block = c.kernel, s, c.draws, 1024
-				l.logprobs = c.flags&gokernel.FlagLogprobs != 0
+				l.logprobs = c.flags&abi.FlagLogprobs != 0
 				l.params = make([]rowParams, batch)
 				for y := range l.params {
 					l.params[y] = rowParams{row: uint32(y), temperature: c.temp, seed: uint64(y), step: 9,
@@ -113,7 +112,7 @@ func deviceArgs(b *testing.B, dev runtime.Device, l *launch, extraPartialWords i
 // timeLaunches runs the launch n times back to back, b.N times over, and returns the mean
 // device time of one launch in microseconds.
 func timeLaunches(b *testing.B, dev runtime.Device, mod runtime.Module, l *launch, n int) float64 {
-	k, err := mod.Kernel(kernelNames[l.kernel] + kernelsrc.Suffixes[l.dtype])
+	k, err := mod.Kernel(kernelNames[l.kernel] + abi.Suffixes[l.dtype])
 	require.NoError(b, err)
 	s := dev.DefaultStream()
 	a, _, free := deviceArgs(b, dev, l, 0)

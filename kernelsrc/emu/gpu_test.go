@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gumbel-go/gumbel/kernelsrc"
-	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 	_ "github.com/gumbel-go/gumbel/runtime/cuda" // registers the CUDA backend
 )
@@ -64,7 +64,7 @@ func gpuLaunches(r *rand.Rand) []*launch {
 // ADVANCE and RECORD change), and must give the same answer.
 func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) outcome {
 	t.Helper()
-	k, err := mod.Kernel(kernelNames[l.kernel] + kernelsrc.Suffixes[l.dtype])
+	k, err := mod.Kernel(kernelNames[l.kernel] + abi.Suffixes[l.dtype])
 	require.NoError(t, err)
 	warp := max(dev.Info().WarpSize, 1)
 	block := min((l.block+warp-1)/warp*warp, k.MaxThreadsPerBlock())
@@ -209,10 +209,10 @@ func TestGPUCUDAEditionV2MatchesGoEdition(t *testing.T) {
 					v2Flags(r, p)
 					p.topN = 20
 					if r.IntN(2) == 0 {
-						p.flags |= gokernel.FlagPerturbed
+						p.flags |= abi.FlagPerturbed
 					}
 					if kernel == kernelTopN {
-						p.flags &^= gokernel.FlagLogprobs | gokernel.FlagRecord | gokernel.FlagAdvance
+						p.flags &^= abi.FlagLogprobs | abi.FlagRecord | abi.FlagAdvance
 					}
 				})
 				ls = append(ls, l)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gumbel-go/gumbel/half"
 	"github.com/gumbel-go/gumbel/kernelsrc"
-	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/runtime/cpu"
 )
@@ -38,7 +38,7 @@ const (
 	topnStride  = 22 // uint64 partials per topn block
 )
 
-var kernelNames = [3]string{kernelsrc.GumbelArgmax, kernelsrc.Categorical, kernelsrc.TopN}
+var kernelNames = [3]string{abi.GumbelArgmax, abi.Categorical, abi.TopN}
 
 // rowParams is one RowParams entry (ABI.md).
 type rowParams struct {
@@ -47,7 +47,7 @@ type rowParams struct {
 	seed, step                      uint64
 	topK                            uint32
 	topP, minP                      float32
-	flags                           uint32
+	flags                           abi.Flags
 	repetition, frequency, presence float32
 	topN                            uint32
 }
@@ -133,7 +133,7 @@ func (l *launch) paramBytes() []byte {
 		put(6, p.topK)
 		put(7, math.Float32bits(p.topP))
 		put(8, math.Float32bits(p.minP))
-		put(9, p.flags)
+		put(9, uint32(p.flags))
 		put(10, math.Float32bits(p.repetition))
 		put(11, math.Float32bits(p.frequency))
 		put(12, math.Float32bits(p.presence))
@@ -172,7 +172,7 @@ func (l *launch) newOutcome() outcome {
 // runGo runs the launch through the Go edition on the CPU device.
 func runGo(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) outcome {
 	t.Helper()
-	k, err := mod.Kernel(kernelNames[l.kernel] + kernelsrc.Suffixes[l.dtype])
+	k, err := mod.Kernel(kernelNames[l.kernel] + abi.Suffixes[l.dtype])
 	require.NoError(t, err)
 	n := len(l.params)
 	o := l.newOutcome()
@@ -348,7 +348,7 @@ func matchTopN(t *testing.T, l *launch, want, got outcome, kinds map[string]int)
 	for _, p := range l.params {
 		for j := range maxTopN {
 			if want.tokens[int(p.row)*maxTopN+j] >= 0 {
-				if p.flags&gokernel.FlagPerturbed != 0 {
+				if p.flags&abi.FlagPerturbed != 0 {
 					kinds["topn perturbed"]++
 				} else {
 					kinds["topn"]++

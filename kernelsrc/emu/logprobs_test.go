@@ -6,10 +6,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 )
 
 // This file tests the log-probability arithmetic of sampling.cu on rows whose logits are
@@ -125,7 +124,7 @@ func TestCUDATopNFullWidthPenalisedTies(t *testing.T) {
 	l.counts = penalisedCounts(r, l.slots, l.vocab)
 	l.rows(r, func(p *rowParams) {
 		p.temperature, p.topN = 1, 20
-		p.flags = gokernel.FlagPerturbed | gokernel.FlagPenalties
+		p.flags = abi.FlagPerturbed | abi.FlagPenalties
 		p.repetition, p.frequency, p.presence = 1, -0.25, 0.4
 	})
 	ls := []*launch{l}
@@ -170,14 +169,14 @@ func TestCUDALargeLogitLogProbs(t *testing.T) {
 						p.temperature = temps[r.IntN(len(temps))]
 						p.topN = 20
 						if !plain {
-							p.flags = gokernel.FlagPenalties
+							p.flags = abi.FlagPenalties
 							p.repetition, p.frequency, p.presence = 1, -0.25, 0.4
 						}
 						if kernel == kernelTopN && !plain {
-							p.flags |= gokernel.FlagPerturbed
+							p.flags |= abi.FlagPerturbed
 						}
 						if kernel != kernelTopN {
-							p.flags |= gokernel.FlagLogprobs
+							p.flags |= abi.FlagLogprobs
 						}
 						if kernel == kernelCategorical && p.temperature != 0 {
 							// The filtered draw's record (greedy rows take the greedy record).
@@ -266,7 +265,7 @@ func largeMagnitudeLaunches(r *rand.Rand, gridXs []int, vocab, stride, block, wa
 				temps := []float32{1, 0.7, 0.25, 3, 1e-3, 0}
 				l.rows(r, func(p *rowParams) {
 					p.temperature = temps[r.IntN(len(temps))]
-					p.flags = gokernel.FlagLogprobs
+					p.flags = abi.FlagLogprobs
 				})
 				ls = append(ls, l)
 			}
@@ -296,7 +295,7 @@ func matchRecordShapes(t *testing.T, r *rand.Rand, shapes []recordShape) {
 			temps := []float32{0, 1, 0.8, 2}
 			l.rows(r, func(p *rowParams) {
 				p.temperature = temps[r.IntN(len(temps))]
-				p.flags = gokernel.FlagLogprobs
+				p.flags = abi.FlagLogprobs
 			})
 			ls = append(ls, l)
 		}

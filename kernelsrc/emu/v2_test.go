@@ -7,8 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
-
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/stretchr/testify/require"
 )
 
@@ -66,7 +65,7 @@ func (l *launch) withProcessors(r *rand.Rand) {
 
 // v2Flags picks a row's version-2 flags: processors, records, RECORD and ADVANCE.
 func v2Flags(r *rand.Rand, p *rowParams) {
-	for _, f := range []uint32{gokernel.FlagLogprobs, gokernel.FlagLogprobs, gokernel.FlagBias, gokernel.FlagMask, gokernel.FlagPenalties, gokernel.FlagRecord, gokernel.FlagAdvance} {
+	for _, f := range []abi.Flags{abi.FlagLogprobs, abi.FlagLogprobs, abi.FlagBias, abi.FlagMask, abi.FlagPenalties, abi.FlagRecord, abi.FlagAdvance} {
 		if r.IntN(2) == 0 {
 			p.flags |= f
 		}
@@ -106,7 +105,7 @@ func v2Launches(r *rand.Rand) []*launch {
 		l := &launch{kernel: kernelGumbel, dtype: dtF32, gridX: s, block: 16, warp: 8, vocab: 4099, stride: 4099, slots: 5}
 		l.name = fmt.Sprintf("v2 gumbel logprobs only S=%d V=4099", s)
 		temps := []float32{1, 1, 0.7, 0, 1.5}
-		add(l, func(p *rowParams) { p.flags = gokernel.FlagLogprobs; p.temperature = temps[r.IntN(len(temps))] })
+		add(l, func(p *rowParams) { p.flags = abi.FlagLogprobs; p.temperature = temps[r.IntN(len(temps))] })
 	}
 	// categorical: every dtype, with filters, processors and draws.
 	ks := []uint32{0, 0, 1, 3, 20}
@@ -133,9 +132,9 @@ func v2Launches(r *rand.Rand) []*launch {
 			l.name = fmt.Sprintf("v2 routed %s D=%d", kernelNames[k], d)
 			add(l, func(p *rowParams) {
 				v2Flags(r, p)
-				p.flags |= gokernel.FlagRouted
+				p.flags |= abi.FlagRouted
 				if r.IntN(2) == 0 {
-					p.flags |= gokernel.FlagCategorical
+					p.flags |= abi.FlagCategorical
 				}
 				p.topP = 0.9
 			})
@@ -153,8 +152,8 @@ func v2Launches(r *rand.Rand) []*launch {
 			add(l, func(p *rowParams) {
 				p.topN = ns[r.IntN(len(ns))]
 				if r.IntN(2) == 0 {
-					p.flags |= gokernel.FlagPerturbed
-					for _, f := range []uint32{gokernel.FlagBias, gokernel.FlagMask, gokernel.FlagPenalties} {
+					p.flags |= abi.FlagPerturbed
+					for _, f := range []abi.Flags{abi.FlagBias, abi.FlagMask, abi.FlagPenalties} {
 						if r.IntN(2) == 0 {
 							p.flags |= f
 						}
@@ -179,7 +178,7 @@ func v2Coverage(ls []*launch, got []outcome) map[string]int {
 					slot := int(p.row)*maxTopN + j
 					v := math.Float32frombits(uint32(o.status[slot]))
 					switch {
-					case o.tokens[slot] >= 0 && p.flags&gokernel.FlagPerturbed != 0 && p.temperature != 0:
+					case o.tokens[slot] >= 0 && p.flags&abi.FlagPerturbed != 0 && p.temperature != 0:
 						c["topn perturbed token"]++
 					case o.tokens[slot] >= 0:
 						c["topn token"]++
@@ -195,7 +194,7 @@ func v2Coverage(ls []*launch, got []outcome) map[string]int {
 		d := l.draws()
 		params := l.paramBytes()
 		for y, p := range l.params {
-			routedAway := p.flags&gokernel.FlagRouted != 0 && (p.flags&gokernel.FlagCategorical != 0) != (l.kernel == kernelCategorical)
+			routedAway := p.flags&abi.FlagRouted != 0 && (p.flags&abi.FlagCategorical != 0) != (l.kernel == kernelCategorical)
 			for z := range d {
 				slot := int(p.row)*d + z
 				switch {
@@ -203,15 +202,15 @@ func v2Coverage(ls []*launch, got []outcome) map[string]int {
 					if o.status[slot] == untouched {
 						c["routed row left alone"]++
 					}
-				case o.status[slot] == 0 && p.flags&gokernel.FlagLogprobs != 0:
+				case o.status[slot] == 0 && p.flags&abi.FlagLogprobs != 0:
 					c[fmt.Sprintf("%s record", kernelNames[l.kernel])]++
-					if p.flags&(gokernel.FlagBias|gokernel.FlagMask|gokernel.FlagPenalties) != 0 {
+					if p.flags&(abi.FlagBias|abi.FlagMask|abi.FlagPenalties) != 0 {
 						c["record of a processed row"]++
 					}
 					if d > 1 {
 						c["record of a later draw"]++
 					}
-				case o.status[slot] > 0 && p.flags&gokernel.FlagLogprobs != 0:
+				case o.status[slot] > 0 && p.flags&abi.FlagLogprobs != 0:
 					c["NaN record"]++
 				}
 			}

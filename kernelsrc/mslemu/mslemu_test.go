@@ -22,6 +22,7 @@ import (
 
 	"github.com/gumbel-go/gumbel/half"
 	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 	"github.com/gumbel-go/gumbel/philox"
 	"github.com/gumbel-go/gumbel/runtime"
@@ -124,7 +125,7 @@ const (
 type launchCase struct {
 	name      string
 	kernel    kernelKind
-	dtype     int // index into kernelsrc.Suffixes
+	dtype     int // index into abi.Suffixes
 	T, S      int
 	draws     int // grid.z; 0 means 1
 	vocab     int
@@ -149,7 +150,7 @@ func (c *launchCase) numDraws() int { return max(c.draws, 1) }
 // slots is the length of tokens and status (topn: out_tokens and out_values).
 func (c *launchCase) slots() int {
 	if c.kernel == topN {
-		return c.outRows * gokernel.MaxTopN
+		return c.outRows * abi.MaxTopN
 	}
 	return c.outRows * c.numDraws()
 }
@@ -191,14 +192,14 @@ func (c *launchCase) counterWords() int {
 }
 
 func (c *launchCase) kernelName() string {
-	base := kernelsrc.GumbelArgmax
+	base := abi.GumbelArgmax
 	switch c.kernel {
 	case categorical:
-		base = kernelsrc.Categorical
+		base = abi.Categorical
 	case topN:
-		base = kernelsrc.TopN
+		base = abi.TopN
 	}
-	return base + kernelsrc.Suffixes[c.dtype]
+	return base + abi.Suffixes[c.dtype]
 }
 
 // rowParams is one RowParams record (ABI.md).
@@ -208,7 +209,7 @@ type rowParams struct {
 	seed, step  uint64
 	topK        uint32
 	topP, minP  float32
-	flags       uint32
+	flags       abi.Flags
 	repetition  float32
 	frequency   float32
 	presence    float32
@@ -218,7 +219,7 @@ type rowParams struct {
 func (p rowParams) put(dst []byte) {
 	words := [14]uint32{p.row, math.Float32bits(p.temperature), uint32(p.seed), uint32(p.seed >> 32),
 		uint32(p.step), uint32(p.step >> 32), p.topK, math.Float32bits(p.topP), math.Float32bits(p.minP),
-		p.flags, math.Float32bits(p.repetition), math.Float32bits(p.frequency), math.Float32bits(p.presence), p.topN}
+		uint32(p.flags), math.Float32bits(p.repetition), math.Float32bits(p.frequency), math.Float32bits(p.presence), p.topN}
 	for i, w := range words {
 		binary.LittleEndian.PutUint32(dst[4*i:], w)
 	}
@@ -564,16 +565,16 @@ func TestKernelsMatchGoEdition(t *testing.T) {
 	bin := buildDriver(t)
 	r := rand.New(rand.NewPCG(2024, 11))
 	var cases []*launchCase
-	for dtype := range kernelsrc.Suffixes {
+	for dtype := range abi.Suffixes {
 		for _, T := range []int{32, 256, 1024} {
 			for _, S := range []int{1, 3, 16} {
 				v := vocabs[r.IntN(len(vocabs))]
-				name := fmt.Sprintf("gumbel_argmax%s/T=%d/S=%d/V=%d", kernelsrc.Suffixes[dtype], T, S, v)
+				name := fmt.Sprintf("gumbel_argmax%s/T=%d/S=%d/V=%d", abi.Suffixes[dtype], T, S, v)
 				cases = append(cases, newCase(r, name, gumbelArgmax, dtype, T, S, 7, v))
 			}
 			for range 4 {
 				v := vocabs[r.IntN(len(vocabs))]
-				name := fmt.Sprintf("categorical%s/T=%d/V=%d", kernelsrc.Suffixes[dtype], T, v)
+				name := fmt.Sprintf("categorical%s/T=%d/V=%d", abi.Suffixes[dtype], T, v)
 				cases = append(cases, newCase(r, name, categorical, dtype, T, 1, 7, v))
 			}
 		}

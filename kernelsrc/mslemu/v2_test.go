@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 )
 
@@ -24,24 +24,24 @@ const recordTolerance = 1e-5
 // for topn, N. The caller has set the version-1 fields.
 func v2Row(r *rand.Rand, k kernelKind, p *rowParams) {
 	chance := func(pct int) bool { return r.IntN(100) < pct }
-	set := func(f uint32, pct int) {
+	set := func(f abi.Flags, pct int) {
 		if chance(pct) {
 			p.flags |= f
 		}
 	}
-	set(gokernel.FlagBias, 40)
-	set(gokernel.FlagMask, 40)
-	set(gokernel.FlagPenalties, 40)
+	set(abi.FlagBias, 40)
+	set(abi.FlagMask, 40)
+	set(abi.FlagPenalties, 40)
 	if k == topN {
-		set(gokernel.FlagPerturbed, 60)
+		set(abi.FlagPerturbed, 60)
 		p.topN = pick[uint32](r, 1, 2, 5, 20, 20, 7, 3, 0, 21)
 	} else {
-		set(gokernel.FlagLogprobs, 75)
-		set(gokernel.FlagAdvance, 50)
-		set(gokernel.FlagRecord, 50)
+		set(abi.FlagLogprobs, 75)
+		set(abi.FlagAdvance, 50)
+		set(abi.FlagRecord, 50)
 		if chance(25) {
-			p.flags |= gokernel.FlagRouted
-			set(gokernel.FlagCategorical, 50)
+			p.flags |= abi.FlagRouted
+			set(abi.FlagCategorical, 50)
 		}
 	}
 	if chance(3) {
@@ -55,12 +55,12 @@ func v2Row(r *rand.Rand, k kernelKind, p *rowParams) {
 // v2Buffers fills the bias, counts and mask buffers of the case's rows when a launch
 // row uses them.
 func v2Buffers(r *rand.Rand, c *launchCase, params []rowParams) {
-	var flags uint32
+	var flags abi.Flags
 	for _, p := range params {
 		flags |= p.flags
 	}
 	v, rows := c.vocab, c.outRows
-	if flags&gokernel.FlagBias != 0 {
+	if flags&abi.FlagBias != 0 {
 		c.bias = make([]float32, rows*v)
 		for i := range c.bias {
 			switch k := r.IntN(20); {
@@ -73,7 +73,7 @@ func v2Buffers(r *rand.Rand, c *launchCase, params []rowParams) {
 			}
 		}
 	}
-	if flags&(gokernel.FlagPenalties|gokernel.FlagRecord) != 0 {
+	if flags&(abi.FlagPenalties|abi.FlagRecord) != 0 {
 		c.counts = make([]uint32, rows*v)
 		for i := range c.counts {
 			switch k := r.IntN(100); {
@@ -91,7 +91,7 @@ func v2Buffers(r *rand.Rand, c *launchCase, params []rowParams) {
 			}
 		}
 	}
-	if flags&gokernel.FlagMask != 0 {
+	if flags&abi.FlagMask != 0 {
 		w := (v + 31) / 32
 		c.mask = make([]uint32, rows*w)
 		for row := range rows {
@@ -171,7 +171,7 @@ func compareV2(t *testing.T, c *launchCase, want, got result) (records int, wors
 			w, g := math.Float32frombits(uint32(want.status[o])), math.Float32frombits(uint32(got.status[o]))
 			scale := max(1, float32(math.Abs(float64(w))))
 			if !closeEnough(w, g, scale) {
-				y := slices.Index(rowsOf(c), uint32(o/gokernel.MaxTopN))
+				y := slices.Index(rowsOf(c), uint32(o/abi.MaxTopN))
 				assert.Failf(t, "topn value differs", "%s: slot %d: Go %g, MSL %g (params %x)", c.name, o, w, g,
 					c.params[64*y:64*y+56])
 			} else if w == w && !math.IsInf(float64(w), 0) && want.tokens[o] >= 0 {
@@ -200,7 +200,7 @@ func compareV2(t *testing.T, c *launchCase, want, got result) (records int, wors
 				c.name, o, want.status[o], w, g)
 			continue
 		}
-		if want.status[o] == gokernel.StatusOK && w[0] != math.Float32frombits(uint32(untouched)) {
+		if abi.Status(want.status[o]) == abi.StatusOK && w[0] != math.Float32frombits(uint32(untouched)) {
 			records++
 			for k := range 4 {
 				if !math.IsInf(float64(w[k]), 0) && w[k] == w[k] {
@@ -225,20 +225,20 @@ func TestVersion2MatchesGoEdition(t *testing.T) {
 	var cases []*launchCase
 	add := func(kernel kernelKind, dtype, T, S, D, width int) {
 		v := vocabs[r.IntN(len(vocabs))]
-		name := fmt.Sprintf("v2/%s/T=%d/S=%d/D=%d/V=%d/width=%d", kernelsrc.Suffixes[dtype], T, S, D, v, width)
+		name := fmt.Sprintf("v2/%s/T=%d/S=%d/D=%d/V=%d/width=%d", abi.Suffixes[dtype], T, S, D, v, width)
 		switch kernel {
 		case gumbelArgmax:
-			name = kernelsrc.GumbelArgmax + name
+			name = abi.GumbelArgmax + name
 		case categorical:
-			name = kernelsrc.Categorical + name
+			name = abi.Categorical + name
 		default:
-			name = kernelsrc.TopN + name
+			name = abi.TopN + name
 		}
 		c := newV2Case(r, name, kernel, dtype, T, S, D, 5, v)
 		c.simdWidth = width
 		cases = append(cases, c)
 	}
-	for dtype := range kernelsrc.Suffixes {
+	for dtype := range abi.Suffixes {
 		for _, T := range []int{32, 256, 1024} {
 			for _, S := range []int{1, 3, 16} {
 				add(gumbelArgmax, dtype, T, S, 1+r.IntN(3), 0)
@@ -310,13 +310,13 @@ func TestDrawsEqualAdvancedLaunches(t *testing.T) {
 		single.params = slices.Clone(whole.params)
 		for y := range whole.launchRows() {
 			p := rowParams{row: binaryRow(whole.params[64*y:]), temperature: 1.5, seed: r.Uint64(), step: r.Uint64(),
-				flags:      gokernel.FlagAdvance | gokernel.FlagRecord | gokernel.FlagPenalties | gokernel.FlagLogprobs,
+				flags:      abi.FlagAdvance | abi.FlagRecord | abi.FlagPenalties | abi.FlagLogprobs,
 				repetition: 1.5, frequency: 0.5, presence: 0.25}
 			if kernel == categorical {
 				p.topK = 50
 			}
 			p.put(whole.params[64*y:])
-			p.flags &^= gokernel.FlagRecord // the one-draw launches keep the counts fixed
+			p.flags &^= abi.FlagRecord // the one-draw launches keep the counts fixed
 			p.put(single.params[64*y:])
 		}
 		got := runDriver(t, bin, []*launchCase{whole})[0]
@@ -333,7 +333,7 @@ func TestDrawsEqualAdvancedLaunches(t *testing.T) {
 				assert.Equal(t, res.tokens[row], got.tokens[o], "%s: row %d draw %d token", whole.name, row, z)
 				assert.Equal(t, bitsOf(res.logprobs[4*row:4*row+4]), bitsOf(got.logprobs[4*o:4*o+4]),
 					"%s: row %d draw %d record", whole.name, row, z)
-				if res.status[row] == gokernel.StatusOK {
+				if abi.Status(res.status[row]) == abi.StatusOK {
 					wantCounts[row*whole.vocab+int(res.tokens[row])]++
 				}
 			}

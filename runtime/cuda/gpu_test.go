@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -102,8 +103,8 @@ func TestGPUSamplingProgramCompiles(t *testing.T) {
 	if st.Log != "" {
 		t.Logf("NVRTC log:\n%s", st.Log)
 	}
-	for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical, kernelsrc.TopN} {
-		for _, suffix := range kernelsrc.Suffixes {
+	for _, base := range []string{abi.GumbelArgmax, abi.Categorical, abi.TopN} {
+		for _, suffix := range abi.Suffixes {
 			k, err := m.Kernel(base + suffix)
 			require.NoError(t, err)
 			t.Logf("%s: max %d threads per block", k.Name(), k.MaxThreadsPerBlock())

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/philox"
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/stretchr/testify/assert"
@@ -108,8 +109,8 @@ func TestGPUCubinParamCounts(t *testing.T) {
 	require.NoError(t, err)
 	m := mod.(*module)
 	require.NotNil(t, m.cubin, "the H200 target compiles to a CUBIN")
-	for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical, kernelsrc.TopN} {
-		for _, suffix := range kernelsrc.Suffixes {
+	for _, base := range []string{abi.GumbelArgmax, abi.Categorical, abi.TopN} {
+		for _, suffix := range abi.Suffixes {
 			name := base + suffix
 			kk, err := mod.Kernel(name)
 			require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
@@ -101,8 +102,8 @@ func TestCompileSamplingKernels(t *testing.T) {
 	for _, tc := range ciTargets {
 		t.Run(tc.target, func(t *testing.T) {
 			kernels := compileAndRead(t, kernelsrc.Sampling(), tc.target, tc.mach, tc.wave)
-			for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical, kernelsrc.TopN} {
-				for _, suffix := range kernelsrc.Suffixes {
+			for _, base := range []string{abi.GumbelArgmax, abi.Categorical, abi.TopN} {
+				for _, suffix := range abi.Suffixes {
 					assert.Contains(t, kernels, base+suffix, "kernel %s%s in the %s code object", base, suffix, tc.target)
 				}
 			}

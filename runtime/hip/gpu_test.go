@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
@@ -149,8 +150,8 @@ func TestGPUSamplingKernelsLoad(t *testing.T) {
 	mod, err := d.Load(kernelsrc.Sampling())
 	require.NoError(t, err)
 	defer mod.Close()
-	for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical, kernelsrc.TopN} {
-		for _, suffix := range kernelsrc.Suffixes {
+	for _, base := range []string{abi.GumbelArgmax, abi.Categorical, abi.TopN} {
+		for _, suffix := range abi.Suffixes {
 			k, err := mod.Kernel(base + suffix)
 			require.NoError(t, err)
 			assert.Positive(t, k.MaxThreadsPerBlock())

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gumbel-go/gumbel/half"
 	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/runtime/cpu"
@@ -209,14 +210,14 @@ func TestSamplingKernelsMatchGoEdition(t *testing.T) {
 	goKernels := gokernel.Kernels()
 	r := rand.New(rand.NewPCG(5, 6))
 	s := d.DefaultStream()
-	for dtype, suffix := range kernelsrc.Suffixes {
-		for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical} {
+	for dtype, suffix := range abi.Suffixes {
+		for _, base := range []string{abi.GumbelArgmax, abi.Categorical} {
 			name := base + suffix
 			k, err := mod.Kernel(name)
 			require.NoError(t, err)
 			for _, T := range []int{32, 256, 1024} {
 				for _, S := range []int{1, 3, 16} {
-					if base == kernelsrc.Categorical && S > 1 {
+					if base == abi.Categorical && S > 1 {
 						continue
 					}
 					vocab := []int{1, 7, 1000, 4099, 32000}[r.IntN(5)]

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gumbel-go/gumbel/half"
 	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/runtime/cpu"
@@ -121,14 +122,14 @@ func newV2Launch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int) *v2
 	if dtype != 0 {
 		es = 2
 	}
-	if base == kernelsrc.Categorical {
+	if base == abi.Categorical {
 		S = 1
 	}
-	if base == kernelsrc.TopN {
+	if base == abi.TopN {
 		D = 1
 	}
 	l := &v2Launch{
-		name: fmt.Sprintf("%s%s/T=%d/S=%d/D=%d/V=%d", base, kernelsrc.Suffixes[dtype], T, S, D, vocab),
+		name: fmt.Sprintf("%s%s/T=%d/S=%d/D=%d/V=%d", base, abi.Suffixes[dtype], T, S, D, vocab),
 		grid: runtime.Dim3{X: S, Y: rows, Z: D}, T: T, stride: uint64(vocab), vocab: uint32(vocab),
 	}
 	logits := make([]byte, rows*vocab*es)
@@ -150,44 +151,42 @@ func newV2Launch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int) *v2
 		}
 	}
 	l.bufs[0] = logits
-	params := make([]byte, 64*rows)
-	var all uint32
+	params := make([]byte, abi.RowParamsSize*rows)
+	var all abi.Flags
 	for y := range rows {
-		var flags uint32
-		for _, f := range []uint32{gokernel.FlagBias, gokernel.FlagMask, gokernel.FlagPenalties} {
+		var flags abi.Flags
+		for _, f := range []abi.Flags{abi.FlagBias, abi.FlagMask, abi.FlagPenalties} {
 			if r.IntN(2) == 0 {
 				flags |= f
 			}
 		}
-		if base == kernelsrc.TopN {
+		if base == abi.TopN {
 			if r.IntN(2) == 0 {
-				flags |= gokernel.FlagPerturbed
+				flags |= abi.FlagPerturbed
 			}
 		} else {
-			for _, f := range []uint32{gokernel.FlagLogprobs, gokernel.FlagLogprobs, gokernel.FlagAdvance, gokernel.FlagRecord} {
+			for _, f := range []abi.Flags{abi.FlagLogprobs, abi.FlagLogprobs, abi.FlagAdvance, abi.FlagRecord} {
 				if r.IntN(2) == 0 {
 					flags |= f
 				}
 			}
 			if r.IntN(4) == 0 {
-				flags |= gokernel.FlagRouted | uint32(r.IntN(2))*gokernel.FlagCategorical
+				flags |= abi.FlagRouted | abi.Flags(r.IntN(2))*abi.FlagCategorical
 			}
 		}
 		all |= flags
 		temps := []float32{0, 0.5, 1, 2}
-		words := []uint32{uint32(rows - 1 - y), math.Float32bits(temps[r.IntN(4)]), r.Uint32(), r.Uint32(), r.Uint32(), r.Uint32(),
-			[]uint32{0, 1, 40, uint32(vocab)}[r.IntN(4)], math.Float32bits([]float32{0, 0.5, 0.95}[r.IntN(3)]),
-			math.Float32bits([]float32{0, 0.05}[r.IntN(2)]), flags,
-			math.Float32bits([]float32{1, 1.3, 0.8}[r.IntN(3)]), math.Float32bits([]float32{0, 0.5, -0.25}[r.IntN(3)]),
-			math.Float32bits([]float32{0, 0.2, -1}[r.IntN(3)]), []uint32{1, 5, 20}[r.IntN(3)]}
-		for i, v := range words {
-			binary.LittleEndian.PutUint32(params[64*y+4*i:], v)
-		}
+		p := abi.RowParams{Row: uint32(rows - 1 - y), Temperature: temps[r.IntN(4)], Seed: r.Uint64(), Step: r.Uint64(),
+			TopK: []uint32{0, 1, 40, uint32(vocab)}[r.IntN(4)], TopP: []float32{0, 0.5, 0.95}[r.IntN(3)],
+			MinP: []float32{0, 0.05}[r.IntN(2)], Flags: flags,
+			RepetitionPenalty: []float32{1, 1.3, 0.8}[r.IntN(3)], FrequencyPenalty: []float32{0, 0.5, -0.25}[r.IntN(3)],
+			PresencePenalty: []float32{0, 0.2, -1}[r.IntN(3)], TopN: []uint32{1, 5, 20}[r.IntN(3)]}
+		p.Encode(params[abi.RowParamsSize*y:])
 	}
 	l.bufs[argParams] = params
 	slots := rows * D
-	if base == kernelsrc.TopN {
-		slots = rows * gokernel.MaxTopN
+	if base == abi.TopN {
+		slots = rows * abi.MaxTopN
 	}
 	l.bufs[argTokens] = make([]byte, 4*slots)
 	l.bufs[argStatus] = make([]byte, 4*slots)
@@ -196,26 +195,26 @@ func newV2Launch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int) *v2
 		binary.LittleEndian.PutUint32(l.bufs[argStatus][4*o:], 0x7EEEEEEE)
 	}
 	switch base {
-	case kernelsrc.GumbelArgmax:
+	case abi.GumbelArgmax:
 		l.bufs[argPartials] = make([]byte, 8*3*rows*D*S)
 		l.bufs[argCounters] = make([]byte, 4*(2*rows*D+rows))
-	case kernelsrc.Categorical:
+	case abi.Categorical:
 		l.bufs[argCounters] = make([]byte, 4*(2*rows*D+rows))
 	default:
 		l.bufs[argPartials] = make([]byte, 8*22*rows*S)
 		l.bufs[argCounters] = make([]byte, 4*2*rows)
 	}
-	if base != kernelsrc.TopN && all&gokernel.FlagLogprobs != 0 {
+	if base != abi.TopN && all&abi.FlagLogprobs != 0 {
 		l.bufs[argLogprobs] = make([]byte, 4*4*slots)
 	}
-	if all&gokernel.FlagBias != 0 {
+	if all&abi.FlagBias != 0 {
 		bias := make([]byte, 4*rows*vocab)
 		for i := range rows * vocab {
 			binary.LittleEndian.PutUint32(bias[4*i:], math.Float32bits(float32(r.NormFloat64())))
 		}
 		l.bufs[9] = bias
 	}
-	if all&(gokernel.FlagPenalties|gokernel.FlagRecord) != 0 {
+	if all&(abi.FlagPenalties|abi.FlagRecord) != 0 {
 		counts := make([]byte, 4*rows*vocab)
 		for i := range rows * vocab {
 			c := []uint32{0, 0, 0, 1, 2, 1 << 31, 1<<31 | 1}[r.IntN(7)]
@@ -223,7 +222,7 @@ func newV2Launch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int) *v2
 		}
 		l.bufs[argCounts] = counts
 	}
-	if all&gokernel.FlagMask != 0 {
+	if all&abi.FlagMask != 0 {
 		w := (vocab + 31) / 32
 		mask := make([]byte, 4*rows*w)
 		for i := range mask {
@@ -264,8 +263,8 @@ func TestVersion2KernelsMatchGoEdition(t *testing.T) {
 	r := rand.New(rand.NewPCG(8, 2))
 	s := d.DefaultStream()
 	var records int
-	for dtype, suffix := range kernelsrc.Suffixes {
-		for _, base := range []string{kernelsrc.GumbelArgmax, kernelsrc.Categorical, kernelsrc.TopN} {
+	for dtype, suffix := range abi.Suffixes {
+		for _, base := range []string{abi.GumbelArgmax, abi.Categorical, abi.TopN} {
 			k, err := mod.Kernel(base + suffix)
 			require.NoError(t, err)
 			for _, T := range []int{256, 1024} {
@@ -275,7 +274,7 @@ func TestVersion2KernelsMatchGoEdition(t *testing.T) {
 						l := newV2Launch(r, base, dtype, vocab, 6, S, D, T)
 						got := l.runOnMetal(t, d, s, k)
 						want := l.runOnGo(goKernels[base+suffix], r)
-						records += compareV2Launch(t, l, base == kernelsrc.TopN, want, got)
+						records += compareV2Launch(t, l, base == abi.TopN, want, got)
 					}
 				}
 			}

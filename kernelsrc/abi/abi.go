@@ -1,0 +1,200 @@
+// Package abi is the one definition of the sampling kernels' binary interface: the
+// kernel names, the argument positions, the RowParams record, its flags, the status
+// codes, the random stream's purposes, the limits, and the sizes of the scratch and
+// output buffers a launch needs. Every edition of the kernels follows it: the Go edition
+// (package gokernel) and the sampler use this package directly, and `go generate` writes
+// it into the CUDA/HIP header (../cuda/abi.cuh), the Metal header (../metal/abi.metal)
+// and the tables of ../ABI.md, which specifies what the kernels compute. A test fails
+// when a generated file is out of date.
+//
+// Names carry over mechanically: a constant FlagLogprobs is GB_FLAG_LOGPROBS in C++, a
+// RowParams field TopK is top_k; `git grep -iE 'flag_?logprobs'` finds every use.
+package abi
+
+//go:generate go run ./gen
+
+import "github.com/gumbel-go/gumbel/philox"
+
+// Kernel families. A kernel's full name appends its logits type: [KernelName].
+const (
+	GumbelArgmax = "gumbel_argmax"
+	Categorical  = "categorical"
+	TopN         = "topn"
+)
+
+// DType is the element type of the logits, the kernel's name suffix and its template
+// argument in the C++ editions.
+type DType uint8
+
+// Logits element types.
+const (
+	// F32: IEEE binary32, suffix _f32.
+	F32 DType = 0
+	// F16: IEEE binary16, suffix _f16.
+	F16 DType = 1
+	// BF16: the top half of an IEEE binary32 (bfloat16), suffix _bf16.
+	BF16 DType = 2
+)
+
+// DTypes lists the element types in order.
+var DTypes = [...]DType{F32, F16, BF16}
+
+// Suffixes are the kernel name suffixes of the element types, in the order of DTypes.
+var Suffixes = [...]string{F32: "_f32", F16: "_f16", BF16: "_bf16"}
+
+// Suffix returns the kernel name suffix: "_f32", "_f16" or "_bf16".
+func (d DType) Suffix() string {
+	if int(d) < len(Suffixes) {
+		return Suffixes[d]
+	}
+	return "_invalid"
+}
+
+// Size returns the bytes of one element.
+func (d DType) Size() int {
+	if d == F32 {
+		return 4
+	}
+	return 2
+}
+
+// KernelName returns the name of a family's kernel for one element type, such as
+// "gumbel_argmax_bf16".
+func KernelName(family string, d DType) string { return family + d.Suffix() }
+
+// Arg is the position of a kernel argument. Every kernel takes the twelve arguments in
+// this order; a buffer whose feature no row of the launch uses may be any valid buffer of
+// at least 8 bytes, which the kernel never reads or writes.
+type Arg int
+
+// Argument positions.
+const (
+	// ArgLogits (buffer): the logits, row r starting at element r·row_stride.
+	ArgLogits Arg = 0
+	// ArgParams (buffer): one RowParams per launch row.
+	ArgParams Arg = 1
+	// ArgTokens (buffer, int32): the token of each output slot; topn: its tokens.
+	ArgTokens Arg = 2
+	// ArgStatus (buffer, int32): the status of each output slot; topn: its float32
+	// log-probabilities.
+	ArgStatus Arg = 3
+	// ArgPartials (buffer, uint64): the split phase's scratch.
+	ArgPartials Arg = 4
+	// ArgCounters (buffer, uint32): arrival counters, zero before a launch and after it.
+	ArgCounters Arg = 5
+	// ArgRowStride (u64): elements from one logits row to the next.
+	ArgRowStride Arg = 6
+	// ArgVocab (u32): V, the elements of a row, 1 ≤ V ≤ MaxVocab.
+	ArgVocab Arg = 7
+	// ArgLogprobs (buffer, float32): four words of log-probability record per output slot
+	// (FlagLogprobs); unused by topn.
+	ArgLogprobs Arg = 8
+	// ArgBias (buffer, float32): V additive biases per logits row (FlagBias).
+	ArgBias Arg = 9
+	// ArgCounts (buffer, uint32): V token counts per logits row (FlagPenalties,
+	// FlagRecord).
+	ArgCounts Arg = 10
+	// ArgMask (buffer, uint32): ceil(V/32) words of allowed-token bitmap per logits row
+	// (FlagMask).
+	ArgMask Arg = 11
+)
+
+// NumArgs is the number of arguments of every kernel.
+const NumArgs = 12
+
+// Flags is RowParams word 9: the features of a row.
+type Flags uint32
+
+// Row flags. A kernel ignores the flags it has no use for; a reserved bit set is bad
+// parameters.
+const (
+	// FlagLogprobs: write the log-probability record of every output slot of the row.
+	FlagLogprobs Flags = 1 << 0
+	// FlagAdvance: after all D draws of the row, add D to its step in params.
+	FlagAdvance Flags = 1 << 1
+	// FlagRecord: after all D draws, count each token drawn with status 0 in the row's
+	// counts.
+	FlagRecord Flags = 1 << 2
+	// FlagRouted: the row's kernel is chosen on the device; the other kernel leaves it
+	// alone.
+	FlagRouted Flags = 1 << 3
+	// FlagCategorical: with FlagRouted, the row belongs to the categorical kernel.
+	FlagCategorical Flags = 1 << 4
+	// FlagBias: add the row's logit bias.
+	FlagBias Flags = 1 << 5
+	// FlagMask: apply the row's allowed-token bitmap.
+	FlagMask Flags = 1 << 6
+	// FlagPenalties: apply the repetition, frequency and presence penalties from the
+	// row's counts.
+	FlagPenalties Flags = 1 << 7
+	// FlagPerturbed: the topn kernels rank Gumbel scores instead of raw logits (sampling
+	// without replacement).
+	FlagPerturbed Flags = 1 << 8
+	// FlagsProcessors are the flags of the logit processors.
+	FlagsProcessors = FlagBias | FlagMask | FlagPenalties
+	// FlagsReserved are the bits a row must leave clear.
+	FlagsReserved Flags = ^Flags(1<<9 - 1)
+)
+
+// Status is what a kernel reports for an output slot.
+type Status int32
+
+// Status codes.
+const (
+	// StatusOK: the token is the sampled index.
+	StatusOK Status = 0
+	// StatusNonFinite: the row holds NaN or +Inf (after bias and penalties); token -1.
+	StatusNonFinite Status = 1
+	// StatusNoFinite: every processed logit of the row is -Inf or masked; token -1.
+	StatusNoFinite Status = 2
+	// StatusBadParams: bad temperature, reserved flags, or buffers that cannot hold the
+	// row; token -1.
+	StatusBadParams Status = 3
+)
+
+// Seen is what the blocks of a row observed, ORed into the row's flags counter.
+type Seen uint32
+
+// Observations.
+const (
+	// SeenNonFinite: a NaN or +Inf processed logit (before the mask).
+	SeenNonFinite Seen = 1 << 0
+	// SeenFinite: a finite processed logit that the mask lets through.
+	SeenFinite Seen = 1 << 1
+)
+
+// The random stream's purposes and noise bounds (package philox, the stream contract).
+const (
+	// PurposeGumbel: the main word of an element's Gumbel noise.
+	PurposeGumbel = uint32(philox.PurposeGumbel)
+	// PurposeGumbelTail: the tail-extension word, read when the main word is below
+	// TailThreshold.
+	PurposeGumbelTail = uint32(philox.PurposeGumbelTail)
+	// PurposeCategorical: the 64-bit uniform of the categorical draw.
+	PurposeCategorical = uint32(philox.PurposeCategorical)
+	// TailThreshold: main words below it take the tail word.
+	TailThreshold uint32 = philox.TailThreshold
+	// MaxGumbel bounds the Gumbel noise from above.
+	MaxGumbel float32 = philox.MaxGumbel
+)
+
+// Limits.
+const (
+	// MaxVocab is the largest V.
+	MaxVocab = 1<<31 - 1
+	// MaxDraws is the largest grid.z: draws per row in one launch.
+	MaxDraws = 1 << 24
+	// MaxTopN is the largest n of the topn kernels, and the stride of their outputs.
+	MaxTopN = 20
+	// TopNStride is the uint64 words one topn block keeps in partials: MaxTopN keys, its
+	// log-sum-exp pair and a spare word.
+	TopNStride = MaxTopN + 2
+	// MaxThreads is the largest block the kernels are compiled for.
+	MaxThreads = 1024
+	// MaxWarps is the most warps of a block: MaxThreads over 32 lanes.
+	MaxWarps = 32
+	// RecordWords is the float32 words of one log-probability record.
+	RecordWords = 4
+	// CountMask selects the output count of a counts word; bit 31 marks a prompt token.
+	CountMask uint32 = 0x7FFFFFFF
+)

@@ -1,0 +1,79 @@
+package abi
+
+// Launch is the shape of one launch as the buffers see it: n launch rows (grid.y), S
+// blocks per row (grid.x) and D draws per row (grid.z; topn draws once).
+type Launch struct {
+	Rows, Split, Draws int
+}
+
+// draws is D, at least 1; topn launches count one.
+func (l Launch) draws(family string) int {
+	if family == TopN || l.Draws < 1 {
+		return 1
+	}
+	return l.Draws
+}
+
+// PartialsWords is the uint64 words of partials a launch of the family needs.
+//
+// gumbel_argmax: block p = (z·n + y)·S + x keeps its packed key at word p, its raw and
+// processed log-sum-exp pairs at words n·D·S + 2p and + 1, and its winner's payload at
+// 3·n·D·S + p. topn: block p = y·S + x keeps TopNStride words from TopNStride·p.
+// categorical uses none.
+func (l Launch) PartialsWords(family string) int {
+	switch family {
+	case GumbelArgmax:
+		return 4 * l.Rows * l.draws(family) * max(l.Split, 1)
+	case TopN:
+		return TopNStride * l.Rows * max(l.Split, 1)
+	}
+	return 0
+}
+
+// CountersWords is the uint32 words of counters a launch of the family needs: a pair per
+// draw of each row (arrivals, then the ORed Seen flags) and, for the sampling kernels,
+// one per row counting its finished draws.
+func (l Launch) CountersWords(family string) int {
+	d := l.draws(family)
+	if family == TopN {
+		return 2 * l.Rows
+	}
+	return 2*l.Rows*d + l.Rows
+}
+
+// KeyWord is the partials word of block x's packed key for draw z of launch row y.
+func (l Launch) KeyWord(y, z, x int) int {
+	return (z*l.Rows+y)*l.Split + x
+}
+
+// PairWord is the partials word of block x's log-sum-exp pair of set 0 (raw) or 1
+// (processed) for draw z of launch row y.
+func (l Launch) PairWord(y, z, x, set int) int {
+	return l.Rows*l.draws(GumbelArgmax)*l.Split + 2*l.KeyWord(y, z, x) + set
+}
+
+// PayloadWord is the partials word of block x's winner's raw logit (low half) and value
+// (high half) for draw z of launch row y.
+func (l Launch) PayloadWord(y, z, x int) int {
+	return 3*l.Rows*l.draws(GumbelArgmax)*l.Split + l.KeyWord(y, z, x)
+}
+
+// TopNWord is word j (0 to TopNStride-1) of topn block x of launch row y.
+func (l Launch) TopNWord(y, x, j int) int {
+	return TopNStride*(y*l.Split+x) + j
+}
+
+// DrawCounter is the first counters word of draw z of launch row y: the arrivals; the
+// next word holds the ORed Seen flags.
+func (l Launch) DrawCounter(y, z int) int { return 2 * (z*l.Rows + y) }
+
+// RowCounter is the counters word that counts launch row y's finished draws.
+func (l Launch) RowCounter(y int) int { return 2*l.Rows*l.draws(GumbelArgmax) + y }
+
+// Slots is the output slots of rows logits rows with draws draws each: row r's draw z
+// writes slot r·draws + z of tokens, status and logprobs.
+func Slots(rows, draws int) int { return rows * max(draws, 1) }
+
+// TopNSlots is the entries of the topn outputs for rows logits rows: row r's entry j is
+// r·MaxTopN + j.
+func TopNSlots(rows int) int { return rows * MaxTopN }
