@@ -166,6 +166,9 @@ type Program struct {
 	Name string
 	// CUDA is CUDA C++ source; HIP compiles it through its prelude.
 	CUDA string
+	// CUDAHeaders are the files CUDA includes, by include name; NVRTC and hiprtc get
+	// them in memory.
+	CUDAHeaders map[string]string
 	// HIPPrelude is prepended to CUDA when compiling with hiprtc.
 	HIPPrelude string
 	// Metal is Metal Shading Language source.

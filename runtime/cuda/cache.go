@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 )
 
@@ -22,19 +23,31 @@ type cacheKey [sha256.Size]byte
 
 // newCacheKey hashes what decides the compiled code. Each part is NUL-terminated, so no
 // two different inputs run together into the same bytes.
-func newCacheKey(source string, options []string, arch, nvrtcVersion string) cacheKey {
-	src := sha256.Sum256([]byte(source))
+func newCacheKey(source string, headers map[string]string, options []string, arch, nvrtcVersion string) cacheKey {
 	h := sha256.New()
-	for _, part := range []string{"gumbel/runtime/cuda module v1", "nvrtc " + nvrtcVersion, "target " + arch} {
-		h.Write([]byte(part))
+	part := func(s string) {
+		h.Write([]byte(s))
 		h.Write([]byte{0})
+	}
+	for _, p := range []string{"gumbel/runtime/cuda module v2", "nvrtc " + nvrtcVersion, "target " + arch} {
+		part(p)
 	}
 	for _, o := range options {
-		h.Write([]byte("option " + o))
-		h.Write([]byte{0})
+		part("option " + o)
 	}
-	h.Write([]byte("source "))
-	h.Write(src[:])
+	sum := func(s string) string {
+		d := sha256.Sum256([]byte(s))
+		return hex.EncodeToString(d[:])
+	}
+	names := make([]string, 0, len(headers))
+	for n := range headers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		part("header " + n + " " + sum(headers[n]))
+	}
+	part("source " + sum(source))
 	var k cacheKey
 	h.Sum(k[:0])
 	return k

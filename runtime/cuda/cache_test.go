@@ -20,17 +20,20 @@ func corruptFile(t *testing.T, path string) {
 
 func TestCacheKeyCoversEveryInput(t *testing.T) {
 	opts := []string{"--gpu-architecture=sm_90", "--fmad=false"}
-	base := newCacheKey("src", opts, "sm_90", "13.0")
-	assert.Equal(t, base, newCacheKey("src", opts, "sm_90", "13.0"), "the key is deterministic")
+	base := newCacheKey("src", nil, opts, "sm_90", "13.0")
+	assert.Equal(t, base, newCacheKey("src", nil, opts, "sm_90", "13.0"), "the key is deterministic")
 	assert.Len(t, base.String(), 64)
 	variants := map[string]cacheKey{
-		"source":        newCacheKey("src ", opts, "sm_90", "13.0"),
-		"options":       newCacheKey("src", []string{"--gpu-architecture=sm_90", "--fmad=true"}, "sm_90", "13.0"),
-		"option order":  newCacheKey("src", []string{"--fmad=false", "--gpu-architecture=sm_90"}, "sm_90", "13.0"),
-		"option split":  newCacheKey("src", []string{"--gpu-architecture=sm_90--fmad=false"}, "sm_90", "13.0"),
-		"architecture":  newCacheKey("src", opts, "sm_100", "13.0"),
-		"NVRTC version": newCacheKey("src", opts, "sm_90", "12.9"),
-		"no options":    newCacheKey("src", nil, "sm_90", "13.0"),
+		"source":        newCacheKey("src ", nil, opts, "sm_90", "13.0"),
+		"options":       newCacheKey("src", nil, []string{"--gpu-architecture=sm_90", "--fmad=true"}, "sm_90", "13.0"),
+		"option order":  newCacheKey("src", nil, []string{"--fmad=false", "--gpu-architecture=sm_90"}, "sm_90", "13.0"),
+		"option split":  newCacheKey("src", nil, []string{"--gpu-architecture=sm_90--fmad=false"}, "sm_90", "13.0"),
+		"architecture":  newCacheKey("src", nil, opts, "sm_100", "13.0"),
+		"NVRTC version": newCacheKey("src", nil, opts, "sm_90", "12.9"),
+		"no options":    newCacheKey("src", nil, nil, "sm_90", "13.0"),
+		"a header":      newCacheKey("src", map[string]string{"a.cuh": "x"}, opts, "sm_90", "13.0"),
+		"header text":   newCacheKey("src", map[string]string{"a.cuh": "y"}, opts, "sm_90", "13.0"),
+		"header name":   newCacheKey("src", map[string]string{"b.cuh": "x"}, opts, "sm_90", "13.0"),
 	}
 	seen := map[cacheKey]string{base: "base"}
 	for name, k := range variants {
@@ -42,7 +45,7 @@ func TestCacheKeyCoversEveryInput(t *testing.T) {
 }
 
 func TestCacheEntryRoundTrip(t *testing.T) {
-	k := newCacheKey("src", nil, "sm_90", "13.0")
+	k := newCacheKey("src", nil, nil, "sm_90", "13.0")
 	for _, img := range []moduleImage{
 		{data: []byte("\x7fELF cubin bytes")},
 		{data: []byte(".version 8.8\n.target sm_90\x00"), ptx: true},
@@ -54,8 +57,8 @@ func TestCacheEntryRoundTrip(t *testing.T) {
 }
 
 func TestCacheEntryRejectsCorruption(t *testing.T) {
-	k := newCacheKey("src", nil, "sm_90", "13.0")
-	other := newCacheKey("other", nil, "sm_90", "13.0")
+	k := newCacheKey("src", nil, nil, "sm_90", "13.0")
+	other := newCacheKey("other", nil, nil, "sm_90", "13.0")
 	good := encodeEntry(k, moduleImage{data: []byte("cubin code")})
 	mutate := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
 	cases := map[string][]byte{
@@ -83,7 +86,7 @@ func TestCacheEntryRejectsCorruption(t *testing.T) {
 
 func TestCacheFiles(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "nested", "cuda")
-	k := newCacheKey("src", nil, "sm_90", "13.0")
+	k := newCacheKey("src", nil, nil, "sm_90", "13.0")
 	_, err := readCacheEntry(dir, k)
 	assert.ErrorIs(t, err, errNotCached, "a missing folder is a miss, not an error")
 
@@ -131,7 +134,7 @@ func TestCacheDir(t *testing.T) {
 
 func TestMemoryCache(t *testing.T) {
 	c := imageCache{m: map[cacheKey]moduleImage{}}
-	k := newCacheKey("a", nil, "sm_90", "13.0")
+	k := newCacheKey("a", nil, nil, "sm_90", "13.0")
 	_, ok := c.get(k)
 	assert.False(t, ok)
 	c.put(k, moduleImage{data: []byte("x")})

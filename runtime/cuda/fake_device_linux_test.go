@@ -94,7 +94,7 @@ func TestFakeCompileOptions(t *testing.T) {
 	_, err := d.Load(testProgram())
 	require.NoError(t, err)
 	// The fake's "CUBIN" records the options NVRTC was given.
-	img, ok := memoryCache.get(newCacheKey(testSource, compileOptions(d.target), "sm_90", d.NVRTCVersion()))
+	img, ok := memoryCache.get(newCacheKey(testSource, nil, compileOptions(d.target), "sm_90", d.NVRTCVersion()))
 	require.True(t, ok)
 	assert.Equal(t, "FAKECUBIN --gpu-architecture=sm_90 --fmad=false -default-device --std=c++17", string(img.data))
 }

@@ -136,7 +136,7 @@ func (d *Device) Load(p *runtime.Program) (runtime.Module, error) {
 	}
 	start := time.Now()
 	opts := compileOptions(d.target)
-	key := newCacheKey(p.CUDA, opts, d.target.arch, d.rtc.version())
+	key := newCacheKey(p.CUDA, p.CUDAHeaders, opts, d.target.arch, d.rtc.version())
 	stats := LoadStats{Program: p.Name, Target: d.target.arch, Key: key.String()}
 	img, err := d.image(p, key, opts, &stats)
 	if err != nil {
@@ -194,7 +194,7 @@ func (d *Device) image(p *runtime.Program, key cacheKey, opts []string, stats *L
 		}
 	}
 	t := time.Now()
-	data, log, err := d.rtc.compile(p.Name, p.CUDA, opts, d.target.cubin)
+	data, log, err := d.rtc.compile(p.Name, p.CUDA, p.CUDAHeaders, opts, d.target.cubin)
 	stats.Compile = time.Since(t)
 	if err != nil {
 		return moduleImage{}, &runtime.CompileError{Backend: runtime.CUDA, Program: p.Name, Log: log, Err: err}

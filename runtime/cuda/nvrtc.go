@@ -2,9 +2,7 @@ package cuda
 
 import (
 	"fmt"
-	goruntime "runtime"
 	"strconv"
-	"strings"
 	"unsafe"
 
 	"github.com/gumbel-go/gumbel/runtime"
@@ -114,67 +112,25 @@ func (n *nvrtc) installNamer() {
 // version returns "major.minor".
 func (n *nvrtc) version() string { return strconv.Itoa(n.major) + "." + strconv.Itoa(n.minor) }
 
-// compile compiles CUDA C++ source and returns the CUBIN (cubin true) or the
-// NUL-terminated PTX, with the compiler's log. A failed compilation returns an error
-// wrapping the NVRTC status; the caller wraps it in a runtime.CompileError with the log.
-func (n *nvrtc) compile(name, source string, options []string, cubin bool) (image []byte, log string, err error) {
-	if cubin && (n.nvrtcGetCUBINSize == 0 || n.nvrtcGetCUBIN == 0) {
-		return nil, "", fmt.Errorf("%w: NVRTC %s cannot emit CUBIN", runtime.ErrUnavailable, n.version())
-	}
-	// NVRTC reads the strings during the calls below; the pinner keeps them in place
-	// while their addresses sit in the option array, which the GC does not scan.
-	var pin goruntime.Pinner
-	defer pin.Unpin()
-	src, file := gpurt.CString(source), gpurt.CString(name+".cu")
-	pin.Pin(&src[0])
-	pin.Pin(&file[0])
-	opts := make([]uintptr, len(options)+1) // +1: never empty, so &opts[0] is valid
-	for i, o := range options {
-		c := gpurt.CString(o)
-		pin.Pin(&c[0])
-		opts[i] = uintptr(unsafe.Pointer(&c[0]))
-	}
-
-	var prog uintptr
-	if r := NVRTCResult(gpurt.CallN(n.nvrtcCreateProgram, uintptr(unsafe.Pointer(&prog)),
-		uintptr(unsafe.Pointer(&src[0])), uintptr(unsafe.Pointer(&file[0])), 0, 0, 0)); r != NVRTCSuccess {
-		return nil, "", fmt.Errorf("nvrtcCreateProgram(%s): %w", name, r)
-	}
-	defer func() { gpurt.CallN(n.nvrtcDestroyProgram, uintptr(unsafe.Pointer(&prog))) }()
-
-	r := NVRTCResult(gpurt.CallN(n.nvrtcCompileProgram, prog, uintptr(len(options)), uintptr(unsafe.Pointer(&opts[0]))))
-	log = n.programLog(prog)
-	if r != NVRTCSuccess {
-		return nil, log, fmt.Errorf("nvrtcCompileProgram(%s): %w", strings.Join(options, " "), r)
-	}
-
-	sizeFn, getFn, what := n.nvrtcGetPTXSize, n.nvrtcGetPTX, "PTX"
+// compile compiles CUDA C++ source with its headers (by include name) and returns the
+// CUBIN (cubin true) or the NUL-terminated PTX, with the compiler's log. A failed
+// compilation returns an error wrapping the NVRTC status; the caller wraps it in a
+// runtime.CompileError with the log.
+func (n *nvrtc) compile(name, source string, headers map[string]string, options []string, cubin bool) (image []byte, log string, err error) {
+	out := gpurt.Output{Size: n.nvrtcGetPTXSize, Get: n.nvrtcGetPTX, What: "PTX"}
 	if cubin {
-		sizeFn, getFn, what = n.nvrtcGetCUBINSize, n.nvrtcGetCUBIN, "CUBIN"
+		if n.nvrtcGetCUBINSize == 0 || n.nvrtcGetCUBIN == 0 {
+			return nil, "", fmt.Errorf("%w: NVRTC %s cannot emit CUBIN", runtime.ErrUnavailable, n.version())
+		}
+		out = gpurt.Output{Size: n.nvrtcGetCUBINSize, Get: n.nvrtcGetCUBIN, What: "CUBIN"}
 	}
-	var size uintptr
-	if r := NVRTCResult(gpurt.CallN(sizeFn, prog, uintptr(unsafe.Pointer(&size)))); r != NVRTCSuccess {
-		return nil, log, fmt.Errorf("nvrtcGet%sSize: %w", what, r)
-	}
-	if size == 0 {
-		return nil, log, fmt.Errorf("nvrtcGet%sSize: NVRTC produced no code", what)
-	}
-	image = make([]byte, size)
-	if r := NVRTCResult(gpurt.CallN(getFn, prog, uintptr(unsafe.Pointer(&image[0])))); r != NVRTCSuccess {
-		return nil, log, fmt.Errorf("nvrtcGet%s: %w", what, r)
-	}
-	return image, log, nil
-}
-
-// programLog returns the compiler's log, without the trailing NUL.
-func (n *nvrtc) programLog(prog uintptr) string {
-	var size uintptr
-	if NVRTCResult(gpurt.CallN(n.nvrtcGetProgramLogSize, prog, uintptr(unsafe.Pointer(&size)))) != NVRTCSuccess || size <= 1 {
-		return ""
-	}
-	buf := make([]byte, size)
-	if NVRTCResult(gpurt.CallN(n.nvrtcGetProgramLog, prog, uintptr(unsafe.Pointer(&buf[0])))) != NVRTCSuccess {
-		return ""
-	}
-	return strings.TrimSpace(string(gpurt.TrimNUL(buf)))
+	rtc := gpurt.RTC{Prefix: "nvrtc", Create: n.nvrtcCreateProgram, Destroy: n.nvrtcDestroyProgram,
+		Compile: n.nvrtcCompileProgram, LogSize: n.nvrtcGetProgramLogSize, Log: n.nvrtcGetProgramLog,
+		Status: func(r uintptr) error {
+			if s := NVRTCResult(r); s != NVRTCSuccess {
+				return s
+			}
+			return nil
+		}}
+	return rtc.Program(name+".cu", source, headers, options, out)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 
@@ -67,6 +68,23 @@ var codeCache struct {
 	m map[codeKey]*codeEntry
 }
 
+// sourceHash identifies a source and its headers.
+func sourceHash(source string, headers map[string]string) [sha256.Size]byte {
+	h := sha256.New()
+	names := make([]string, 0, len(headers))
+	for n := range headers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(h, "header %q %d\x00%s\x00", n, len(headers[n]), headers[n])
+	}
+	fmt.Fprintf(h, "source %d\x00%s", len(source), source)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
 // checkProgram rejects a program without source and a target that is not one.
 func checkProgram(p *runtime.Program, target string) error {
 	if p == nil || strings.TrimSpace(p.CUDA) == "" {
@@ -84,7 +102,7 @@ func (c *compiler) compileCached(p *runtime.Program, target string) ([]byte, err
 	source := p.HIPPrelude + "\n" + p.CUDA
 	opts := compileOptions(target)
 	key := codeKey{
-		source:   sha256.Sum256([]byte(source)),
+		source:   sourceHash(source, p.CUDAHeaders),
 		target:   target,
 		options:  strings.Join(opts, "\x00"),
 		compiler: c.path + "@" + c.version(),
@@ -104,7 +122,7 @@ func (c *compiler) compileCached(p *runtime.Program, target string) ([]byte, err
 		return e.code, e.err
 	}
 
-	code, log, err := c.compile(p.Name, source, opts)
+	code, log, err := c.compile(p.Name, source, p.CUDAHeaders, opts)
 	if err != nil {
 		e.err = &runtime.CompileError{Backend: runtime.HIP, Program: p.Name + " for " + target + " (hiprtc " + c.version() + ")", Log: log, Err: err}
 		// A failure is not kept: the next caller compiles again and gets a fresh log.

@@ -1,10 +1,8 @@
 package hip
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,61 +144,20 @@ func HIPRTCVersion() (version, library string, err error) {
 	return c.version(), c.path, nil
 }
 
-// compile compiles HIP C++ source with the given options and returns the code object and
-// the compiler's log. A failed compilation returns an error wrapping the hiprtc status;
-// the caller wraps it in a runtime.CompileError with the log.
-func (c *compiler) compile(name, source string, options []string) (image []byte, log string, err error) {
+// compile compiles HIP C++ source with its headers (by include name) and the given
+// options and returns the code object and the compiler's log. A failed compilation
+// returns an error wrapping the hiprtc status; the caller wraps it in a
+// runtime.CompileError with the log.
+func (c *compiler) compile(name, source string, headers map[string]string, options []string) (image []byte, log string, err error) {
 	hiprtc.mu.Lock()
 	defer hiprtc.mu.Unlock()
-	// hiprtc reads the strings during the calls below; the pinner keeps them in place
-	// while their addresses sit in the option array, which the GC does not scan.
-	var pin goruntime.Pinner
-	defer pin.Unpin()
-	src, file := gpurt.CString(source), gpurt.CString(name+".hip")
-	pin.Pin(&src[0])
-	pin.Pin(&file[0])
-	opts := make([]uintptr, len(options)+1) // +1: never empty, so &opts[0] is valid
-	for i, o := range options {
-		b := gpurt.CString(o)
-		pin.Pin(&b[0])
-		opts[i] = uintptr(unsafe.Pointer(&b[0]))
-	}
-
-	var prog uintptr
-	if r := RTCResult(gpurt.CallN(c.hiprtcCreateProgram, uintptr(unsafe.Pointer(&prog)),
-		uintptr(unsafe.Pointer(&src[0])), uintptr(unsafe.Pointer(&file[0])), 0, 0, 0)); r != RTCSuccess {
-		return nil, "", fmt.Errorf("hiprtcCreateProgram(%s): %w", name, r)
-	}
-	defer func() { gpurt.CallN(c.hiprtcDestroyProgram, uintptr(unsafe.Pointer(&prog))) }()
-
-	r := RTCResult(gpurt.CallN(c.hiprtcCompileProgram, prog, uintptr(len(options)), uintptr(unsafe.Pointer(&opts[0]))))
-	log = c.programLog(prog)
-	if r != RTCSuccess {
-		return nil, log, fmt.Errorf("hiprtcCompileProgram(%s): %w", strings.Join(options, " "), r)
-	}
-	var size uintptr
-	if r := RTCResult(gpurt.CallN(c.hiprtcGetCodeSize, prog, uintptr(unsafe.Pointer(&size)))); r != RTCSuccess {
-		return nil, log, fmt.Errorf("hiprtcGetCodeSize: %w", r)
-	}
-	if size == 0 {
-		return nil, log, errors.New("hiprtcGetCodeSize: hiprtc produced no code")
-	}
-	image = make([]byte, size)
-	if r := RTCResult(gpurt.CallN(c.hiprtcGetCode, prog, uintptr(unsafe.Pointer(&image[0])))); r != RTCSuccess {
-		return nil, log, fmt.Errorf("hiprtcGetCode: %w", r)
-	}
-	return image, log, nil
-}
-
-// programLog returns the compiler's log, without the trailing NUL.
-func (c *compiler) programLog(prog uintptr) string {
-	var size uintptr
-	if RTCResult(gpurt.CallN(c.hiprtcGetProgramLogSize, prog, uintptr(unsafe.Pointer(&size)))) != RTCSuccess || size <= 1 {
-		return ""
-	}
-	buf := make([]byte, size)
-	if RTCResult(gpurt.CallN(c.hiprtcGetProgramLog, prog, uintptr(unsafe.Pointer(&buf[0])))) != RTCSuccess {
-		return ""
-	}
-	return strings.TrimSpace(string(gpurt.TrimNUL(buf)))
+	rtc := gpurt.RTC{Prefix: "hiprtc", Create: c.hiprtcCreateProgram, Destroy: c.hiprtcDestroyProgram,
+		Compile: c.hiprtcCompileProgram, LogSize: c.hiprtcGetProgramLogSize, Log: c.hiprtcGetProgramLog,
+		Status: func(r uintptr) error {
+			if s := RTCResult(r); s != RTCSuccess {
+				return s
+			}
+			return nil
+		}}
+	return rtc.Program(name+".hip", source, headers, options, gpurt.Output{Size: c.hiprtcGetCodeSize, Get: c.hiprtcGetCode, What: "Code"})
 }

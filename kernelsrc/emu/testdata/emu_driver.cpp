@@ -24,7 +24,7 @@
 // the second one: a read or write out of bounds ends the process with SIGSEGV.
 #include "../cuda_emu.h"
 
-#include "../../sampling.cu"
+#include "../../cuda/sampling.cu"
 
 #include <sys/mman.h>
 #include <unistd.h>
