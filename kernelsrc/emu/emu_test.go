@@ -101,7 +101,7 @@ func driverPath(t *testing.T) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		args := []string{"-std=c++20", "-O2", "-ffp-contract=off", "-fno-strict-aliasing",
-			"-pthread", "-Wall", "-Wextra", "-Wno-unknown-pragmas", "-o", driver.path,
+			"-pthread", "-Wall", "-Wextra", "-Wno-unknown-pragmas", "-I", "..", "-o", driver.path,
 			filepath.Join("testdata", "emu_driver.cpp")}
 		msg, err := exec.CommandContext(ctx, gxx, args...).CombinedOutput()
 		driver.log, driver.err = string(msg), err

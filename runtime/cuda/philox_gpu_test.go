@@ -46,7 +46,7 @@ func noiseTolerance(g float32) float64 {
 // log1pf round differently from the correctly rounded reference, by a few ulps at most.
 func TestGPUPhiloxMatchesGo(t *testing.T) {
 	d := openGPU(t)
-	mod, err := d.Load(&runtime.Program{Name: "philox-probe", CUDA: kernelsrc.CUDA + philoxProbe})
+	mod, err := d.Load(&runtime.Program{Name: "philox-probe", CUDA: kernelsrc.CUDA + philoxProbe, CUDAHeaders: kernelsrc.CUDAHeaders})
 	require.NoError(t, err)
 	k, err := mod.Kernel("probe_philox")
 	require.NoError(t, err)

@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
         auto mask = copy_in<gb_u32>(r, mask_words);
         const bool want_lp = r.get<std::uint32_t>() != 0;
 
-        const std::size_t outs = topn ? std::size_t{slots} * GB_TOPN_MAX : std::size_t{slots} * grid_z;
+        const std::size_t outs = topn ? std::size_t{slots} * GB_MAX_TOPN : std::size_t{slots} * grid_z;
         guarded tokens(outs * 4, 0);
         guarded status(outs * 4, 0);
         for (std::size_t s = 0; s < outs; ++s) {

@@ -1,0 +1,739 @@
+// categorical (ABI.md): one block per row; radix selects for top-k and top-p, exact 64-bit
+// fixed-point weights, and an inverse-CDF draw by chunked block prefix sums.
+
+// GB_MAX_TILES is the most tiles of the categorical draw's first level (see gb_categorical).
+#define GB_MAX_TILES 256
+
+// gb_weight is w(x) = expf(fl(fl(x - m) * invT)), 0 for x = -Inf. Below cutoff the
+// weight is under 2^-F / e, so its fixed-point weight is 0 whatever expf's last bit: it
+// reads as 0 and skips expf (min-p compares w, but an element with q = 0 never counts).
+__device__ __forceinline__ float gb_weight(float x, float m, float invT, float cutoff) {
+    float d = __fmul_rn(__fadd_rn(x, -m), invT); // -Inf for x = -Inf
+    if (!(d >= cutoff)) {
+        return 0.0f;
+    }
+    return expf(d);
+}
+
+// gb_fixed is q = uint64(w * 2^F): exact scaling, truncation.
+__device__ __forceinline__ gb_u64 gb_fixed(float w, float two_pow_f) { return __float2ull_rz(__fmul_rn(w, two_pow_f)); }
+
+// gb_row_state is what every pass of the categorical kernel knows about its row.
+struct gb_row_state {
+    float m;          // the row's largest logit
+    float invT;       // fl(1 / temperature)
+    float two_pow_f;  // 2^F
+    float cutoff;     // -(F ln 2 + 1): weights below it have q = 0
+    gb_u32 threshold; // kept keys are >= threshold
+    bool minp_on;
+    float min_p;
+};
+
+// gb_kept_q returns an element's fixed-point weight if it is kept, else 0.
+__device__ __forceinline__ gb_u64 gb_kept_q(float x, const gb_row_state& st) {
+    if (gb_orderkey(x) < st.threshold) {
+        return 0ull;
+    }
+    float w = gb_weight(x, st.m, st.invT, st.cutoff);
+    if (st.minp_on && !(w >= st.min_p)) {
+        return 0ull;
+    }
+    return gb_fixed(w, st.two_pow_f);
+}
+
+// GB_CAT_CAP is the capacity of the categorical kernel's shared-memory list of candidates
+// (12 bytes each: index, key, weight; 3072 fills the 48 KB of static shared memory next to
+// the other arrays); rows whose candidates do not fit take the full-row path.
+// GB_CAT_GROUPS is how many groups of four elements each thread has in flight in the
+// passes over the row: one block holds a whole row, so the loads in flight, not the
+// instruction count, bound a pass.
+#define GB_CAT_CAP 3072
+#define GB_CAT_GROUPS 4
+
+// gb_cat_load_trip reads a thread's GB_CAT_GROUPS groups of one trip over the row (group i
+// at base + i * 4 * blockDim.x + 4 * threadIdx.x) and replaces them by their processed
+// logits when the row has processors. All loads are issued before any is used: one block
+// holds a whole row, so the bytes in flight per thread, not the instruction count, bound
+// the speed of a pass (32 warps with one 16-byte load each keep too little in flight to
+// cover the L2 or HBM latency).
+template <int KIND>
+__device__ __forceinline__ void gb_cat_load_trip(const typename gb_io<KIND>::elem* row, gb_u32 base, gb_u32 vocab,
+                                                 bool vec, const gb_proc& pc, float x[GB_CAT_GROUPS][4],
+                                                 gb_u32 n[GB_CAT_GROUPS]) {
+    const gb_u32 chunk = 4u * blockDim.x;
+    gb_load_groups<KIND, GB_CAT_GROUPS>(row, base + 4u * threadIdx.x, chunk, vocab, vec, x, n);
+    if (pc.flags != 0u) {
+#pragma unroll
+        for (int i = 0; i < GB_CAT_GROUPS; ++i) {
+            gb_process_group(pc, base + (gb_u32)i * chunk + 4u * threadIdx.x, n[i], x[i], x[i]);
+        }
+    }
+}
+
+// gb_cat_hist_row adds to s_cnt the digit at shift of every processed key of the row whose
+// digits above it equal prefix: one level of top-k's radix select over the row. Keys only,
+// no exponential: a load, an order key, a compare and (rarely) a shared atomic per element.
+template <int KIND>
+__device__ __forceinline__ void gb_cat_hist_row(const typename gb_io<KIND>::elem* row, gb_u32 vocab, bool vec,
+                                                const gb_proc& pc, gb_u32 hi_mask, gb_u32 prefix, gb_u32 shift,
+                                                gb_u32* s_cnt) {
+    const gb_u32 trip = GB_CAT_GROUPS * 4u * blockDim.x;
+    const gb_u64 zeros[4] = {0ull, 0ull, 0ull, 0ull};
+    for (gb_u32 base = 0u; base < vocab; base += trip) {
+        float x[GB_CAT_GROUPS][4];
+        gb_u32 n[GB_CAT_GROUPS];
+        gb_cat_load_trip<KIND>(row, base, vocab, vec, pc, x, n);
+#pragma unroll
+        for (int i = 0; i < GB_CAT_GROUPS; ++i) {
+            gb_u32 bins[4];
+            bool ok[4];
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                const gb_u32 k = gb_orderkey(x[i][j]);
+                ok[j] = j < n[i] && (k & hi_mask) == prefix;
+                bins[j] = (k >> shift) & 0xFFu;
+            }
+            gb_hist_add(s_cnt, (gb_u64*)0, bins, zeros, ok);
+        }
+    }
+}
+
+// gb_cat_compact writes every element of the row whose processed key is at least low and
+// whose scaled difference d = fl(fl(x' - m) * invT) is not below dmin to the list (s_idx,
+// s_key, s_w: index, order key, weight w) in index order and returns their number; only the
+// first GB_CAT_CAP are written, and a larger count means the list is unusable. Each trip is one ordered
+// block compaction: the four groups' counts of a thread travel packed in 16-bit fields of
+// one 64-bit word (a block holds at most 4096 elements of a group, so no field carries
+// into the next), one warp scan gives every thread its place within its warp for all four
+// groups at once, and the warps' totals meet in shared memory behind a single barrier
+// (double-buffered, so the next trip's writes cannot overtake this trip's reads). Only the
+// listed elements pay for an exponential.
+template <int KIND>
+__device__ __forceinline__ gb_u32 gb_cat_compact(const typename gb_io<KIND>::elem* row, gb_u32 vocab, bool vec,
+                                                 const gb_proc& pc, gb_u32 low, float dmin, float m, float invT,
+                                                 float cutoff, gb_u32* s_idx, gb_u32* s_key, float* s_w, gb_u64* s_wc) {
+    const gb_u32 chunk = 4u * blockDim.x;
+    const gb_u32 trip = GB_CAT_GROUPS * chunk;
+    const gb_u32 lane = gb_lane();
+    const gb_u32 warp = gb_warp();
+    const gb_u32 nw = gb_num_warps();
+    gb_u32 running = 0u; // elements listed by the trips before this one
+    gb_u32 buf = 0u;
+    for (gb_u32 base = 0u; base < vocab; base += trip) {
+        float x[GB_CAT_GROUPS][4];
+        gb_u32 n[GB_CAT_GROUPS];
+        gb_cat_load_trip<KIND>(row, base, vocab, vec, pc, x, n);
+        gb_u32 keep[GB_CAT_GROUPS]; // bit j: element j of group i is listed
+        gb_u64 packed = 0ull;
+#pragma unroll
+        for (int i = 0; i < GB_CAT_GROUPS; ++i) {
+            keep[i] = 0u;
+            gb_u32 c = 0u;
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                if (j < n[i] && gb_orderkey(x[i][j]) >= low &&
+                    !(__fmul_rn(__fadd_rn(x[i][j], -m), invT) < dmin)) {
+                    keep[i] |= 1u << j;
+                    ++c;
+                }
+            }
+            packed |= (gb_u64)c << (16 * i);
+        }
+        gb_u64 incl = packed;
+        for (int d = 1; d < GB_WARP_SIZE; d <<= 1) {
+            const gb_u64 t = gb_shfl_up_u64(incl, (gb_u32)d);
+            if (lane >= (gb_u32)d) {
+                incl += t;
+            }
+        }
+        gb_u64* wc = s_wc + buf * GB_MAX_WARPS;
+        if (lane == (gb_u32)GB_WARP_SIZE - 1u) {
+            wc[warp] = incl;
+        }
+        __syncthreads();
+        gb_u64 before = 0ull, total = 0ull; // packed: the warps before this one, all warps
+        for (gb_u32 w = 0u; w < nw; ++w) {
+            const gb_u64 v = wc[w];
+            total += v;
+            before += w < warp ? v : 0ull;
+        }
+        const gb_u64 place = before + incl - packed;
+        gb_u32 group_base = running;
+#pragma unroll
+        for (int i = 0; i < GB_CAT_GROUPS; ++i) {
+            gb_u32 pos = group_base + (gb_u32)((place >> (16 * i)) & 0xFFFFull);
+            const gb_u32 g = base + (gb_u32)i * chunk + 4u * threadIdx.x;
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                if ((keep[i] >> j) & 1u) {
+                    if (pos < GB_CAT_CAP) {
+                        s_idx[pos] = g + j;
+                        s_key[pos] = gb_orderkey(x[i][j]);
+                        s_w[pos] = gb_weight(x[i][j], m, invT, cutoff);
+                    }
+                    ++pos;
+                }
+            }
+            group_base += (gb_u32)((total >> (16 * i)) & 0xFFFFull);
+        }
+        running = group_base;
+        buf ^= 1u;
+    }
+    __syncthreads();
+    return running;
+}
+
+// gb_cat_select_level ends one level of top-k's radix select over the counts in s_cnt: it
+// picks the bin holding the rem-th largest key of the current prefix, narrows rem and
+// prefix, and returns the bin's count.
+__device__ __forceinline__ gb_u32 gb_cat_select_level(const gb_u32* s_cnt, gb_u32 shift, gb_u64& rem,
+                                                      gb_u32& prefix, gb_u64* s_bcast) {
+    __syncthreads();
+    gb_u64 above = 0ull;
+    const gb_u32 b = gb_select_bin(s_cnt, (const gb_u64*)0, rem, above, s_bcast);
+    const gb_u32 in_bin = s_cnt[b];
+    __syncthreads(); // every thread has read s_cnt before the next level clears it
+    rem -= above;
+    prefix |= b << shift;
+    return in_bin;
+}
+
+// gb_list_q is the fixed-point weight of list entry e if it is kept (key at least
+// threshold and, with min-p, w >= min_p), else 0.
+__device__ __forceinline__ gb_u64 gb_list_q(const gb_u32* s_key, const float* s_w, gb_u32 e,
+                                            const gb_row_state& st) {
+    if (s_key[e] < st.threshold) {
+        return 0ull;
+    }
+    const float w = s_w[e];
+    if (st.minp_on && !(w >= st.min_p)) {
+        return 0ull;
+    }
+    return gb_fixed(w, st.two_pow_f);
+}
+
+// The categorical kernel's passes over a row of V elements (the cost is the passes: a
+// block holds the whole row, so each pass streams V elements through one SM):
+// 1. the largest logit, the flags and (top-k) the histogram of the top key digit;
+// 2. top-k (0 < k < V): after each radix level the number of keys at or above the chosen
+//    bin's range is known exactly (the k - rem keys above it plus the bin's count). Once it
+//    fits in GB_CAT_CAP, one more pass lists those elements in shared memory in index
+//    order (gb_cat_compact), and everything after — the rest of the radix select, Z,
+//    top-p's radix select on mass, min-p, S and the draw — runs on the list. With k = 50
+//    on LLM logits the top digit's bin usually holds a few hundred keys, so the row is
+//    read twice, by key-only passes, and expf runs only on listed elements. Every step
+//    keeps its integer definition (ABI.md), so the list gives the full-row path's tokens;
+//    only keys below the k-th are left out, and no later step looks at them.
+// 3. min-p alone: one key-only pass lists the elements that can pass min-p (d at least
+//    ln(min_p), less a margin), and S and the draw run on the list when it fits;
+// 4. otherwise (no top-k, top-p without top-k, more than GB_CAT_CAP keys tied into the
+//    kept set, or too many min-p candidates) the full-row path: top-p's radix levels over
+//    the row, S by tiles, the draw in one tile.
+template <int KIND>
+__device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem* __restrict__ logits,
+                                               gb_row_params* params, gb_i32* tokens, gb_i32* status,
+                                               gb_u32* counters, gb_u64 row_stride, gb_u32 vocab, float* logprobs,
+                                               const float* bias, gb_u32* counts, const gb_u32* mask) {
+    __shared__ gb_u32 s_cnt[GB_BINS];
+    __shared__ gb_u64 s_mass[GB_BINS];
+    __shared__ gb_u64 s_red[GB_MAX_WARPS];
+    __shared__ gb_u64 s_bcast[2];
+    __shared__ gb_u64 s_tile[GB_MAX_TILES];
+    __shared__ gb_i32 s_token;
+    __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
+    // LOGPROBS: the raw and (greedy rows) processed log-sum-exp sets, as (reference, sum)
+    // pairs, so that records are taken from the reference (gb_lse_logprob) and do not cancel
+    // when the logits are huge.
+    __shared__ float s_lse[4];
+    __shared__ gb_u64 s_wc[2 * GB_MAX_WARPS]; // gb_cat_compact's per-warp counts
+    __shared__ gb_u32 s_idx[GB_CAT_CAP];      // the top-k list: element index,
+    __shared__ gb_u32 s_key[GB_CAT_CAP];      // order key of x',
+    __shared__ float s_w[GB_CAT_CAP];         // and weight w(x')
+
+    if (blockIdx.x != 0u) {
+        return; // one block per row; extra blocks of a wider grid have nothing to do
+    }
+    const gb_u32 y = blockIdx.y;
+    const gb_u32 z = blockIdx.z;
+    const gb_row_params p = params[y];
+    if ((p.flags & GB_FLAG_ROUTED) && !(p.flags & GB_FLAG_CATEGORICAL)) {
+        return; // the gumbel_argmax kernel's row: left entirely alone
+    }
+    const gb_u64 o = (gb_u64)p.row * gridDim.z + z; // this draw's output slot
+    const bool lp = (p.flags & GB_FLAG_LOGPROBS) != 0u;
+    if (gb_bad_flags(p.flags) || gb_bad_row(p.temperature, vocab)) {
+        if (threadIdx.x == 0u) {
+            tokens[o] = -1;
+            status[o] = GB_STATUS_BAD_PARAMS;
+            if (lp) {
+                gb_write_record(logprobs, o, false, 0.0f, 0.0f, 0.0f, 0.0f);
+            }
+        }
+        return;
+    }
+    const typename gb_io<KIND>::elem* row = logits + (gb_u64)p.row * row_stride;
+    const bool vec = gb_io<KIND>::vec_ok(row);
+    const gb_proc pc = gb_make_proc(p, bias, counts, mask, vocab);
+    const bool greedy = p.temperature == 0.0f;
+    const bool topk_on = p.top_k > 0u && p.top_k < vocab;
+    const bool topp_on = p.top_p > 0.0f && p.top_p < 1.0f;
+    const gb_u32 chunk = 4u * blockDim.x;
+
+    // Pass 1: the largest logit, the flags and (top-k) the histogram of the top digit.
+    if (topk_on) {
+        for (gb_u32 b = threadIdx.x; b < GB_BINS; b += blockDim.x) {
+            s_cnt[b] = 0u;
+        }
+        __syncthreads();
+    }
+    // With LOGPROBS, the raw log-sum-exp over the logits, and for greedy rows the one
+    // over x' (their record's temperature-1 distribution).
+    gb_u32 mkey = 0u;
+    gb_u32 flags = 0u;
+    gb_lse raw, proc;
+    gb_lse_init(raw);
+    gb_lse_init(proc);
+    for (gb_u32 base = 0u; base < vocab; base += GB_CAT_GROUPS * chunk) {
+        float xs[GB_CAT_GROUPS][4];
+        gb_u32 ns[GB_CAT_GROUPS];
+        gb_load_groups<KIND, GB_CAT_GROUPS>(row, base + 4u * threadIdx.x, chunk, vocab, vec, xs, ns);
+#pragma unroll
+        for (int i = 0; i < GB_CAT_GROUPS; ++i) {
+            float* x = xs[i];
+            const gb_u32 n = ns[i];
+            const gb_u32 g = base + (gb_u32)i * chunk + 4u * threadIdx.x;
+            if (lp) {
+                gb_lse_add4(raw, x, gb_max4(x));
+            }
+            if (pc.flags != 0u) {
+                flags |= gb_process_group(pc, g, n, x, x);
+            }
+            if (lp && greedy) {
+                gb_lse_add4(proc, x, gb_max4(x));
+            }
+            gb_u32 bins[4];
+            bool ok[4];
+            const gb_u64 zeros[4] = {0ull, 0ull, 0ull, 0ull};
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                ok[j] = j < n;
+                gb_u32 k = gb_orderkey(x[j]);
+                bins[j] = k >> 24;
+                if (ok[j]) {
+                    if (pc.flags == 0u) {
+                        flags |= gb_flags(x[j]);
+                    }
+                    mkey = gb_max_u32(mkey, k);
+                }
+            }
+            if (topk_on) {
+                gb_hist_add(s_cnt, (gb_u64*)0, bins, zeros, ok);
+            }
+        }
+    }
+    gb_block_max_or(mkey, flags, s_red, s_bcast);
+    if (lp) {
+        gb_block_lse(raw, proc, greedy, s_pair);
+        if (threadIdx.x == 0u) {
+            // Kept in shared memory, not in registers across the passes below.
+            s_lse[0] = raw.m;
+            s_lse[1] = raw.s;
+            s_lse[2] = proc.m;
+            s_lse[3] = proc.s;
+        }
+    }
+    if (gb_flags_status(flags) != GB_STATUS_OK) {
+        if (threadIdx.x == 0u) {
+            gb_finish(tokens, status, o, 0ull, flags);
+            if (lp) {
+                gb_write_record(logprobs, o, false, 0.0f, 0.0f, 0.0f, 0.0f);
+            }
+            gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
+        }
+        return;
+    }
+
+    gb_row_state st;
+    st.m = gb_orderkey_inverse(mkey);
+
+    if (greedy) {
+        // Greedy on every path: the first index whose logit equals m.
+        gb_u32 first = 0u; // 0xFFFFFFFF - index, largest first
+        const gb_u32 stride = 4u * blockDim.x;
+        for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += stride) {
+            float x[4];
+            gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                if (j < n && x[j] == st.m) {
+                    first = gb_max_u32(first, 0xFFFFFFFFu - (g + j));
+                }
+            }
+        }
+        gb_u32 none = 0u;
+        gb_block_max_or(first, none, s_red, s_bcast);
+        if (threadIdx.x == 0u) {
+            const gb_u32 tok = 0xFFFFFFFFu - first;
+            tokens[o] = (gb_i32)tok;
+            status[o] = GB_STATUS_OK;
+            if (lp) {
+                const float x = gb_io<KIND>::load1(row + tok);
+                float* rec = logprobs + 4u * o;
+                rec[0] = gb_lse_logprob(x, s_lse[0], s_lse[1], rec[2]);
+                rec[1] = gb_lse_logprob(gb_process1(pc, x, tok), s_lse[2], s_lse[3], rec[3]);
+            }
+            gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
+        }
+        return;
+    }
+
+    st.invT = 1.0f / p.temperature;
+    // F = 63 - bitlen(V): sums of q stay below 2^63.
+    gb_u32 bitlen = 32u - (gb_u32)__clz((int)vocab);
+    st.two_pow_f = __uint_as_float((127u + 63u - bitlen) << 23);
+    st.cutoff = -__fadd_rn(__fmul_rn((float)(63u - bitlen), 0.6931472f), 1.0f);
+    st.threshold = 0u;
+    st.minp_on = p.min_p > 0.0f && p.min_p <= 1.0f;
+    st.min_p = p.min_p;
+
+    // Top-k: Kk, the k-th largest key counting repeats, by radix select from the top digit,
+    // over the row until the keys at or above the chosen bin fit in the list, then over the
+    // list. (One call site of gb_cat_compact for both lists keeps the kernel in 64
+    // registers without spills.)
+    gb_u32 kk = 0u;
+    bool listed = false;
+    gb_u32 n_list = 0u;
+    gb_u64 rem = p.top_k;
+    gb_u32 prefix = 0u;
+    int level = 0;
+    bool want_list = false;
+    float dmin = -gb_inf();
+    if (topk_on) {
+        while (level < 4) {
+            const gb_u32 shift = 24u - 8u * (gb_u32)level;
+            if (level > 0) {
+                gb_clear_bins(s_cnt);
+                gb_cat_hist_row<KIND>(row, vocab, vec, pc, 0xFFFFFFFFu << (shift + 8u), prefix, shift, s_cnt);
+            }
+            const gb_u32 in_bin = gb_cat_select_level(s_cnt, shift, rem, prefix, s_bcast);
+            ++level;
+            // Keys >= prefix (its lower digits are 0): the top_k - rem keys above the bin's
+            // range and the bin's own. Block-uniform, like every branch here.
+            if ((gb_u64)p.top_k - rem + in_bin <= (gb_u64)GB_CAT_CAP) {
+                want_list = true;
+                break;
+            }
+        }
+    } else if (!topp_on && st.minp_on) {
+        // Min-p alone keeps only elements with w >= min_p, which needs d >= ln(min_p): one
+        // key-only pass lists the elements with d >= ln(min_p) less a margin (it covers the
+        // last-place errors of logf and expf many times over, so no kept element is left
+        // out), and when they fit, S and the draw run on the list. When they do not (a flat
+        // row, or a tiny min_p), the pass is wasted and the full-row path runs.
+        dmin = __fadd_rn(__fmul_rn(logf(st.min_p), 1.0001f), -1.0e-3f);
+        want_list = true;
+    }
+    if (want_list) {
+        n_list = gb_cat_compact<KIND>(row, vocab, vec, pc, topk_on ? prefix : 0u, dmin, st.m, st.invT, st.cutoff,
+                                      s_idx, s_key, s_w, s_wc);
+        listed = n_list <= GB_CAT_CAP; // always so for top-k: the count was known
+    }
+    if (topk_on) {
+        // The levels left after listing (none when the row was never listed).
+        for (; level < 4; ++level) {
+            const gb_u32 shift = 24u - 8u * (gb_u32)level;
+            const gb_u32 hi_mask = 0xFFFFFFFFu << (shift + 8u);
+            gb_clear_bins(s_cnt);
+            for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
+                const gb_u32 k = s_key[e];
+                if ((k & hi_mask) == prefix) {
+                    atomicAdd(&s_cnt[(k >> shift) & 0xFFu], 1u);
+                }
+            }
+            gb_cat_select_level(s_cnt, shift, rem, prefix, s_bcast);
+        }
+        kk = prefix;
+    }
+    st.threshold = kk;
+
+    // The draw's uniform: u = philox.CategoricalUniform64(seed, step + z).
+    gb_u32 ph[4];
+    gb_u32 step_lo, step_hi;
+    gb_step_plus(p, z, step_lo, step_hi);
+    gb_philox(0u, step_lo, step_hi, GB_PURPOSE_CATEGORICAL, p.seed_lo, p.seed_hi, ph);
+    const gb_u64 u = ((gb_u64)ph[1] << 32) | ph[0];
+    gb_u64 s_kept = 0ull; // S, the kept mass
+
+    if (listed) {
+        // Top-p on the list: Z over key >= Kk, then Kp by radix select on mass (only bins
+        // with mass count, as on the full-row path).
+        gb_u32 kp = 0u;
+        if (topp_on) {
+            gb_u64 part = 0ull;
+            for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
+                if (s_key[e] >= kk) {
+                    part += gb_fixed(s_w[e], st.two_pow_f);
+                }
+            }
+            const gb_u64 zsum = gb_block_sum_u64(part, s_red, s_bcast);
+            const gb_u64 pp = __float2ull_rz(__fmul_rn(p.top_p, GB_TWO_POW_32));
+            gb_u64 rem = (__umul64hi(zsum, pp) << 32) | ((zsum * pp) >> 32); // (Z * P) >> 32
+            gb_u32 prefix = 0u;
+            for (int level = 0; level < 4; ++level) {
+                const gb_u32 shift = 24u - 8u * (gb_u32)level;
+                const gb_u32 hi_mask = level == 0 ? 0u : 0xFFFFFFFFu << (shift + 8u);
+                for (gb_u32 i = threadIdx.x; i < GB_BINS; i += blockDim.x) {
+                    s_mass[i] = 0ull;
+                }
+                __syncthreads();
+                for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
+                    const gb_u32 k = s_key[e];
+                    if (k >= kk && (k & hi_mask) == prefix) {
+                        const gb_u64 q = gb_fixed(s_w[e], st.two_pow_f);
+                        if (q != 0ull) {
+                            atomicAdd(&s_mass[(k >> shift) & 0xFFu], q);
+                        }
+                    }
+                }
+                __syncthreads();
+                gb_u64 above = 0ull;
+                const gb_u32 b = gb_select_bin((const gb_u32*)0, s_mass, rem, above, s_bcast);
+                rem -= above;
+                prefix |= b << shift;
+            }
+            kp = prefix;
+        }
+        st.threshold = gb_max_u32(kk, kp);
+
+        // S and the draw in one block scan: each thread owns a run of consecutive entries
+        // (index order), so the exclusive scan of the runs' kept masses is the prefix sum
+        // the inverse CDF needs, and the one thread whose run crosses target finds the token.
+        if (threadIdx.x == 0u) {
+            s_token = -1;
+        }
+        const gb_u32 per = n_list / blockDim.x + (n_list % blockDim.x != 0u ? 1u : 0u);
+        const gb_u32 e0 = gb_min_u32(threadIdx.x * per, n_list);
+        const gb_u32 e1 = gb_min_u32(e0 + per, n_list);
+        gb_u64 local = 0ull;
+        for (gb_u32 e = e0; e < e1; ++e) {
+            local += gb_list_q(s_key, s_w, e, st);
+        }
+        const gb_u64 excl = gb_block_exclusive_scan_u64(local, s_kept, s_red, s_bcast);
+        const gb_u64 target = __umul64hi(u, s_kept);
+        if (local != 0ull && excl <= target && target < excl + local) {
+            gb_u64 acc = excl;
+            for (gb_u32 e = e0; e < e1; ++e) {
+                const gb_u64 q = gb_list_q(s_key, s_w, e, st);
+                if (acc <= target && target < acc + q) {
+                    s_token = (gb_i32)s_idx[e];
+                }
+                acc += q;
+            }
+        }
+        __syncthreads();
+    } else {
+        // Top-p: Kp, the largest kept key t with sum of q over keys >= t at least target,
+        // by radix select on mass. Only bins with mass count: the answer always has mass.
+        gb_u32 kp = 0u;
+        if (topp_on) {
+            gb_u64 rem = 0ull;
+            gb_u32 prefix = 0u;
+            gb_u32 b = 0u;
+            for (int level = 0; level < 4; ++level) {
+                const gb_u32 shift = 24u - 8u * (gb_u32)level;
+                const gb_u32 hi_mask = level == 0 ? 0u : 0xFFFFFFFFu << (shift + 8u);
+                for (gb_u32 i = threadIdx.x; i < GB_BINS; i += blockDim.x) {
+                    s_mass[i] = 0ull;
+                }
+                __syncthreads();
+                for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += 4u * blockDim.x) {
+                    float x[4];
+                    const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
+                    gb_u32 bins[4];
+                    gb_u64 q[4];
+                    bool ok[4];
+#pragma unroll
+                    for (gb_u32 j = 0; j < 4u; ++j) {
+                        gb_u32 k = gb_orderkey(x[j]);
+                        ok[j] = j < n && k >= kk && (k & hi_mask) == prefix;
+                        bins[j] = (k >> shift) & 0xFFu;
+                        q[j] = ok[j] ? gb_fixed(gb_weight(x[j], st.m, st.invT, st.cutoff), st.two_pow_f) : 0ull;
+                        ok[j] = ok[j] && q[j] != 0ull;
+                    }
+                    gb_hist_add((gb_u32*)0, s_mass, bins, q, ok);
+                }
+                __syncthreads();
+                if (level == 0) {
+                    // Z: the mass of every key >= Kk, all in this level's histogram.
+                    gb_u64 part = 0ull;
+                    for (gb_u32 i = threadIdx.x; i < GB_BINS; i += blockDim.x) {
+                        part += s_mass[i];
+                    }
+                    gb_u64 zsum = gb_block_sum_u64(part, s_red, s_bcast);
+                    gb_u64 pp = __float2ull_rz(__fmul_rn(p.top_p, GB_TWO_POW_32));
+                    gb_u64 lo = zsum * pp;
+                    gb_u64 hi = __umul64hi(zsum, pp);
+                    rem = (hi << 32) | (lo >> 32); // (Z * P) >> 32 of the 128-bit product
+                }
+                gb_u64 above = 0ull;
+                b = gb_select_bin((const gb_u32*)0, s_mass, rem, above, s_bcast);
+                rem -= above;
+                prefix |= b << shift;
+            }
+            kp = prefix;
+        }
+        st.threshold = gb_max_u32(kk, kp);
+
+        // S, the mass of the kept set, and the mass of each tile: tiles are runs of whole
+        // chunks (4 * blockDim.x elements), at most GB_MAX_TILES of them, so that the draw
+        // below scans one tile instead of the row.
+        const gb_u32 nchunks = vocab / chunk + (vocab % chunk != 0u ? 1u : 0u);
+        const gb_u32 tile_chunks = nchunks / GB_MAX_TILES + (nchunks % GB_MAX_TILES != 0u ? 1u : 0u);
+        for (gb_u32 i = threadIdx.x; i < GB_MAX_TILES; i += blockDim.x) {
+            s_tile[i] = 0ull;
+        }
+        __syncthreads();
+        gb_u64 tile_part = 0ull;
+        for (gb_u32 c = 0u; c < nchunks; ++c) {
+            const gb_u32 g = c * chunk + 4u * threadIdx.x;
+            float x[4];
+            const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                if (j < n) {
+                    tile_part += gb_kept_q(x[j], st);
+                }
+            }
+            if ((c + 1u) % tile_chunks == 0u || c + 1u == nchunks) {
+                for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
+                    tile_part += gb_shfl_down_u64(tile_part, d);
+                }
+                if (gb_lane() == 0u && tile_part != 0ull) {
+                    atomicAdd(&s_tile[c / tile_chunks], tile_part);
+                }
+                tile_part = 0ull;
+            }
+        }
+        __syncthreads();
+
+        // The draw: target = (u * S) >> 64; the token is the smallest index whose inclusive
+        // prefix sum of kept q exceeds target. Warp 0 finds the tile where the prefix sum
+        // crosses target (each lane owns GB_MAX_TILES / warpSize consecutive tiles), then the
+        // block scans that tile's chunks in index order.
+        gb_u64 lane_sum = 0ull;  // the mass of this lane's tiles (warp 0)
+        gb_u64 lane_excl = 0ull; // the mass of the tiles before them
+        if (gb_warp() == 0u) {
+            const gb_u32 per = GB_MAX_TILES / GB_WARP_SIZE;
+            for (gb_u32 i = 0; i < per; ++i) {
+                lane_sum += s_tile[gb_lane() * per + i];
+            }
+            gb_u64 incl = lane_sum;
+            for (int d = 1; d < GB_WARP_SIZE; d <<= 1) {
+                gb_u64 t = gb_shfl_up_u64(incl, d);
+                if (gb_lane() >= (gb_u32)d) {
+                    incl += t;
+                }
+            }
+            lane_excl = incl - lane_sum;
+            if (gb_lane() == (gb_u32)GB_WARP_SIZE - 1u) {
+                s_bcast[0] = incl; // S
+            }
+        }
+        __syncthreads();
+        s_kept = s_bcast[0];
+        const gb_u64 target = __umul64hi(u, s_kept);
+        __syncthreads();
+        if (gb_warp() == 0u) {
+            const gb_u32 per = GB_MAX_TILES / GB_WARP_SIZE;
+            gb_u32 found = 0xFFFFFFFFu;
+            gb_u64 before = 0ull;
+            gb_u64 acc = lane_excl;
+            for (gb_u32 i = 0; i < per; ++i) {
+                const gb_u32 tile = gb_lane() * per + i;
+                if (found == 0xFFFFFFFFu && acc + s_tile[tile] > target) {
+                    found = tile;
+                    before = acc;
+                }
+                acc += s_tile[tile];
+            }
+            // Every lane from the crossing on finds a tile; the first one is the answer.
+            gb_u32 first = found;
+            for (int m = GB_WARP_SIZE / 2; m > 0; m >>= 1) {
+                gb_u32 o = __shfl_xor_sync(0xFFFFFFFFu, first, m);
+                first = o < first ? o : first;
+            }
+            if (found != 0xFFFFFFFFu && found == first) {
+                s_bcast[0] = found;
+                s_bcast[1] = before;
+            }
+            if (first == 0xFFFFFFFFu && gb_lane() == 0u) {
+                // Unreachable: S > 0 (the row's largest element has w = 1 and is kept by
+                // every filter), so target < S and some tile crosses it.
+                s_bcast[0] = 0ull;
+                s_bcast[1] = 0ull;
+            }
+        }
+        if (threadIdx.x == 0u) {
+            s_token = -1;
+        }
+        __syncthreads();
+        const gb_u32 tile = (gb_u32)s_bcast[0];
+        gb_u64 running = s_bcast[1];
+        __syncthreads();
+        const gb_u32 c_end = gb_min_u32((tile + 1u) * tile_chunks, nchunks);
+        for (gb_u32 c = tile * tile_chunks; c < c_end; ++c) {
+            const gb_u32 g = c * chunk + 4u * threadIdx.x;
+            float x[4];
+            const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
+            gb_u64 q[4];
+            gb_u64 local = 0ull;
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                q[j] = j < n ? gb_kept_q(x[j], st) : 0ull;
+                local += q[j];
+            }
+            gb_u64 total = 0ull;
+            gb_u64 excl = gb_block_exclusive_scan_u64(local, total, s_red, s_bcast);
+            if (running + total > target) {
+                gb_u64 acc = running + excl;
+                if (local != 0ull && acc <= target && target < acc + local) {
+#pragma unroll
+                    for (gb_u32 j = 0; j < 4u; ++j) {
+                        if (acc <= target && target < acc + q[j]) {
+                            s_token = (gb_i32)(g + j);
+                        }
+                        acc += q[j];
+                    }
+                }
+                break;
+            }
+            running += total;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0u) {
+        // s_token stays -1 only if S were 0, which cannot happen (see above).
+        const gb_i32 tok = s_token;
+        tokens[o] = tok;
+        status[o] = tok >= 0 ? GB_STATUS_OK : GB_STATUS_NO_FINITE;
+        if (lp) {
+            // The kept set renormalised: ln(S_kept · 2^-F) is its log-normaliser relative
+            // to exp(fl((x' - m) · invT)).
+            float x = 0.0f, d = 0.0f, ln_s = 0.0f;
+            if (tok >= 0) {
+                x = gb_io<KIND>::load1(row + tok);
+                d = __fmul_rn(__fadd_rn(gb_process1(pc, x, (gb_u32)tok), -st.m), st.invT);
+                ln_s = logf(__fmul_rn((float)s_kept, __uint_as_float((127u - (63u - bitlen)) << 23)));
+            }
+            const float lse_proc = __fadd_rn(__fmul_rn(st.m, st.invT), ln_s);
+            float* rec = logprobs + 4u * o;
+            gb_write_record(logprobs, o, tok >= 0, 0.0f, 0.0f, 0.0f, 0.0f);
+            if (tok >= 0) {
+                rec[0] = gb_lse_logprob(x, s_lse[0], s_lse[1], rec[2]);
+                rec[1] = __fadd_rn(d, -ln_s);
+                rec[3] = lse_proc;
+            }
+        }
+        gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
+    }
+}

@@ -1,0 +1,129 @@
+// Philox4x32-10 and the Gumbel noise of the stream contract (package philox), value for
+// value, and the bounds of the noise that let a scan skip elements that cannot win.
+
+// A lower bound of philox.Gumbel: E is largest for w = 2^32 - 1, where 1 - u = 2^-33 and
+// E = 33 ln 2, so g >= -log(33 ln 2) = -3.1301; the margin covers the float32 logarithms.
+#define GB_MIN_GUMBEL -3.2f
+
+__device__ __forceinline__ void gb_philox(gb_u32 c0, gb_u32 c1, gb_u32 c2, gb_u32 c3, gb_u32 k0,
+                                          gb_u32 k1, gb_u32 out[4]) {
+#pragma unroll
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        gb_u32 hi0 = __umulhi(0xD2511F53u, c0);
+        gb_u32 lo0 = 0xD2511F53u * c0;
+        gb_u32 hi1 = __umulhi(0xCD9E8D57u, c2);
+        gb_u32 lo1 = 0xCD9E8D57u * c2;
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+// gb_exponential is philox.Exponential: the Exp(1) variate of main word w and tail word.
+__device__ __forceinline__ float gb_exponential(gb_u32 w, gb_u32 tail) {
+    if (w >= 0x80000000u) {
+        float one_minus_u = __fmul_rn(__fadd_rn((float)(~w), 0.5f), GB_TWO_POW_M32);
+        return -logf(one_minus_u);
+    }
+    float u;
+    if (w < GB_TAIL_THRESHOLD) {
+        float frac = __fmul_rn(__fadd_rn((float)tail, 0.5f), GB_TWO_POW_M32);
+        u = __fmul_rn(__fadd_rn((float)w, frac), GB_TWO_POW_M32);
+    } else {
+        u = __fmul_rn(__fadd_rn((float)w, 0.5f), GB_TWO_POW_M32);
+    }
+    return -log1pf(-u);
+}
+
+// gb_gumbel is philox.Gumbel.
+__device__ __forceinline__ float gb_gumbel(gb_u32 w, gb_u32 tail) { return -logf(gb_exponential(w, tail)); }
+
+// gb_gumbel_bound is an upper bound of gb_gumbel(w, any tail) read from the main word
+// alone, so an element far below the best score skips its logarithms. With c leading zero
+// bits, w >= 2^(31-c), so u >= 2^-(c+1), E = -log1p(-u) >= u and g = -log(E) <= (c+1) ln 2;
+// for w >= 2^31, 1-u <= 1/2 gives E >= ln 2 and g <= -log(ln 2) < 0.367. The 1e-3 margin
+// covers the last-place errors of the float32 logarithms many times over; w = 0 falls back
+// to MaxGumbel. Skipping on it never changes a result: a skipped score is provably below
+// a score already reached.
+__device__ __forceinline__ float gb_gumbel_bound(gb_u32 w) {
+    if (w >= 0x80000000u) {
+        return 0.37f;
+    }
+    if (w == 0u) {
+        return GB_MAX_GUMBEL;
+    }
+    return __fadd_rn(__fmul_rn((float)(__clz((int)w) + 1), 0.69314718f), 1e-3f);
+}
+
+// gb_cheap_bound is gb_gumbel_bound without its leading-zero count for the words nearly
+// every element has, in steps that each hold at least the largest gb_gumbel_bound of
+// their range: w >= 2^31 (0.37), w >= 2^30 (2 ln 2 + 1e-3), w >= 2^28 (4 ln 2 + 1e-3),
+// w >= 2^24 (8 ln 2 + 1e-3); only the rare smaller words pay for the exact bound. The
+// steps between 2^24 and 2^31 matter once the bound has risen past the body of the row:
+// a single step there (8 ln 2 for all of them) leaves about 1% of the elements needing
+// their logarithms, and in a warp of 32 lanes that is a branch taken most of the time.
+__device__ __forceinline__ float gb_cheap_bound(gb_u32 w) {
+    if (w >= 0x80000000u) {
+        return 0.37f;
+    }
+    if (w >= 0x40000000u) {
+        return 1.3873f; // 2 ln 2 = 1.3863
+    }
+    if (w >= 0x10000000u) {
+        return 2.7736f; // 4 ln 2 = 2.7726
+    }
+    if (w >= GB_TAIL_THRESHOLD) {
+        return 5.5462f; // 8 ln 2 = 5.5452
+    }
+    return gb_gumbel_bound(w);
+}
+
+// gb_philox_groups runs the Philox blocks of G groups (counters c0[i], the rest shared)
+// round by round together: the chains are independent, so their multiplies overlap
+// instead of each waiting on the one before.
+template <int G>
+__device__ __forceinline__ void gb_philox_groups(const gb_u32 c0[G], gb_u32 c1, gb_u32 c2, gb_u32 c3,
+                                                 gb_u32 k0, gb_u32 k1, gb_u32 out[G][4]) {
+    gb_u32 s[G][4];
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        s[i][0] = c0[i];
+        s[i][1] = c1;
+        s[i][2] = c2;
+        s[i][3] = c3;
+    }
+#pragma unroll
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            gb_u32 hi0 = __umulhi(0xD2511F53u, s[i][0]);
+            gb_u32 lo0 = 0xD2511F53u * s[i][0];
+            gb_u32 hi1 = __umulhi(0xCD9E8D57u, s[i][2]);
+            gb_u32 lo1 = 0xCD9E8D57u * s[i][2];
+            s[i][0] = hi1 ^ s[i][1] ^ k0;
+            s[i][1] = lo1;
+            s[i][2] = hi0 ^ s[i][3] ^ k1;
+            s[i][3] = lo0;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            out[i][j] = s[i][j];
+        }
+    }
+}

@@ -1,0 +1,255 @@
+// topn (ABI.md): the N <= GB_MAX_TOPN largest keys of a row (raw logits, or Gumbel
+// scores with PERTURBED), S >= 1 blocks per row, one launch. Each thread keeps its own
+// top list in registers (a fixed-size, fully unrolled insertion, so nothing goes to local
+// memory) behind one comparison with its N-th key; a block merges its threads' lists in
+// N rounds of a block-wide max, and the last block of the row merges the S lists the
+// same way.
+
+// gb_topn_insert puts key into a thread's list (largest first, 0 = empty) and returns the
+// new N-th entry, the threshold a key must beat to enter.
+__device__ __forceinline__ gb_u64 gb_topn_insert(gb_u64 lst[GB_MAX_TOPN], gb_u64 key, gb_u32 N) {
+    gb_u64 thr = 0ull;
+#pragma unroll
+    for (int j = 0; j < GB_MAX_TOPN; ++j) {
+        const gb_u64 a = lst[j];
+        const bool gt = key > a;
+        lst[j] = gt ? key : a;
+        key = gt ? a : key;
+        thr = (gb_u32)j + 1u == N ? lst[j] : thr;
+    }
+    return thr;
+}
+
+// gb_topn_merge moves the block's N largest keys of the threads' lists into s_top
+// (0 where there are fewer), emptying the lists as it goes.
+__device__ __forceinline__ void gb_topn_merge(gb_u64 lst[GB_MAX_TOPN], gb_u32 N, gb_u64* s_top, gb_u64* s_red,
+                                              gb_u64* s_bcast) {
+    for (gb_u32 k = 0; k < N; ++k) {
+        const gb_u64 best = gb_block_max_u64_all(lst[0], s_red, s_bcast);
+        if (threadIdx.x == 0u) {
+            s_top[k] = best;
+        }
+        if (best != 0ull && lst[0] == best) { // keys are unique: one thread pops
+#pragma unroll
+            for (int j = 0; j + 1 < GB_MAX_TOPN; ++j) {
+                lst[j] = lst[j + 1];
+            }
+            lst[GB_MAX_TOPN - 1] = 0ull;
+        }
+    }
+    __syncthreads();
+}
+
+// gb_topn_scan folds the chunk [start, end) into a thread's top list (see gb_topn):
+// NOISY ranks Gumbel scores, PROC processes the logits first.
+template <int KIND, bool NOISY, bool PROC>
+__device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* row, gb_u32 start, gb_u32 end,
+                                             bool vec, gb_u32 N, float invT, const gb_row_params& p,
+                                             const gb_proc& pc, gb_u64 lst[GB_MAX_TOPN], gb_u64& thr,
+                                             gb_u32& flags, gb_lse& lse) {
+    for (gb_u32 g = start + 4u * threadIdx.x; g < end; g += 4u * blockDim.x) {
+        float v[4];
+        const gb_u32 n = gb_load_group<KIND>(row, g, end, vec, v);
+        if (PROC) {
+            flags |= gb_process_group(pc, g, n, v, v);
+        } else {
+            flags |= gb_group_flags(v, n);
+        }
+        if (NOISY) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                v[j] = __fmul_rn(v[j], invT);
+            }
+        }
+        const float mx = gb_max4(v);
+        gb_lse_add4(lse, v, mx);
+        if (!(mx > -gb_inf())) {
+            continue; // -Inf keys never enter
+        }
+        if (!NOISY) {
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                if (j < n && v[j] > -gb_inf()) {
+                    const gb_u64 k = gb_pack(v[j], g + j);
+                    if (k > thr) {
+                        thr = gb_topn_insert(lst, k, N);
+                    }
+                }
+            }
+            continue;
+        }
+        // A score below the thread's N-th cannot be in the block's top N: skip the noise
+        // where a bound says so (exactly, as gumbel_argmax does).
+        const float thr_score = thr != 0ull ? gb_orderkey_inverse((gb_u32)(thr >> 32)) : -gb_inf();
+        if (__fadd_rn(mx, GB_MAX_GUMBEL) < thr_score) {
+            continue;
+        }
+        gb_u32 w[4];
+        gb_philox(g >> 2, p.step_lo, p.step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
+        bool need[4];
+        bool any_tail = false;
+#pragma unroll
+        for (gb_u32 j = 0; j < 4u; ++j) {
+            need[j] = j < n && v[j] > -gb_inf() && !(__fadd_rn(v[j], gb_cheap_bound(w[j])) < thr_score);
+            any_tail = any_tail || (need[j] && w[j] < GB_TAIL_THRESHOLD);
+        }
+        gb_u32 t[4] = {0u, 0u, 0u, 0u};
+        if (any_tail) {
+            gb_philox(g >> 2, p.step_lo, p.step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi, t);
+        }
+#pragma unroll
+        for (gb_u32 j = 0; j < 4u; ++j) {
+            if (need[j]) {
+                const gb_u64 k = gb_pack(__fadd_rn(v[j], gb_gumbel(w[j], t[j])), g + j);
+                if (k > thr) {
+                    thr = gb_topn_insert(lst, k, N);
+                }
+            }
+        }
+    }
+}
+
+template <int KIND>
+__device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __restrict__ logits,
+                                        const gb_row_params* __restrict__ params, gb_i32* out_tokens,
+                                        float* out_values, gb_u64* partials, gb_u32* counters, gb_u64 row_stride,
+                                        gb_u32 vocab, const float* bias, const gb_u32* counts, const gb_u32* mask) {
+    __shared__ gb_u64 s_red[GB_MAX_WARPS];
+    __shared__ gb_u64 s_bcast[2];
+    __shared__ gb_u64 s_top[GB_MAX_TOPN];
+    __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
+    __shared__ gb_u32 s_last;
+    __shared__ gb_lse s_lse; // the row's merged log-sum-exp
+
+    if (blockIdx.z != 0u) {
+        return; // topn draws nothing: a deeper grid's extra blocks have no work
+    }
+    const gb_u32 y = blockIdx.y;
+    const gb_u32 nblocks = gridDim.x;
+    const gb_row_params p = params[y];
+    const gb_u32 N = p.topn;
+    gb_i32* otok = out_tokens + (gb_u64)p.row * GB_MAX_TOPN;
+    float* oval = out_values + (gb_u64)p.row * GB_MAX_TOPN;
+    const bool bad_n = N < 1u || N > GB_MAX_TOPN;
+    if (bad_n || gb_bad_flags(p.flags) || gb_bad_row(p.temperature, vocab)) {
+        if (blockIdx.x == 0u) {
+            for (gb_u32 j = threadIdx.x; j < (bad_n ? GB_MAX_TOPN : N); j += blockDim.x) {
+                otok[j] = -1;
+                oval[j] = __uint_as_float(0x7FC00000u);
+            }
+        }
+        return;
+    }
+
+    gb_u32 per = vocab / nblocks + (vocab % nblocks != 0u ? 1u : 0u);
+    per = (per + 3u) & ~3u;
+    const gb_u64 start64 = (gb_u64)blockIdx.x * per;
+    const gb_u32 start = start64 < vocab ? (gb_u32)start64 : vocab;
+    const gb_u32 end = start64 + per < vocab ? (gb_u32)(start64 + per) : vocab;
+
+    const typename gb_io<KIND>::elem* row = logits + (gb_u64)p.row * row_stride;
+    const bool vec = gb_io<KIND>::vec_ok(row);
+    const bool perturbed = (p.flags & GB_FLAG_PERTURBED) != 0u;
+    const bool greedy = p.temperature == 0.0f;
+    const float invT = perturbed && !greedy ? 1.0f / p.temperature : 1.0f;
+    gb_proc pc = gb_make_proc(p, bias, counts, mask, vocab);
+    if (!perturbed) {
+        pc.flags = 0u; // raw logits: no processing
+    }
+
+    // Keys: the raw logit; with PERTURBED the Gumbel score fl(fl(x' · invT) + g) (greedy:
+    // x'). The log-sum-exp runs over the values the keys perturb: x, or fl(x' · invT).
+    // Each kind of row has its own instantiation of the scan, so the plain one (top
+    // log-probabilities) carries neither Philox nor processor state.
+    gb_u64 lst[GB_MAX_TOPN];
+#pragma unroll
+    for (int j = 0; j < GB_MAX_TOPN; ++j) {
+        lst[j] = 0ull;
+    }
+    gb_u64 thr = 0ull;
+    gb_u32 flags = 0u;
+    gb_lse lse;
+    gb_lse_init(lse);
+    if (!perturbed || (greedy && pc.flags == 0u)) {
+        gb_topn_scan<KIND, false, false>(row, start, end, vec, N, invT, p, pc, lst, thr, flags, lse);
+    } else if (greedy) {
+        gb_topn_scan<KIND, false, true>(row, start, end, vec, N, invT, p, pc, lst, thr, flags, lse);
+    } else if (pc.flags == 0u) {
+        gb_topn_scan<KIND, true, false>(row, start, end, vec, N, invT, p, pc, lst, thr, flags, lse);
+    } else {
+        gb_topn_scan<KIND, true, true>(row, start, end, vec, N, invT, p, pc, lst, thr, flags, lse);
+    }
+    gb_u32 none = 0u;
+    gb_block_max_or(none, flags, s_red, s_bcast);
+    gb_block_lse(lse, lse, false, s_pair);
+    gb_topn_merge(lst, N, s_top, s_red, s_bcast);
+
+    if (nblocks > 1u) {
+        gb_u64* part = partials + (gb_u64)GB_TOPN_STRIDE * ((gb_u64)y * nblocks + blockIdx.x);
+        if (threadIdx.x == 0u) {
+            for (gb_u32 j = 0; j < GB_MAX_TOPN; ++j) {
+                part[j] = j < N ? s_top[j] : 0ull;
+            }
+            part[GB_MAX_TOPN] = gb_lse_pack(lse);
+            if (flags != 0u) {
+                atomicOr(&counters[2u * y + 1u], flags);
+            }
+            __threadfence();
+            const gb_u32 prev = atomicAdd(&counters[2u * y], 1u);
+            s_last = prev == nblocks - 1u ? 1u : 0u;
+        }
+        __syncthreads();
+        if (s_last == 0u) {
+            return;
+        }
+        __threadfence();
+        const gb_u64* row_part = partials + (gb_u64)GB_TOPN_STRIDE * y * nblocks;
+        // What the block merge left in the lists is below this block's published N.
+#pragma unroll
+        for (int j = 0; j < GB_MAX_TOPN; ++j) {
+            lst[j] = 0ull;
+        }
+        thr = 0ull;
+        gb_lse_init(lse);
+        for (gb_u32 i = threadIdx.x; i < nblocks * GB_MAX_TOPN; i += blockDim.x) {
+            const gb_u64 k = gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * (i / GB_MAX_TOPN) + i % GB_MAX_TOPN);
+            if (k > thr) {
+                thr = gb_topn_insert(lst, k, N);
+            }
+        }
+        for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
+            gb_lse_merge_packed(lse, gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * i + GB_MAX_TOPN));
+        }
+        gb_block_lse(lse, lse, false, s_pair);
+        gb_topn_merge(lst, N, s_top, s_red, s_bcast);
+        if (threadIdx.x == 0u) {
+            flags = atomicExch(&counters[2u * y + 1u], 0u);
+            atomicExch(&counters[2u * y], 0u);
+            s_last = flags;
+        }
+        __syncthreads();
+        flags = s_last;
+    }
+    if (threadIdx.x == 0u) {
+        s_lse = lse;
+    }
+    __syncthreads();
+    for (gb_u32 j = threadIdx.x; j < N; j += blockDim.x) {
+        const gb_u64 k = s_top[j];
+        if (flags & GB_SEEN_NONFINITE) {
+            otok[j] = -1;
+            oval[j] = __uint_as_float(0x7FC00000u);
+        } else if (k == 0ull) {
+            otok[j] = -1;
+            oval[j] = -gb_inf();
+        } else {
+            const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)k;
+            const float x = gb_io<KIND>::load1(row + tok);
+            otok[j] = (gb_i32)tok;
+            // From the set's reference, not fl(m + log s): a row whose logits sit near 2^29
+            // (a frequency penalty of a saturated count) would otherwise read 0 for all.
+            float norm;
+            oval[j] = gb_lse_logprob(__fmul_rn(gb_process1(pc, x, tok), invT), s_lse.m, s_lse.s, norm);
+        }
+    }
+}
