@@ -2,6 +2,14 @@
 // compile without standard headers, exact f16 and bf16 decoding by integer operations,
 // the aligned four-element loads of a row, and the checks every kernel makes of a row.
 
+// GB_NVIDIA is 1 where NVRTC compiles for an NVIDIA GPU; HIP (through hip_prelude.h) and
+// the CPU emulation (kernelsrc/emu) define their own versions of what PTX spells.
+#if defined(__CUDACC__) && !defined(__HIP__) && !defined(__HIPCC__)
+#define GB_NVIDIA 1
+#else
+#define GB_NVIDIA 0
+#endif
+
 typedef unsigned int gb_u32;
 typedef unsigned long long gb_u64;
 typedef unsigned short gb_u16;
@@ -115,7 +123,7 @@ __device__ __forceinline__ gb_u32 gb_load_group(const typename gb_io<KIND>::elem
 
 // gb_bad_row reports the rows the ABI answers with status 3: temperature negative, NaN,
 // infinite, or so small that 1/T overflows (x·invT would be NaN for x = 0); a vocabulary
-// outside [1, 2^31).
+// outside [1, GB_MAX_VOCAB].
 __device__ __forceinline__ bool gb_bad_row(float t, gb_u32 vocab) {
     if (!(t >= 0.0f) || t == gb_inf()) {
         return true;
@@ -123,7 +131,7 @@ __device__ __forceinline__ bool gb_bad_row(float t, gb_u32 vocab) {
     if (t > 0.0f && 1.0f / t == gb_inf()) {
         return true;
     }
-    return vocab == 0u || vocab > 0x7FFFFFFFu;
+    return vocab == 0u || vocab > (gb_u32)GB_MAX_VOCAB;
 }
 
 // gb_step_plus is a row's step plus z, mod 2^64.
@@ -133,17 +141,13 @@ __device__ __forceinline__ void gb_step_plus(const gb_row_params& p, gb_u32 z, g
     hi = (gb_u32)(s >> 32);
 }
 
-// gb_bad_flags reports reserved flag bits (ABI.md: bits 9-31 are zero); such a row gets
-// status 3.
-__device__ __forceinline__ bool gb_bad_flags(gb_u32 flags) { return (flags >> 9) != 0u; }
+// gb_bad_flags reports reserved flag bits; such a row gets status 3.
+__device__ __forceinline__ bool gb_bad_flags(gb_u32 flags) { return (flags & GB_FLAGS_RESERVED) != 0u; }
 
 // gb_max4 is the largest of four values (NaN ignored; -Inf when all are -Inf or NaN).
 __device__ __forceinline__ float gb_max4(const float v[4]) {
     return fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
 }
-
-// GB_GROUPS is the groups of four elements a thread takes per trip of the scan.
-#define GB_GROUPS 1
 
 // gb_load_groups reads a thread's G groups g, g + stride, ... (see gb_load_group).
 template <int KIND, int G>
@@ -153,18 +157,5 @@ __device__ __forceinline__ void gb_load_groups(const typename gb_io<KIND>::elem*
 #pragma unroll
     for (int i = 0; i < G; ++i) {
         n[i] = gb_load_group<KIND>(row, g + (gb_u32)i * stride, end, vec, x[i]);
-    }
-}
-
-// gb_take_groups moves the prefetched groups of the next trip into the current ones.
-template <int G>
-__device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], const float nxt[G][4], const gb_u32 nn[G]) {
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-        n[i] = nn[i];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            cur[i][k] = nxt[i][k];
-        }
     }
 }

@@ -27,6 +27,7 @@ struct gb_row_state {
     gb_u32 threshold; // kept keys are >= threshold
     bool minp_on;
     float min_p;
+    gb_u32 bitlen; // bitlen(V): F = 63 - bitlen
 };
 
 // gb_kept_q returns an element's fixed-point weight if it is kept, else 0.
@@ -58,7 +59,7 @@ __device__ __forceinline__ gb_u64 gb_kept_q(float x, const gb_row_state& st) {
 // cover the L2 or HBM latency).
 template <int KIND>
 __device__ __forceinline__ void gb_cat_load_trip(const typename gb_io<KIND>::elem* row, gb_u32 base, gb_u32 vocab,
-                                                 bool vec, const gb_proc& pc, float x[GB_CAT_GROUPS][4],
+                                                 bool vec, const gb_processor& pc, float x[GB_CAT_GROUPS][4],
                                                  gb_u32 n[GB_CAT_GROUPS]) {
     const gb_u32 chunk = 4u * blockDim.x;
     gb_load_groups<KIND, GB_CAT_GROUPS>(row, base + 4u * threadIdx.x, chunk, vocab, vec, x, n);
@@ -75,7 +76,7 @@ __device__ __forceinline__ void gb_cat_load_trip(const typename gb_io<KIND>::ele
 // no exponential: a load, an order key, a compare and (rarely) a shared atomic per element.
 template <int KIND>
 __device__ __forceinline__ void gb_cat_hist_row(const typename gb_io<KIND>::elem* row, gb_u32 vocab, bool vec,
-                                                const gb_proc& pc, gb_u32 hi_mask, gb_u32 prefix, gb_u32 shift,
+                                                const gb_processor& pc, gb_u32 hi_mask, gb_u32 prefix, gb_u32 shift,
                                                 gb_u32* s_cnt) {
     const gb_u32 trip = GB_CAT_GROUPS * 4u * blockDim.x;
     const gb_u64 zeros[4] = {0ull, 0ull, 0ull, 0ull};
@@ -110,7 +111,7 @@ __device__ __forceinline__ void gb_cat_hist_row(const typename gb_io<KIND>::elem
 // listed elements pay for an exponential.
 template <int KIND>
 __device__ __forceinline__ gb_u32 gb_cat_compact(const typename gb_io<KIND>::elem* row, gb_u32 vocab, bool vec,
-                                                 const gb_proc& pc, gb_u32 low, float dmin, float m, float invT,
+                                                 const gb_processor& pc, gb_u32 low, float dmin, float m, float invT,
                                                  float cutoff, gb_u32* s_idx, gb_u32* s_key, float* s_w, gb_u64* s_wc) {
     const gb_u32 chunk = 4u * blockDim.x;
     const gb_u32 trip = GB_CAT_GROUPS * chunk;
@@ -212,20 +213,481 @@ __device__ __forceinline__ gb_u64 gb_list_q(const gb_u32* s_key, const float* s_
     return gb_fixed(w, st.two_pow_f);
 }
 
-// The categorical kernel's passes over a row of V elements (the cost is the passes: a
-// block holds the whole row, so each pass streams V elements through one SM):
-// 1. the largest logit, the flags and (top-k) the histogram of the top key digit;
+// gb_cat_shared is the categorical block's shared memory, declared in gb_categorical and
+// handed to its phases.
+struct gb_cat_shared {
+    gb_u32* cnt;   // a radix level's counts
+    gb_u64* mass;  // a radix level's masses
+    gb_u64* red;   // the block reductions' per-warp words
+    gb_u64* bcast; // the block reductions' results
+    gb_u64* tile;  // the kept mass of each tile of the row
+    gb_i32* token; // the drawn token
+    gb_u64* pair;  // gb_block_lse's per-warp pairs
+    // With LOGPROBS, the raw and (greedy rows) processed log-sum-exp sets, as (reference,
+    // sum) pairs, so that records are taken from the reference (gb_lse_logprob) and do not
+    // cancel when the logits are huge.
+    float* lse;
+    gb_u64* wc; // gb_cat_compact's per-warp counts
+    // The candidate list: element index, order key of x' and weight w(x').
+    gb_u32* idx;
+    gb_u32* key;
+    float* w;
+};
+
+// gb_cat_row is what the categorical kernel's phases know of their launch row.
+template <int KIND>
+struct gb_cat_row {
+    const typename gb_io<KIND>::elem* row;
+    gb_u32 vocab;
+    bool vec; // the row takes vector loads
+    gb_processor pc;
+    gb_row_params* params;
+    gb_row_params p;
+    gb_u32 y;  // the launch row
+    gb_u64 o;  // this draw's output slot
+    bool lp;   // LOGPROBS
+    gb_i32* tokens;
+    gb_i32* status;
+    float* logprobs;
+    gb_u32* counters;
+    gb_u32* counts;
+};
+
+// gb_cat_first_pass is the first pass over the row: the largest processed key (mkey), the
+// observations, with top-k the histogram of the top key digit, and with LOGPROBS the raw
+// log-sum-exp over the logits and, for greedy rows, the one over x' (their record's
+// temperature-1 distribution), kept in sh.lse.
+template <int KIND>
+__device__ __forceinline__ void gb_cat_first_pass(const gb_cat_row<KIND>& r, bool topk_on, bool greedy,
+                                                  const gb_cat_shared& sh, gb_u32& mkey, gb_u32& seen) {
+    const gb_u32 chunk = 4u * blockDim.x;
+    if (topk_on) {
+        for (gb_u32 b = threadIdx.x; b < GB_BINS; b += blockDim.x) {
+            sh.cnt[b] = 0u;
+        }
+        __syncthreads();
+    }
+    gb_lse raw, proc;
+    gb_lse_init(raw);
+    gb_lse_init(proc);
+    for (gb_u32 base = 0u; base < r.vocab; base += GB_CAT_GROUPS * chunk) {
+        float xs[GB_CAT_GROUPS][4];
+        gb_u32 ns[GB_CAT_GROUPS];
+        gb_load_groups<KIND, GB_CAT_GROUPS>(r.row, base + 4u * threadIdx.x, chunk, r.vocab, r.vec, xs, ns);
+#pragma unroll
+        for (int i = 0; i < GB_CAT_GROUPS; ++i) {
+            float* x = xs[i];
+            const gb_u32 n = ns[i];
+            const gb_u32 g = base + (gb_u32)i * chunk + 4u * threadIdx.x;
+            if (r.lp) {
+                gb_lse_add4(raw, x, gb_max4(x));
+            }
+            if (r.pc.flags != 0u) {
+                seen |= gb_process_group(r.pc, g, n, x, x);
+            }
+            if (r.lp && greedy) {
+                gb_lse_add4(proc, x, gb_max4(x));
+            }
+            gb_u32 bins[4];
+            bool ok[4];
+            const gb_u64 zeros[4] = {0ull, 0ull, 0ull, 0ull};
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                ok[j] = j < n;
+                gb_u32 k = gb_orderkey(x[j]);
+                bins[j] = k >> 24;
+                if (ok[j]) {
+                    if (r.pc.flags == 0u) {
+                        seen |= gb_seen(x[j]);
+                    }
+                    mkey = gb_max_u32(mkey, k);
+                }
+            }
+            if (topk_on) {
+                gb_hist_add(sh.cnt, (gb_u64*)0, bins, zeros, ok);
+            }
+        }
+    }
+    gb_block_max_or(mkey, seen, sh.red, sh.bcast);
+    if (r.lp) {
+        gb_block_lse(raw, proc, greedy, sh.pair);
+        if (threadIdx.x == 0u) {
+            // Kept in shared memory, not in registers across the passes that follow.
+            sh.lse[0] = raw.m;
+            sh.lse[1] = raw.s;
+            sh.lse[2] = proc.m;
+            sh.lse[3] = proc.s;
+        }
+    }
+}
+
+// gb_cat_greedy draws a greedy row: the first index whose processed logit equals m.
+template <int KIND>
+__device__ __forceinline__ void gb_cat_greedy(const gb_cat_row<KIND>& r, float m, const gb_cat_shared& sh) {
+    gb_u32 first = 0u; // 0xFFFFFFFF - index, largest first
+    const gb_u32 stride = 4u * blockDim.x;
+    for (gb_u32 g = 4u * threadIdx.x; g < r.vocab; g += stride) {
+        float x[4];
+        gb_u32 n = gb_load_processed<KIND>(r.row, g, r.vocab, r.vec, r.pc, x);
+#pragma unroll
+        for (gb_u32 j = 0; j < 4u; ++j) {
+            if (j < n && x[j] == m) {
+                first = gb_max_u32(first, 0xFFFFFFFFu - (g + j));
+            }
+        }
+    }
+    gb_u32 none = 0u;
+    gb_block_max_or(first, none, sh.red, sh.bcast);
+    if (threadIdx.x == 0u) {
+        const gb_u32 tok = 0xFFFFFFFFu - first;
+        r.tokens[r.o] = (gb_i32)tok;
+        r.status[r.o] = GB_STATUS_OK;
+        if (r.lp) {
+            const float x = gb_io<KIND>::load1(r.row + tok);
+            float* rec = r.logprobs + 4u * r.o;
+            rec[0] = gb_lse_logprob(x, sh.lse[0], sh.lse[1], rec[2]);
+            rec[1] = gb_lse_logprob(gb_processed(r.pc, x, tok), sh.lse[2], sh.lse[3], rec[3]);
+        }
+        gb_row_done(r.params, r.p, r.y, r.counters, r.tokens, r.status, r.counts, r.vocab);
+    }
+}
+
+// gb_topk_threshold_row runs the levels of top-k's radix select over the row, the first
+// from the histogram gb_cat_first_pass left, until the keys at or above the chosen bin's
+// range fit in the candidate list: after each level their number is known exactly (the
+// top_k - rem keys above the bin and the bin's own). It returns whether they fit (then
+// prefix and level say where the select stands); else it has run all four levels and
+// prefix is Kk.
+template <int KIND>
+__device__ __forceinline__ bool gb_topk_threshold_row(const gb_cat_row<KIND>& r, const gb_cat_shared& sh,
+                                                      gb_u64& rem, gb_u32& prefix, int& level) {
+    while (level < 4) {
+        const gb_u32 shift = 24u - 8u * (gb_u32)level;
+        if (level > 0) {
+            gb_clear_bins(sh.cnt);
+            gb_cat_hist_row<KIND>(r.row, r.vocab, r.vec, r.pc, 0xFFFFFFFFu << (shift + 8u), prefix, shift, sh.cnt);
+        }
+        const gb_u32 in_bin = gb_cat_select_level(sh.cnt, shift, rem, prefix, sh.bcast);
+        ++level;
+        // Keys >= prefix (its lower digits are 0). Block-uniform, like every branch here.
+        if ((gb_u64)r.p.top_k - rem + in_bin <= (gb_u64)GB_CAT_CAP) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// gb_topk_threshold_list runs the levels of top-k's radix select left after listing (none
+// when the row was never listed) over the n_list candidates, and returns Kk.
+__device__ __forceinline__ gb_u32 gb_topk_threshold_list(const gb_cat_shared& sh, gb_u32 n_list, gb_u64 rem,
+                                                         gb_u32 prefix, int level) {
+    for (; level < 4; ++level) {
+        const gb_u32 shift = 24u - 8u * (gb_u32)level;
+        const gb_u32 hi_mask = 0xFFFFFFFFu << (shift + 8u);
+        gb_clear_bins(sh.cnt);
+        for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
+            const gb_u32 k = sh.key[e];
+            if ((k & hi_mask) == prefix) {
+                atomicAdd(&sh.cnt[(k >> shift) & 0xFFu], 1u);
+            }
+        }
+        gb_cat_select_level(sh.cnt, shift, rem, prefix, sh.bcast);
+    }
+    return prefix;
+}
+
+// gb_topp_threshold returns Kp: the largest kept key t whose kept mass over keys >= t
+// reaches target = (Z * P) >> 32, by radix select on mass over the candidate list
+// (LISTED) or the row. Z, the mass of every key >= Kk, is the sum of the first level's
+// bins. Only bins with mass count: the answer always has mass.
+template <int KIND, bool LISTED>
+__device__ __forceinline__ gb_u32 gb_topp_threshold(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u32 kk,
+                                                    gb_u32 n_list, const gb_cat_shared& sh) {
+    gb_u64 rem = 0ull;
+    gb_u32 prefix = 0u;
+    for (int level = 0; level < 4; ++level) {
+        const gb_u32 shift = 24u - 8u * (gb_u32)level;
+        const gb_u32 hi_mask = level == 0 ? 0u : 0xFFFFFFFFu << (shift + 8u);
+        for (gb_u32 i = threadIdx.x; i < GB_BINS; i += blockDim.x) {
+            sh.mass[i] = 0ull;
+        }
+        __syncthreads();
+        if (LISTED) {
+            for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
+                const gb_u32 k = sh.key[e];
+                if (k >= kk && (k & hi_mask) == prefix) {
+                    const gb_u64 q = gb_fixed(sh.w[e], st.two_pow_f);
+                    if (q != 0ull) {
+                        atomicAdd(&sh.mass[(k >> shift) & 0xFFu], q);
+                    }
+                }
+            }
+        } else {
+            for (gb_u32 g = 4u * threadIdx.x; g < r.vocab; g += 4u * blockDim.x) {
+                float x[4];
+                const gb_u32 n = gb_load_processed<KIND>(r.row, g, r.vocab, r.vec, r.pc, x);
+                gb_u32 bins[4];
+                gb_u64 q[4];
+                bool ok[4];
+#pragma unroll
+                for (gb_u32 j = 0; j < 4u; ++j) {
+                    gb_u32 k = gb_orderkey(x[j]);
+                    ok[j] = j < n && k >= kk && (k & hi_mask) == prefix;
+                    bins[j] = (k >> shift) & 0xFFu;
+                    q[j] = ok[j] ? gb_fixed(gb_weight(x[j], st.m, st.invT, st.cutoff), st.two_pow_f) : 0ull;
+                    ok[j] = ok[j] && q[j] != 0ull;
+                }
+                gb_hist_add((gb_u32*)0, sh.mass, bins, q, ok);
+            }
+        }
+        __syncthreads();
+        if (level == 0) {
+            gb_u64 part = 0ull;
+            for (gb_u32 i = threadIdx.x; i < GB_BINS; i += blockDim.x) {
+                part += sh.mass[i];
+            }
+            const gb_u64 zsum = gb_block_sum_u64(part, sh.red, sh.bcast);
+            const gb_u64 pp = __float2ull_rz(__fmul_rn(r.p.top_p, GB_TWO_POW_32));
+            rem = (__umul64hi(zsum, pp) << 32) | ((zsum * pp) >> 32); // (Z * P) >> 32
+        }
+        gb_u64 above = 0ull;
+        const gb_u32 b = gb_select_bin((const gb_u32*)0, sh.mass, rem, above, sh.bcast);
+        rem -= above;
+        prefix |= b << shift;
+    }
+    return prefix;
+}
+
+// gb_cat_draw_listed computes S and draws from the candidate list in one block scan: each
+// thread owns a run of consecutive entries (index order), so the exclusive scan of the
+// runs' kept masses is the prefix sum the inverse CDF needs, and the one thread whose run
+// crosses target = (u * S) >> 64 finds the token. It returns S.
+__device__ __forceinline__ gb_u64 gb_cat_draw_listed(const gb_row_state& st, gb_u32 n_list, gb_u64 u,
+                                                     const gb_cat_shared& sh) {
+    if (threadIdx.x == 0u) {
+        *sh.token = -1;
+    }
+    const gb_u32 per = n_list / blockDim.x + (n_list % blockDim.x != 0u ? 1u : 0u);
+    const gb_u32 e0 = gb_min_u32(threadIdx.x * per, n_list);
+    const gb_u32 e1 = gb_min_u32(e0 + per, n_list);
+    gb_u64 local = 0ull;
+    for (gb_u32 e = e0; e < e1; ++e) {
+        local += gb_list_q(sh.key, sh.w, e, st);
+    }
+    gb_u64 s_kept = 0ull;
+    const gb_u64 excl = gb_block_exclusive_scan_u64(local, s_kept, sh.red, sh.bcast);
+    const gb_u64 target = __umul64hi(u, s_kept);
+    if (local != 0ull && excl <= target && target < excl + local) {
+        gb_u64 acc = excl;
+        for (gb_u32 e = e0; e < e1; ++e) {
+            const gb_u64 q = gb_list_q(sh.key, sh.w, e, st);
+            if (acc <= target && target < acc + q) {
+                *sh.token = (gb_i32)sh.idx[e];
+            }
+            acc += q;
+        }
+    }
+    __syncthreads();
+    return s_kept;
+}
+
+// gb_cat_tiles sums the kept mass of each tile of the row into sh.tile: tiles are runs of
+// whole chunks (4 * blockDim.x elements), at most GB_MAX_TILES of them, so that the draw
+// scans one tile instead of the row.
+template <int KIND>
+__device__ __forceinline__ void gb_cat_tiles(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u32 nchunks,
+                                             gb_u32 tile_chunks, const gb_cat_shared& sh) {
+    const gb_u32 chunk = 4u * blockDim.x;
+    for (gb_u32 i = threadIdx.x; i < GB_MAX_TILES; i += blockDim.x) {
+        sh.tile[i] = 0ull;
+    }
+    __syncthreads();
+    gb_u64 tile_part = 0ull;
+    for (gb_u32 c = 0u; c < nchunks; ++c) {
+        const gb_u32 g = c * chunk + 4u * threadIdx.x;
+        float x[4];
+        const gb_u32 n = gb_load_processed<KIND>(r.row, g, r.vocab, r.vec, r.pc, x);
+#pragma unroll
+        for (gb_u32 j = 0; j < 4u; ++j) {
+            if (j < n) {
+                tile_part += gb_kept_q(x[j], st);
+            }
+        }
+        if ((c + 1u) % tile_chunks == 0u || c + 1u == nchunks) {
+            for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
+                tile_part += gb_shfl_down_u64(tile_part, d);
+            }
+            if (gb_lane() == 0u && tile_part != 0ull) {
+                atomicAdd(&sh.tile[c / tile_chunks], tile_part);
+            }
+            tile_part = 0ull;
+        }
+    }
+    __syncthreads();
+}
+
+// gb_cat_find_tile returns S and, in tile and running, the tile where the prefix sum of
+// the kept mass crosses target = (u * S) >> 64 and the mass of the tiles before it. Warp
+// 0 does the walk: each lane owns GB_MAX_TILES / warpSize consecutive tiles.
+__device__ __forceinline__ gb_u64 gb_cat_find_tile(gb_u64 u, const gb_cat_shared& sh, gb_u64& target,
+                                                   gb_u32& tile, gb_u64& running) {
+    gb_u64 lane_sum = 0ull;  // the mass of this lane's tiles (warp 0)
+    gb_u64 lane_excl = 0ull; // the mass of the tiles before them
+    if (gb_warp() == 0u) {
+        const gb_u32 per = GB_MAX_TILES / GB_WARP_SIZE;
+        for (gb_u32 i = 0; i < per; ++i) {
+            lane_sum += sh.tile[gb_lane() * per + i];
+        }
+        gb_u64 incl = lane_sum;
+        for (int d = 1; d < GB_WARP_SIZE; d <<= 1) {
+            gb_u64 t = gb_shfl_up_u64(incl, d);
+            if (gb_lane() >= (gb_u32)d) {
+                incl += t;
+            }
+        }
+        lane_excl = incl - lane_sum;
+        if (gb_lane() == (gb_u32)GB_WARP_SIZE - 1u) {
+            sh.bcast[0] = incl; // S
+        }
+    }
+    __syncthreads();
+    const gb_u64 s_kept = sh.bcast[0];
+    target = __umul64hi(u, s_kept);
+    __syncthreads();
+    if (gb_warp() == 0u) {
+        const gb_u32 per = GB_MAX_TILES / GB_WARP_SIZE;
+        gb_u32 found = 0xFFFFFFFFu;
+        gb_u64 before = 0ull;
+        gb_u64 acc = lane_excl;
+        for (gb_u32 i = 0; i < per; ++i) {
+            const gb_u32 t = gb_lane() * per + i;
+            if (found == 0xFFFFFFFFu && acc + sh.tile[t] > target) {
+                found = t;
+                before = acc;
+            }
+            acc += sh.tile[t];
+        }
+        // Every lane from the crossing on finds a tile; the first one is the answer.
+        gb_u32 first = found;
+        for (int m = GB_WARP_SIZE / 2; m > 0; m >>= 1) {
+            gb_u32 o = __shfl_xor_sync(0xFFFFFFFFu, first, m);
+            first = o < first ? o : first;
+        }
+        if (found != 0xFFFFFFFFu && found == first) {
+            sh.bcast[0] = found;
+            sh.bcast[1] = before;
+        }
+        if (first == 0xFFFFFFFFu && gb_lane() == 0u) {
+            // Unreachable: S > 0 (the row's largest element has w = 1 and is kept by
+            // every filter), so target < S and some tile crosses it.
+            sh.bcast[0] = 0ull;
+            sh.bcast[1] = 0ull;
+        }
+    }
+    if (threadIdx.x == 0u) {
+        *sh.token = -1;
+    }
+    __syncthreads();
+    tile = (gb_u32)sh.bcast[0];
+    running = sh.bcast[1];
+    __syncthreads();
+    return s_kept;
+}
+
+// gb_cat_draw_row computes S by tiles and draws over the row: the token is the smallest
+// index whose inclusive prefix sum of kept q exceeds target = (u * S) >> 64, found by a
+// block scan of the crossing tile's chunks in index order. It returns S.
+template <int KIND>
+__device__ __forceinline__ gb_u64 gb_cat_draw_row(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u64 u,
+                                                  const gb_cat_shared& sh) {
+    const gb_u32 chunk = 4u * blockDim.x;
+    const gb_u32 nchunks = r.vocab / chunk + (r.vocab % chunk != 0u ? 1u : 0u);
+    const gb_u32 tile_chunks = nchunks / GB_MAX_TILES + (nchunks % GB_MAX_TILES != 0u ? 1u : 0u);
+    gb_cat_tiles<KIND>(r, st, nchunks, tile_chunks, sh);
+    gb_u64 target = 0ull, running = 0ull;
+    gb_u32 tile = 0u;
+    const gb_u64 s_kept = gb_cat_find_tile(u, sh, target, tile, running);
+    const gb_u32 c_end = gb_min_u32((tile + 1u) * tile_chunks, nchunks);
+    for (gb_u32 c = tile * tile_chunks; c < c_end; ++c) {
+        const gb_u32 g = c * chunk + 4u * threadIdx.x;
+        float x[4];
+        const gb_u32 n = gb_load_processed<KIND>(r.row, g, r.vocab, r.vec, r.pc, x);
+        gb_u64 q[4];
+        gb_u64 local = 0ull;
+#pragma unroll
+        for (gb_u32 j = 0; j < 4u; ++j) {
+            q[j] = j < n ? gb_kept_q(x[j], st) : 0ull;
+            local += q[j];
+        }
+        gb_u64 total = 0ull;
+        gb_u64 excl = gb_block_exclusive_scan_u64(local, total, sh.red, sh.bcast);
+        if (running + total > target) {
+            gb_u64 acc = running + excl;
+            if (local != 0ull && acc <= target && target < acc + local) {
+#pragma unroll
+                for (gb_u32 j = 0; j < 4u; ++j) {
+                    if (acc <= target && target < acc + q[j]) {
+                        *sh.token = (gb_i32)(g + j);
+                    }
+                    acc += q[j];
+                }
+            }
+            break;
+        }
+        running += total;
+    }
+    __syncthreads();
+    return s_kept;
+}
+
+// gb_cat_finish writes the draw's token, status and record (thread 0) and does the row's
+// end-of-draws work. The record's processed distribution is the kept set renormalised:
+// ln(S_kept · 2^-F) is its log-normaliser relative to exp(fl((x' - m) · invT)).
+template <int KIND>
+__device__ __forceinline__ void gb_cat_finish(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u64 s_kept,
+                                              const gb_cat_shared& sh) {
+    if (threadIdx.x != 0u) {
+        return;
+    }
+    // The token stays -1 only if S were 0, which cannot happen (see gb_cat_find_tile).
+    const gb_i32 tok = *sh.token;
+    r.tokens[r.o] = tok;
+    r.status[r.o] = tok >= 0 ? GB_STATUS_OK : GB_STATUS_NO_FINITE;
+    if (r.lp) {
+        float x = 0.0f, d = 0.0f, ln_s = 0.0f;
+        if (tok >= 0) {
+            x = gb_io<KIND>::load1(r.row + tok);
+            d = __fmul_rn(__fadd_rn(gb_processed(r.pc, x, (gb_u32)tok), -st.m), st.invT);
+            ln_s = logf(__fmul_rn((float)s_kept, __uint_as_float((127u - (63u - st.bitlen)) << 23)));
+        }
+        const float lse_proc = __fadd_rn(__fmul_rn(st.m, st.invT), ln_s);
+        float* rec = r.logprobs + 4u * r.o;
+        gb_write_record(r.logprobs, r.o, tok >= 0, 0.0f, 0.0f, 0.0f, 0.0f);
+        if (tok >= 0) {
+            rec[0] = gb_lse_logprob(x, sh.lse[0], sh.lse[1], rec[2]);
+            rec[1] = __fadd_rn(d, -ln_s);
+            rec[3] = lse_proc;
+        }
+    }
+    gb_row_done(r.params, r.p, r.y, r.counters, r.tokens, r.status, r.counts, r.vocab);
+}
+
+// gb_categorical is the kernel. Its passes over a row of V elements are its cost (a block
+// holds the whole row, so each pass streams V elements through one SM):
+// 1. the largest logit, the observations and (top-k) the histogram of the top key digit;
 // 2. top-k (0 < k < V): after each radix level the number of keys at or above the chosen
-//    bin's range is known exactly (the k - rem keys above it plus the bin's count). Once it
-//    fits in GB_CAT_CAP, one more pass lists those elements in shared memory in index
-//    order (gb_cat_compact), and everything after — the rest of the radix select, Z,
-//    top-p's radix select on mass, min-p, S and the draw — runs on the list. With k = 50
-//    on LLM logits the top digit's bin usually holds a few hundred keys, so the row is
-//    read twice, by key-only passes, and expf runs only on listed elements. Every step
-//    keeps its integer definition (ABI.md), so the list gives the full-row path's tokens;
-//    only keys below the k-th are left out, and no later step looks at them.
+//    bin's range is known exactly. Once it fits in GB_CAT_CAP, one more pass lists those
+//    elements in shared memory in index order (gb_cat_compact), and everything after —
+//    the rest of the radix select, Z, top-p's radix select on mass, min-p, S and the draw
+//    — runs on the list. With k = 50 on LLM logits the top digit's bin usually holds a few
+//    hundred keys, so the row is read twice, by key-only passes, and expf runs only on
+//    listed elements. Every step keeps its integer definition (ABI.md), so the list gives
+//    the full-row path's tokens; only keys below the k-th are left out, and no later step
+//    looks at them.
 // 3. min-p alone: one key-only pass lists the elements that can pass min-p (d at least
-//    ln(min_p), less a margin), and S and the draw run on the list when it fits;
+//    ln(min_p), less a margin that covers the last-place errors of logf and expf many
+//    times over, so no kept element is left out), and S and the draw run on the list when
+//    it fits (a flat row or a tiny min_p wastes that pass);
 // 4. otherwise (no top-k, top-p without top-k, more than GB_CAT_CAP keys tied into the
 //    kept set, or too many min-p candidates) the full-row path: top-p's radix levels over
 //    the row, S by tiles, the draw in one tile.
@@ -241,499 +703,127 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     __shared__ gb_u64 s_tile[GB_MAX_TILES];
     __shared__ gb_i32 s_token;
     __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
-    // LOGPROBS: the raw and (greedy rows) processed log-sum-exp sets, as (reference, sum)
-    // pairs, so that records are taken from the reference (gb_lse_logprob) and do not cancel
-    // when the logits are huge.
     __shared__ float s_lse[4];
-    __shared__ gb_u64 s_wc[2 * GB_MAX_WARPS]; // gb_cat_compact's per-warp counts
-    __shared__ gb_u32 s_idx[GB_CAT_CAP];      // the top-k list: element index,
-    __shared__ gb_u32 s_key[GB_CAT_CAP];      // order key of x',
-    __shared__ float s_w[GB_CAT_CAP];         // and weight w(x')
+    __shared__ gb_u64 s_wc[2 * GB_MAX_WARPS];
+    __shared__ gb_u32 s_idx[GB_CAT_CAP];
+    __shared__ gb_u32 s_key[GB_CAT_CAP];
+    __shared__ float s_w[GB_CAT_CAP];
 
     if (blockIdx.x != 0u) {
         return; // one block per row; extra blocks of a wider grid have nothing to do
     }
-    const gb_u32 y = blockIdx.y;
-    const gb_u32 z = blockIdx.z;
-    const gb_row_params p = params[y];
-    if ((p.flags & GB_FLAG_ROUTED) && !(p.flags & GB_FLAG_CATEGORICAL)) {
+    gb_cat_row<KIND> r;
+    r.y = blockIdx.y;
+    r.p = params[r.y];
+    if ((r.p.flags & GB_FLAG_ROUTED) && !(r.p.flags & GB_FLAG_CATEGORICAL)) {
         return; // the gumbel_argmax kernel's row: left entirely alone
     }
-    const gb_u64 o = (gb_u64)p.row * gridDim.z + z; // this draw's output slot
-    const bool lp = (p.flags & GB_FLAG_LOGPROBS) != 0u;
-    if (gb_bad_flags(p.flags) || gb_bad_row(p.temperature, vocab)) {
+    const gb_u32 z = blockIdx.z;
+    r.o = (gb_u64)r.p.row * gridDim.z + z;
+    r.lp = (r.p.flags & GB_FLAG_LOGPROBS) != 0u;
+    if (gb_bad_flags(r.p.flags) || gb_bad_row(r.p.temperature, vocab)) {
         if (threadIdx.x == 0u) {
-            tokens[o] = -1;
-            status[o] = GB_STATUS_BAD_PARAMS;
-            if (lp) {
-                gb_write_record(logprobs, o, false, 0.0f, 0.0f, 0.0f, 0.0f);
+            tokens[r.o] = -1;
+            status[r.o] = GB_STATUS_BAD_PARAMS;
+            if (r.lp) {
+                gb_write_record(logprobs, r.o, false, 0.0f, 0.0f, 0.0f, 0.0f);
             }
         }
         return;
     }
-    const typename gb_io<KIND>::elem* row = logits + (gb_u64)p.row * row_stride;
-    const bool vec = gb_io<KIND>::vec_ok(row);
-    const gb_proc pc = gb_make_proc(p, bias, counts, mask, vocab);
-    const bool greedy = p.temperature == 0.0f;
-    const bool topk_on = p.top_k > 0u && p.top_k < vocab;
-    const bool topp_on = p.top_p > 0.0f && p.top_p < 1.0f;
-    const gb_u32 chunk = 4u * blockDim.x;
+    r.row = logits + (gb_u64)r.p.row * row_stride;
+    r.vocab = vocab;
+    r.vec = gb_io<KIND>::vec_ok(r.row);
+    r.pc = gb_processor_of(r.p, bias, counts, mask, vocab);
+    r.params = params;
+    r.tokens = tokens;
+    r.status = status;
+    r.logprobs = logprobs;
+    r.counters = counters;
+    r.counts = counts;
+    gb_cat_shared sh;
+    sh.cnt = s_cnt;
+    sh.mass = s_mass;
+    sh.red = s_red;
+    sh.bcast = s_bcast;
+    sh.tile = s_tile;
+    sh.token = &s_token;
+    sh.pair = s_pair;
+    sh.lse = s_lse;
+    sh.wc = s_wc;
+    sh.idx = s_idx;
+    sh.key = s_key;
+    sh.w = s_w;
+    const bool greedy = r.p.temperature == 0.0f;
+    const bool topk_on = r.p.top_k > 0u && r.p.top_k < vocab;
+    const bool topp_on = r.p.top_p > 0.0f && r.p.top_p < 1.0f;
 
-    // Pass 1: the largest logit, the flags and (top-k) the histogram of the top digit.
-    if (topk_on) {
-        for (gb_u32 b = threadIdx.x; b < GB_BINS; b += blockDim.x) {
-            s_cnt[b] = 0u;
-        }
-        __syncthreads();
-    }
-    // With LOGPROBS, the raw log-sum-exp over the logits, and for greedy rows the one
-    // over x' (their record's temperature-1 distribution).
     gb_u32 mkey = 0u;
-    gb_u32 flags = 0u;
-    gb_lse raw, proc;
-    gb_lse_init(raw);
-    gb_lse_init(proc);
-    for (gb_u32 base = 0u; base < vocab; base += GB_CAT_GROUPS * chunk) {
-        float xs[GB_CAT_GROUPS][4];
-        gb_u32 ns[GB_CAT_GROUPS];
-        gb_load_groups<KIND, GB_CAT_GROUPS>(row, base + 4u * threadIdx.x, chunk, vocab, vec, xs, ns);
-#pragma unroll
-        for (int i = 0; i < GB_CAT_GROUPS; ++i) {
-            float* x = xs[i];
-            const gb_u32 n = ns[i];
-            const gb_u32 g = base + (gb_u32)i * chunk + 4u * threadIdx.x;
-            if (lp) {
-                gb_lse_add4(raw, x, gb_max4(x));
-            }
-            if (pc.flags != 0u) {
-                flags |= gb_process_group(pc, g, n, x, x);
-            }
-            if (lp && greedy) {
-                gb_lse_add4(proc, x, gb_max4(x));
-            }
-            gb_u32 bins[4];
-            bool ok[4];
-            const gb_u64 zeros[4] = {0ull, 0ull, 0ull, 0ull};
-#pragma unroll
-            for (gb_u32 j = 0; j < 4u; ++j) {
-                ok[j] = j < n;
-                gb_u32 k = gb_orderkey(x[j]);
-                bins[j] = k >> 24;
-                if (ok[j]) {
-                    if (pc.flags == 0u) {
-                        flags |= gb_flags(x[j]);
-                    }
-                    mkey = gb_max_u32(mkey, k);
-                }
-            }
-            if (topk_on) {
-                gb_hist_add(s_cnt, (gb_u64*)0, bins, zeros, ok);
-            }
-        }
-    }
-    gb_block_max_or(mkey, flags, s_red, s_bcast);
-    if (lp) {
-        gb_block_lse(raw, proc, greedy, s_pair);
+    gb_u32 seen = 0u;
+    gb_cat_first_pass<KIND>(r, topk_on, greedy, sh, mkey, seen);
+    if (gb_seen_status(seen) != GB_STATUS_OK) {
         if (threadIdx.x == 0u) {
-            // Kept in shared memory, not in registers across the passes below.
-            s_lse[0] = raw.m;
-            s_lse[1] = raw.s;
-            s_lse[2] = proc.m;
-            s_lse[3] = proc.s;
-        }
-    }
-    if (gb_flags_status(flags) != GB_STATUS_OK) {
-        if (threadIdx.x == 0u) {
-            gb_finish(tokens, status, o, 0ull, flags);
-            if (lp) {
-                gb_write_record(logprobs, o, false, 0.0f, 0.0f, 0.0f, 0.0f);
+            gb_finish(tokens, status, r.o, 0ull, seen);
+            if (r.lp) {
+                gb_write_record(logprobs, r.o, false, 0.0f, 0.0f, 0.0f, 0.0f);
             }
-            gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
+            gb_row_done(params, r.p, r.y, counters, tokens, status, counts, vocab);
         }
         return;
     }
-
     gb_row_state st;
     st.m = gb_orderkey_inverse(mkey);
-
     if (greedy) {
-        // Greedy on every path: the first index whose logit equals m.
-        gb_u32 first = 0u; // 0xFFFFFFFF - index, largest first
-        const gb_u32 stride = 4u * blockDim.x;
-        for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += stride) {
-            float x[4];
-            gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
-#pragma unroll
-            for (gb_u32 j = 0; j < 4u; ++j) {
-                if (j < n && x[j] == st.m) {
-                    first = gb_max_u32(first, 0xFFFFFFFFu - (g + j));
-                }
-            }
-        }
-        gb_u32 none = 0u;
-        gb_block_max_or(first, none, s_red, s_bcast);
-        if (threadIdx.x == 0u) {
-            const gb_u32 tok = 0xFFFFFFFFu - first;
-            tokens[o] = (gb_i32)tok;
-            status[o] = GB_STATUS_OK;
-            if (lp) {
-                const float x = gb_io<KIND>::load1(row + tok);
-                float* rec = logprobs + 4u * o;
-                rec[0] = gb_lse_logprob(x, s_lse[0], s_lse[1], rec[2]);
-                rec[1] = gb_lse_logprob(gb_process1(pc, x, tok), s_lse[2], s_lse[3], rec[3]);
-            }
-            gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
-        }
+        gb_cat_greedy<KIND>(r, st.m, sh);
         return;
     }
-
-    st.invT = 1.0f / p.temperature;
+    st.invT = 1.0f / r.p.temperature;
     // F = 63 - bitlen(V): sums of q stay below 2^63.
-    gb_u32 bitlen = 32u - (gb_u32)__clz((int)vocab);
-    st.two_pow_f = __uint_as_float((127u + 63u - bitlen) << 23);
-    st.cutoff = -__fadd_rn(__fmul_rn((float)(63u - bitlen), 0.6931472f), 1.0f);
+    st.bitlen = 32u - (gb_u32)__clz((int)vocab);
+    st.two_pow_f = __uint_as_float((127u + 63u - st.bitlen) << 23);
+    st.cutoff = -__fadd_rn(__fmul_rn((float)(63u - st.bitlen), 0.6931472f), 1.0f);
     st.threshold = 0u;
-    st.minp_on = p.min_p > 0.0f && p.min_p <= 1.0f;
-    st.min_p = p.min_p;
+    st.minp_on = r.p.min_p > 0.0f && r.p.min_p <= 1.0f;
+    st.min_p = r.p.min_p;
 
-    // Top-k: Kk, the k-th largest key counting repeats, by radix select from the top digit,
-    // over the row until the keys at or above the chosen bin fit in the list, then over the
-    // list. (One call site of gb_cat_compact for both lists keeps the kernel in 64
-    // registers without spills.)
-    gb_u32 kk = 0u;
-    bool listed = false;
-    gb_u32 n_list = 0u;
-    gb_u64 rem = p.top_k;
+    // Kk, and the candidate list when it serves. (One call site of gb_cat_compact for both
+    // lists keeps the kernel in 64 registers without spills.)
+    gb_u64 rem = r.p.top_k;
     gb_u32 prefix = 0u;
     int level = 0;
     bool want_list = false;
     float dmin = -gb_inf();
     if (topk_on) {
-        while (level < 4) {
-            const gb_u32 shift = 24u - 8u * (gb_u32)level;
-            if (level > 0) {
-                gb_clear_bins(s_cnt);
-                gb_cat_hist_row<KIND>(row, vocab, vec, pc, 0xFFFFFFFFu << (shift + 8u), prefix, shift, s_cnt);
-            }
-            const gb_u32 in_bin = gb_cat_select_level(s_cnt, shift, rem, prefix, s_bcast);
-            ++level;
-            // Keys >= prefix (its lower digits are 0): the top_k - rem keys above the bin's
-            // range and the bin's own. Block-uniform, like every branch here.
-            if ((gb_u64)p.top_k - rem + in_bin <= (gb_u64)GB_CAT_CAP) {
-                want_list = true;
-                break;
-            }
-        }
+        want_list = gb_topk_threshold_row<KIND>(r, sh, rem, prefix, level);
     } else if (!topp_on && st.minp_on) {
-        // Min-p alone keeps only elements with w >= min_p, which needs d >= ln(min_p): one
-        // key-only pass lists the elements with d >= ln(min_p) less a margin (it covers the
-        // last-place errors of logf and expf many times over, so no kept element is left
-        // out), and when they fit, S and the draw run on the list. When they do not (a flat
-        // row, or a tiny min_p), the pass is wasted and the full-row path runs.
         dmin = __fadd_rn(__fmul_rn(logf(st.min_p), 1.0001f), -1.0e-3f);
         want_list = true;
     }
+    gb_u32 n_list = 0u;
+    bool listed = false;
     if (want_list) {
-        n_list = gb_cat_compact<KIND>(row, vocab, vec, pc, topk_on ? prefix : 0u, dmin, st.m, st.invT, st.cutoff,
-                                      s_idx, s_key, s_w, s_wc);
+        n_list = gb_cat_compact<KIND>(r.row, vocab, r.vec, r.pc, topk_on ? prefix : 0u, dmin, st.m, st.invT,
+                                      st.cutoff, s_idx, s_key, s_w, s_wc);
         listed = n_list <= GB_CAT_CAP; // always so for top-k: the count was known
     }
-    if (topk_on) {
-        // The levels left after listing (none when the row was never listed).
-        for (; level < 4; ++level) {
-            const gb_u32 shift = 24u - 8u * (gb_u32)level;
-            const gb_u32 hi_mask = 0xFFFFFFFFu << (shift + 8u);
-            gb_clear_bins(s_cnt);
-            for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
-                const gb_u32 k = s_key[e];
-                if ((k & hi_mask) == prefix) {
-                    atomicAdd(&s_cnt[(k >> shift) & 0xFFu], 1u);
-                }
-            }
-            gb_cat_select_level(s_cnt, shift, rem, prefix, s_bcast);
-        }
-        kk = prefix;
-    }
+    const gb_u32 kk = topk_on ? gb_topk_threshold_list(sh, n_list, rem, prefix, level) : 0u;
     st.threshold = kk;
 
     // The draw's uniform: u = philox.CategoricalUniform64(seed, step + z).
     gb_u32 ph[4];
     gb_u32 step_lo, step_hi;
-    gb_step_plus(p, z, step_lo, step_hi);
-    gb_philox(0u, step_lo, step_hi, GB_PURPOSE_CATEGORICAL, p.seed_lo, p.seed_hi, ph);
+    gb_step_plus(r.p, z, step_lo, step_hi);
+    gb_philox(0u, step_lo, step_hi, GB_PURPOSE_CATEGORICAL, r.p.seed_lo, r.p.seed_hi, ph);
     const gb_u64 u = ((gb_u64)ph[1] << 32) | ph[0];
-    gb_u64 s_kept = 0ull; // S, the kept mass
-
+    gb_u64 s_kept;
     if (listed) {
-        // Top-p on the list: Z over key >= Kk, then Kp by radix select on mass (only bins
-        // with mass count, as on the full-row path).
-        gb_u32 kp = 0u;
-        if (topp_on) {
-            gb_u64 part = 0ull;
-            for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
-                if (s_key[e] >= kk) {
-                    part += gb_fixed(s_w[e], st.two_pow_f);
-                }
-            }
-            const gb_u64 zsum = gb_block_sum_u64(part, s_red, s_bcast);
-            const gb_u64 pp = __float2ull_rz(__fmul_rn(p.top_p, GB_TWO_POW_32));
-            gb_u64 rem = (__umul64hi(zsum, pp) << 32) | ((zsum * pp) >> 32); // (Z * P) >> 32
-            gb_u32 prefix = 0u;
-            for (int level = 0; level < 4; ++level) {
-                const gb_u32 shift = 24u - 8u * (gb_u32)level;
-                const gb_u32 hi_mask = level == 0 ? 0u : 0xFFFFFFFFu << (shift + 8u);
-                for (gb_u32 i = threadIdx.x; i < GB_BINS; i += blockDim.x) {
-                    s_mass[i] = 0ull;
-                }
-                __syncthreads();
-                for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
-                    const gb_u32 k = s_key[e];
-                    if (k >= kk && (k & hi_mask) == prefix) {
-                        const gb_u64 q = gb_fixed(s_w[e], st.two_pow_f);
-                        if (q != 0ull) {
-                            atomicAdd(&s_mass[(k >> shift) & 0xFFu], q);
-                        }
-                    }
-                }
-                __syncthreads();
-                gb_u64 above = 0ull;
-                const gb_u32 b = gb_select_bin((const gb_u32*)0, s_mass, rem, above, s_bcast);
-                rem -= above;
-                prefix |= b << shift;
-            }
-            kp = prefix;
-        }
+        const gb_u32 kp = topp_on ? gb_topp_threshold<KIND, true>(r, st, kk, n_list, sh) : 0u;
         st.threshold = gb_max_u32(kk, kp);
-
-        // S and the draw in one block scan: each thread owns a run of consecutive entries
-        // (index order), so the exclusive scan of the runs' kept masses is the prefix sum
-        // the inverse CDF needs, and the one thread whose run crosses target finds the token.
-        if (threadIdx.x == 0u) {
-            s_token = -1;
-        }
-        const gb_u32 per = n_list / blockDim.x + (n_list % blockDim.x != 0u ? 1u : 0u);
-        const gb_u32 e0 = gb_min_u32(threadIdx.x * per, n_list);
-        const gb_u32 e1 = gb_min_u32(e0 + per, n_list);
-        gb_u64 local = 0ull;
-        for (gb_u32 e = e0; e < e1; ++e) {
-            local += gb_list_q(s_key, s_w, e, st);
-        }
-        const gb_u64 excl = gb_block_exclusive_scan_u64(local, s_kept, s_red, s_bcast);
-        const gb_u64 target = __umul64hi(u, s_kept);
-        if (local != 0ull && excl <= target && target < excl + local) {
-            gb_u64 acc = excl;
-            for (gb_u32 e = e0; e < e1; ++e) {
-                const gb_u64 q = gb_list_q(s_key, s_w, e, st);
-                if (acc <= target && target < acc + q) {
-                    s_token = (gb_i32)s_idx[e];
-                }
-                acc += q;
-            }
-        }
-        __syncthreads();
+        s_kept = gb_cat_draw_listed(st, n_list, u, sh);
     } else {
-        // Top-p: Kp, the largest kept key t with sum of q over keys >= t at least target,
-        // by radix select on mass. Only bins with mass count: the answer always has mass.
-        gb_u32 kp = 0u;
-        if (topp_on) {
-            gb_u64 rem = 0ull;
-            gb_u32 prefix = 0u;
-            gb_u32 b = 0u;
-            for (int level = 0; level < 4; ++level) {
-                const gb_u32 shift = 24u - 8u * (gb_u32)level;
-                const gb_u32 hi_mask = level == 0 ? 0u : 0xFFFFFFFFu << (shift + 8u);
-                for (gb_u32 i = threadIdx.x; i < GB_BINS; i += blockDim.x) {
-                    s_mass[i] = 0ull;
-                }
-                __syncthreads();
-                for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += 4u * blockDim.x) {
-                    float x[4];
-                    const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
-                    gb_u32 bins[4];
-                    gb_u64 q[4];
-                    bool ok[4];
-#pragma unroll
-                    for (gb_u32 j = 0; j < 4u; ++j) {
-                        gb_u32 k = gb_orderkey(x[j]);
-                        ok[j] = j < n && k >= kk && (k & hi_mask) == prefix;
-                        bins[j] = (k >> shift) & 0xFFu;
-                        q[j] = ok[j] ? gb_fixed(gb_weight(x[j], st.m, st.invT, st.cutoff), st.two_pow_f) : 0ull;
-                        ok[j] = ok[j] && q[j] != 0ull;
-                    }
-                    gb_hist_add((gb_u32*)0, s_mass, bins, q, ok);
-                }
-                __syncthreads();
-                if (level == 0) {
-                    // Z: the mass of every key >= Kk, all in this level's histogram.
-                    gb_u64 part = 0ull;
-                    for (gb_u32 i = threadIdx.x; i < GB_BINS; i += blockDim.x) {
-                        part += s_mass[i];
-                    }
-                    gb_u64 zsum = gb_block_sum_u64(part, s_red, s_bcast);
-                    gb_u64 pp = __float2ull_rz(__fmul_rn(p.top_p, GB_TWO_POW_32));
-                    gb_u64 lo = zsum * pp;
-                    gb_u64 hi = __umul64hi(zsum, pp);
-                    rem = (hi << 32) | (lo >> 32); // (Z * P) >> 32 of the 128-bit product
-                }
-                gb_u64 above = 0ull;
-                b = gb_select_bin((const gb_u32*)0, s_mass, rem, above, s_bcast);
-                rem -= above;
-                prefix |= b << shift;
-            }
-            kp = prefix;
-        }
+        const gb_u32 kp = topp_on ? gb_topp_threshold<KIND, false>(r, st, kk, 0u, sh) : 0u;
         st.threshold = gb_max_u32(kk, kp);
-
-        // S, the mass of the kept set, and the mass of each tile: tiles are runs of whole
-        // chunks (4 * blockDim.x elements), at most GB_MAX_TILES of them, so that the draw
-        // below scans one tile instead of the row.
-        const gb_u32 nchunks = vocab / chunk + (vocab % chunk != 0u ? 1u : 0u);
-        const gb_u32 tile_chunks = nchunks / GB_MAX_TILES + (nchunks % GB_MAX_TILES != 0u ? 1u : 0u);
-        for (gb_u32 i = threadIdx.x; i < GB_MAX_TILES; i += blockDim.x) {
-            s_tile[i] = 0ull;
-        }
-        __syncthreads();
-        gb_u64 tile_part = 0ull;
-        for (gb_u32 c = 0u; c < nchunks; ++c) {
-            const gb_u32 g = c * chunk + 4u * threadIdx.x;
-            float x[4];
-            const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
-#pragma unroll
-            for (gb_u32 j = 0; j < 4u; ++j) {
-                if (j < n) {
-                    tile_part += gb_kept_q(x[j], st);
-                }
-            }
-            if ((c + 1u) % tile_chunks == 0u || c + 1u == nchunks) {
-                for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
-                    tile_part += gb_shfl_down_u64(tile_part, d);
-                }
-                if (gb_lane() == 0u && tile_part != 0ull) {
-                    atomicAdd(&s_tile[c / tile_chunks], tile_part);
-                }
-                tile_part = 0ull;
-            }
-        }
-        __syncthreads();
-
-        // The draw: target = (u * S) >> 64; the token is the smallest index whose inclusive
-        // prefix sum of kept q exceeds target. Warp 0 finds the tile where the prefix sum
-        // crosses target (each lane owns GB_MAX_TILES / warpSize consecutive tiles), then the
-        // block scans that tile's chunks in index order.
-        gb_u64 lane_sum = 0ull;  // the mass of this lane's tiles (warp 0)
-        gb_u64 lane_excl = 0ull; // the mass of the tiles before them
-        if (gb_warp() == 0u) {
-            const gb_u32 per = GB_MAX_TILES / GB_WARP_SIZE;
-            for (gb_u32 i = 0; i < per; ++i) {
-                lane_sum += s_tile[gb_lane() * per + i];
-            }
-            gb_u64 incl = lane_sum;
-            for (int d = 1; d < GB_WARP_SIZE; d <<= 1) {
-                gb_u64 t = gb_shfl_up_u64(incl, d);
-                if (gb_lane() >= (gb_u32)d) {
-                    incl += t;
-                }
-            }
-            lane_excl = incl - lane_sum;
-            if (gb_lane() == (gb_u32)GB_WARP_SIZE - 1u) {
-                s_bcast[0] = incl; // S
-            }
-        }
-        __syncthreads();
-        s_kept = s_bcast[0];
-        const gb_u64 target = __umul64hi(u, s_kept);
-        __syncthreads();
-        if (gb_warp() == 0u) {
-            const gb_u32 per = GB_MAX_TILES / GB_WARP_SIZE;
-            gb_u32 found = 0xFFFFFFFFu;
-            gb_u64 before = 0ull;
-            gb_u64 acc = lane_excl;
-            for (gb_u32 i = 0; i < per; ++i) {
-                const gb_u32 tile = gb_lane() * per + i;
-                if (found == 0xFFFFFFFFu && acc + s_tile[tile] > target) {
-                    found = tile;
-                    before = acc;
-                }
-                acc += s_tile[tile];
-            }
-            // Every lane from the crossing on finds a tile; the first one is the answer.
-            gb_u32 first = found;
-            for (int m = GB_WARP_SIZE / 2; m > 0; m >>= 1) {
-                gb_u32 o = __shfl_xor_sync(0xFFFFFFFFu, first, m);
-                first = o < first ? o : first;
-            }
-            if (found != 0xFFFFFFFFu && found == first) {
-                s_bcast[0] = found;
-                s_bcast[1] = before;
-            }
-            if (first == 0xFFFFFFFFu && gb_lane() == 0u) {
-                // Unreachable: S > 0 (the row's largest element has w = 1 and is kept by
-                // every filter), so target < S and some tile crosses it.
-                s_bcast[0] = 0ull;
-                s_bcast[1] = 0ull;
-            }
-        }
-        if (threadIdx.x == 0u) {
-            s_token = -1;
-        }
-        __syncthreads();
-        const gb_u32 tile = (gb_u32)s_bcast[0];
-        gb_u64 running = s_bcast[1];
-        __syncthreads();
-        const gb_u32 c_end = gb_min_u32((tile + 1u) * tile_chunks, nchunks);
-        for (gb_u32 c = tile * tile_chunks; c < c_end; ++c) {
-            const gb_u32 g = c * chunk + 4u * threadIdx.x;
-            float x[4];
-            const gb_u32 n = gb_load_processed<KIND>(row, g, vocab, vec, pc, x);
-            gb_u64 q[4];
-            gb_u64 local = 0ull;
-#pragma unroll
-            for (gb_u32 j = 0; j < 4u; ++j) {
-                q[j] = j < n ? gb_kept_q(x[j], st) : 0ull;
-                local += q[j];
-            }
-            gb_u64 total = 0ull;
-            gb_u64 excl = gb_block_exclusive_scan_u64(local, total, s_red, s_bcast);
-            if (running + total > target) {
-                gb_u64 acc = running + excl;
-                if (local != 0ull && acc <= target && target < acc + local) {
-#pragma unroll
-                    for (gb_u32 j = 0; j < 4u; ++j) {
-                        if (acc <= target && target < acc + q[j]) {
-                            s_token = (gb_i32)(g + j);
-                        }
-                        acc += q[j];
-                    }
-                }
-                break;
-            }
-            running += total;
-        }
-        __syncthreads();
+        s_kept = gb_cat_draw_row<KIND>(r, st, u, sh);
     }
-    if (threadIdx.x == 0u) {
-        // s_token stays -1 only if S were 0, which cannot happen (see above).
-        const gb_i32 tok = s_token;
-        tokens[o] = tok;
-        status[o] = tok >= 0 ? GB_STATUS_OK : GB_STATUS_NO_FINITE;
-        if (lp) {
-            // The kept set renormalised: ln(S_kept · 2^-F) is its log-normaliser relative
-            // to exp(fl((x' - m) · invT)).
-            float x = 0.0f, d = 0.0f, ln_s = 0.0f;
-            if (tok >= 0) {
-                x = gb_io<KIND>::load1(row + tok);
-                d = __fmul_rn(__fadd_rn(gb_process1(pc, x, (gb_u32)tok), -st.m), st.invT);
-                ln_s = logf(__fmul_rn((float)s_kept, __uint_as_float((127u - (63u - bitlen)) << 23)));
-            }
-            const float lse_proc = __fadd_rn(__fmul_rn(st.m, st.invT), ln_s);
-            float* rec = logprobs + 4u * o;
-            gb_write_record(logprobs, o, tok >= 0, 0.0f, 0.0f, 0.0f, 0.0f);
-            if (tok >= 0) {
-                rec[0] = gb_lse_logprob(x, s_lse[0], s_lse[1], rec[2]);
-                rec[1] = __fadd_rn(d, -ln_s);
-                rec[3] = lse_proc;
-            }
-        }
-        gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
-    }
+    gb_cat_finish<KIND>(r, st, s_kept, sh);
 }

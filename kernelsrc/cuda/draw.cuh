@@ -1,19 +1,19 @@
 // A draw's outputs: the token and status of its slot, its log-probability record, and
 // the row's end-of-draws work (RECORD and ADVANCE, ABI.md "Draws, RECORD and ADVANCE").
 
-// gb_flags_status is the status a row's flags give its draws: 1 for a NaN or +Inf
+// gb_seen_status is the status a row's observations give its draws: 1 for a NaN or +Inf
 // logit, 2 for no finite one, else 0.
-__device__ __forceinline__ gb_i32 gb_flags_status(gb_u32 flags) {
+__device__ __forceinline__ gb_i32 gb_seen_status(gb_u32 flags) {
     if (flags & GB_SEEN_NONFINITE) {
         return GB_STATUS_NONFINITE;
     }
     return (flags & GB_SEEN_FINITE) ? GB_STATUS_OK : GB_STATUS_NO_FINITE;
 }
 
-// gb_finish turns a draw's winner key and row flags into the token and status of its
+// gb_finish turns a draw's winner key and observations into the token and status of its
 // output slot, and returns the status.
 __device__ __forceinline__ gb_i32 gb_finish(gb_i32* tokens, gb_i32* status, gb_u64 slot, gb_u64 key, gb_u32 flags) {
-    const gb_i32 st = gb_flags_status(flags);
+    const gb_i32 st = gb_seen_status(flags);
     const gb_i32 tok = (gb_i32)(0xFFFFFFFFu - (gb_u32)key);
     tokens[slot] = st == GB_STATUS_OK ? tok : -1;
     status[slot] = st;

@@ -2,98 +2,86 @@
 // one launch.
 
 // gb_win is what a block of gumbel_argmax reduces at the end of a draw: the winner's key,
-// the OR of the row flags and, for the log-probability record (NL > 0), the log-sum-exps
-// (NL = 1: proc only, the one set; NL = 2: both). The record's other inputs, the
-// winner's raw logit x and the value v its processed log-probability is taken of
+// the OR of the observations and, for the log-probability record (NL > 0), the
+// log-sum-exps (NL = 1: proc only, the one set; NL = 2: both). The record's other inputs,
+// the winner's raw logit x and the value v its processed log-probability is taken of
 // (fl(x' * invT)), are its payload: the scan keeps them beside the thread's best key (two
 // moves when the key improves, which is rare), and each warp merge hands them on from
-// its winning lane with one ballot and two shuffles (gb_warp_win_xv). Reading the block
-// winner's logit from memory once warp 0 knew the block's key put a load on every
-// block's path to its arrival; on an H200 the payload took the step with
-// log-probabilities from 9.18 to 8.89 µs at 1 row of 151936 float32 logits (12.93 to
-// 12.91 at 8 rows), medians of ten rounds.
+// its winning lane with one ballot and two shuffles (gb_warp_win_xv), so that no block
+// reads its winner's logit from memory on its way to its arrival.
 struct gb_win {
     gb_u64 key;
-    gb_u32 flags;
+    gb_u32 seen;
     float x, v;
     gb_lse raw, proc;
 };
 
-// gb_prepare processes a thread's groups of one trip: the row flags, the values the scan
-// ranks (xp: the processed logits with PROC, else the logits) and, with NL = 2, the raw
-// log-sum-exp over the logits themselves, whose groups' largest logits it leaves in rmax
+// gb_prepare processes a thread's group of one trip: its observations, the values the
+// scan ranks (xp: the processed logits with PROC, else the logits) and, with NL = 2, the
+// raw log-sum-exp over the logits themselves, whose largest logit it leaves in rmax
 // (NL = 1: the scan's one log-sum-exp covers both; rmax is left unset).
-template <bool PROC, int NL, int G>
-__device__ __forceinline__ void gb_prepare(const gb_proc& pc, gb_u32 g, gb_u32 stride, const float cur[G][4],
-                                           const gb_u32 n[G], float xp[G][4], gb_u32& flags, gb_lse& raw,
-                                           float rmax[G]) {
+template <bool PROC, int NL>
+__device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_u32 n, const float x[4],
+                                           float xp[4], gb_u32& seen, gb_lse& raw, float& rmax) {
+    if (PROC) {
+        seen |= gb_process_group(pc, g, n, x, xp);
+    } else {
+        seen |= gb_group_seen(x, n);
 #pragma unroll
-    for (int i = 0; i < G; ++i) {
-        if (PROC) {
-            flags |= gb_process_group(pc, g + (gb_u32)i * stride, n[i], cur[i], xp[i]);
-        } else {
-            flags |= gb_group_flags(cur[i], n[i]);
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                xp[i][k] = cur[i][k];
-            }
+        for (int k = 0; k < 4; ++k) {
+            xp[k] = x[k];
         }
-        if (NL == 2) {
-            rmax[i] = gb_max4(cur[i]);
-            gb_lse_add4(raw, cur[i], rmax[i]);
-        }
+    }
+    if (NL == 2) {
+        rmax = gb_max4(x);
+        gb_lse_add4(raw, x, rmax);
     }
 }
 
 // gb_scan_greedy folds the chunk [start, end) into the thread's best key: score = x'
-// (the logit itself without PROC). A thread meets its groups in index order (the groups
-// of one trip too), so a group only matters when its largest value beats the best so far
-// strictly, and then its first element of that value wins (-0 equals +0, as their order
-// keys do). -Inf never becomes a best: a row whose finite logits are all missing ends
-// with status 2 (NaN and +Inf: status 1) whatever the key. NL log-sum-exps run beside
-// it: proc over x' (the greedy record's temperature-1 distribution) and, with NL = 2,
-// raw over the logits; with NL > 0, w.x and w.v follow the best key (see gb_win).
+// (the logit itself without PROC). A thread meets its groups in index order, so a group
+// only matters when its largest value beats the best so far strictly, and then its first
+// element of that value wins (-0 equals +0, as their order keys do). -Inf never becomes a
+// best: a row whose finite logits are all missing ends with status 2 (NaN and +Inf:
+// status 1) whatever the key. NL log-sum-exps run beside it: proc over x' (the greedy
+// record's temperature-1 distribution) and, with NL = 2, raw over the logits; with NL > 0,
+// w.x and w.v follow the best key (see gb_win). The next group is loaded before the
+// current one is processed.
 template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem* row, gb_u32 start,
-                                               gb_u32 end, bool vec, const gb_proc& pc, gb_win& w) {
-    gb_u64& tkey = w.key;
-    gb_u32& flags = w.flags;
-    gb_lse& raw = w.raw;
-    gb_lse& proc = w.proc;
+                                               gb_u32 end, bool vec, const gb_processor& pc, gb_win& w) {
     const gb_u32 stride = 4u * blockDim.x;
-    const gb_u32 trip = GB_GROUPS * stride;
     float tbest = -gb_inf();
     gb_u32 g = start + 4u * threadIdx.x;
-    float cur[GB_GROUPS][4];
-    gb_u32 n[GB_GROUPS];
-    gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
-    for (; g < end; g += trip) {
-        float nxt[GB_GROUPS][4];
-        gb_u32 nn[GB_GROUPS];
-        gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
-        float xp[GB_GROUPS][4];
-        float rmax[GB_GROUPS];
-        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, xp, flags, raw, rmax);
-#pragma unroll
-        for (int i = 0; i < GB_GROUPS; ++i) {
-            const float mx = gb_max4(xp[i]); // elements past end read as -Inf
-            if (NL >= 1) {
-                gb_lse_add4(proc, xp[i], mx);
-            }
-            if (mx > tbest) {
-                gb_u32 j = 3u;
-                j = xp[i][2] == mx ? 2u : j;
-                j = xp[i][1] == mx ? 1u : j;
-                j = xp[i][0] == mx ? 0u : j;
-                tbest = mx;
-                tkey = gb_pack(mx, g + (gb_u32)i * stride + j);
-                if (NL != 0) {
-                    w.x = j == 0u ? cur[i][0] : j == 1u ? cur[i][1] : j == 2u ? cur[i][2] : cur[i][3];
-                    w.v = mx;
-                }
+    float cur[4];
+    gb_u32 n = gb_load_group<KIND>(row, g, end, vec, cur);
+    for (; g < end; g += stride) {
+        float nxt[4];
+        const gb_u32 nn = gb_load_group<KIND>(row, g + stride, end, vec, nxt);
+        float xp[4];
+        float rmax;
+        gb_prepare<PROC, NL>(pc, g, n, cur, xp, w.seen, w.raw, rmax);
+        const float mx = gb_max4(xp); // elements past end read as -Inf
+        if (NL >= 1) {
+            gb_lse_add4(w.proc, xp, mx);
+        }
+        if (mx > tbest) {
+            gb_u32 j = 3u;
+            j = xp[2] == mx ? 2u : j;
+            j = xp[1] == mx ? 1u : j;
+            j = xp[0] == mx ? 0u : j;
+            tbest = mx;
+            w.key = gb_pack(mx, g + j);
+            if (NL != 0) {
+                w.x = j == 0u ? cur[0] : j == 1u ? cur[1] : j == 2u ? cur[2] : cur[3];
+                w.v = mx;
             }
         }
-        gb_take_groups<GB_GROUPS>(cur, n, nxt, nn);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            cur[k] = nxt[k];
+        }
+        n = nn;
     }
 }
 
@@ -114,13 +102,13 @@ __device__ __forceinline__ float gb_share_bound(float wlower, gb_u32* s_bound) {
 }
 
 // gb_scan_gumbel folds the chunk [start, end) into the thread's best key with Gumbel
-// noise. Each trip first agrees across the warp (and the block) on
-// a lower bound of the row's winning score: the best score a lane has reached, or
-// fl(x·invT + MinGumbel) of any element seen, which that element's score cannot fall
-// below. A group of four whose fl(max x·invT + MaxGumbel) is below it skips Philox; an
-// element whose fl(x·invT + bound(w)) is below it skips its logarithms. Neither changes
-// the result: a skipped score is provably below the winner's. The trip count is the same
-// for every lane of a warp, as the warp reduction requires.
+// noise. Each trip first agrees across the warp and the block on a lower bound of the
+// row's winning score: the best score a lane has reached, or fl(x·invT + MinGumbel) of
+// any element seen, which that element's score cannot fall below. A group of four whose
+// fl(max x·invT + MaxGumbel) is below it skips Philox; an element whose
+// fl(x·invT + bound(w)) is below it skips its logarithms. Neither changes the result: a
+// skipped score is provably below the winner's. The trip count is the same for every
+// lane of a warp, as the warp reduction requires.
 //
 // With PROC every bound and score is of the processed logits x'. NL log-sum-exps run
 // beside it (every element counts, skipped or not): proc over fl(x'·invT) and, with
@@ -129,115 +117,79 @@ __device__ __forceinline__ float gb_share_bound(float wlower, gb_u32* s_bound) {
 template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem* row, gb_u32 start,
                                                gb_u32 end, bool vec, float invT, gb_u32 step_lo, gb_u32 step_hi,
-                                               const gb_row_params& p, const gb_proc& pc, gb_u32* s_bound,
+                                               const gb_row_params& p, const gb_processor& pc, gb_u32* s_bound,
                                                gb_win& win) {
-    gb_u64& tkey = win.key; // (w is the Philox words below)
-    gb_u32& flags = win.flags;
-    gb_lse& raw = win.raw;
-    gb_lse& proc = win.proc;
+    gb_u64& tkey = win.key;
     const gb_u32 stride = 4u * blockDim.x;
-    const gb_u32 trip = GB_GROUPS * stride;
     float tbest = -gb_inf(); // the thread's best score: the score of tkey
     gb_u32 g = start + 4u * threadIdx.x;
-    float cur[GB_GROUPS][4];
-    gb_u32 n[GB_GROUPS];
-    gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
-    // One trip of the thread's groups g, g + stride, ... (then g moves on by a trip).
+    float cur[4];
+    gb_u32 n = gb_load_group<KIND>(row, g, end, vec, cur);
+    // One trip: the thread's group g (then g moves on by a block's stride).
     auto run_trip = [&]() {
-        float nxt[GB_GROUPS][4];
-        gb_u32 nn[GB_GROUPS];
-        gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
-        float xs[GB_GROUPS][4]; // -Inf for -Inf logits and for elements past end
-        float mx[GB_GROUPS];
-        float lower = tbest;
-        float rmax[GB_GROUPS]; // with NL = 2, the groups' largest logits
-        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, xs, flags, raw, rmax);
+        float nxt[4];
+        const gb_u32 nn = gb_load_group<KIND>(row, g + stride, end, vec, nxt);
+        float xs[4]; // -Inf for -Inf logits and for elements past end
+        float rmax;  // with NL = 2, the group's largest logit
+        gb_prepare<PROC, NL>(pc, g, n, cur, xs, win.seen, win.raw, rmax);
 #pragma unroll
-        for (int i = 0; i < GB_GROUPS; ++i) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                xs[i][j] = __fmul_rn(xs[i][j], invT);
-            }
-            // Without processors, the raw log-sum-exp has the group's largest logit already,
-            // and fl(max x·invT) = max fl(x·invT) (invT > 0: multiplying and rounding are
-            // monotone, NaN is ignored by both maxima): one multiplication for three maxima.
-            mx[i] = (!PROC && NL == 2) ? __fmul_rn(rmax[i], invT) : gb_max4(xs[i]);
-            if (NL >= 1) {
-                gb_lse_add4(proc, xs[i], mx[i]);
-            }
-            lower = fmaxf(lower, __fadd_rn(mx[i], GB_MIN_GUMBEL));
+        for (int j = 0; j < 4; ++j) {
+            xs[j] = __fmul_rn(xs[j], invT);
         }
-        float wlower = gb_warp_max_f32_all(lower);
-        wlower = gb_share_bound(wlower, s_bound);
-        bool run[GB_GROUPS];
-        bool any_run = false;
-#pragma unroll
-        for (int i = 0; i < GB_GROUPS; ++i) {
-            run[i] = n[i] != 0u && !(__fadd_rn(mx[i], GB_MAX_GUMBEL) < wlower);
-            any_run = any_run || run[i];
+        // Without processors, the raw log-sum-exp has the group's largest logit already,
+        // and fl(max x·invT) = max fl(x·invT) (invT > 0: multiplying and rounding are
+        // monotone, NaN is ignored by both maxima): one multiplication for three maxima.
+        const float mx = (!PROC && NL == 2) ? __fmul_rn(rmax, invT) : gb_max4(xs);
+        if (NL >= 1) {
+            gb_lse_add4(win.proc, xs, mx);
         }
-        if (any_run) {
-            gb_u32 c0[GB_GROUPS];
-#pragma unroll
-            for (int i = 0; i < GB_GROUPS; ++i) {
-                c0[i] = (g + (gb_u32)i * stride) >> 2;
-            }
-            gb_u32 w[GB_GROUPS][4];
-            gb_philox_groups<GB_GROUPS>(c0, step_lo, step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
-            bool need[GB_GROUPS][4];
+        const float lower = fmaxf(tbest, __fadd_rn(mx, GB_MIN_GUMBEL));
+        const float wlower = gb_share_bound(gb_warp_max_f32_all(lower), s_bound);
+        if (n != 0u && !(__fadd_rn(mx, GB_MAX_GUMBEL) < wlower)) {
+            gb_u32 w[4];
+            gb_philox(g >> 2, step_lo, step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
+            bool need[4];
             bool any_tail = false;
 #pragma unroll
-            for (int i = 0; i < GB_GROUPS; ++i) {
-#pragma unroll
-                for (gb_u32 j = 0; j < 4u; ++j) {
-                    // A -Inf logit scores -Inf: it is computed only while nothing better
-                    // is known, and then its noise cannot change that.
-                    need[i][j] = run[i] && j < n[i] && !(__fadd_rn(xs[i][j], gb_cheap_bound(w[i][j])) < wlower);
-                    any_tail = any_tail || (need[i][j] && w[i][j] < GB_TAIL_THRESHOLD);
-                }
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                // A -Inf logit scores -Inf: it is computed only while nothing better is
+                // known, and then its noise cannot change that.
+                need[j] = j < n && !(__fadd_rn(xs[j], gb_cheap_bound(w[j])) < wlower);
+                any_tail = any_tail || (need[j] && w[j] < GB_TAIL_THRESHOLD);
             }
-            gb_u32 t[GB_GROUPS][4];
+            gb_u32 t[4] = {0u, 0u, 0u, 0u};
             if (any_tail) {
-                gb_philox_groups<GB_GROUPS>(c0, step_lo, step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi,
-                                            t);
-            } else {
-#pragma unroll
-                for (int i = 0; i < GB_GROUPS; ++i) {
-                    t[i][0] = t[i][1] = t[i][2] = t[i][3] = 0u;
-                }
+                gb_philox(g >> 2, step_lo, step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi, t);
             }
 #pragma unroll
-            for (int i = 0; i < GB_GROUPS; ++i) {
-#pragma unroll
-                for (gb_u32 j = 0; j < 4u; ++j) {
-                    if (need[i][j]) {
-                        float s = __fadd_rn(xs[i][j], gb_gumbel(w[i][j], t[i][j]));
-                        const gb_u64 key = gb_pack(s, g + (gb_u32)i * stride + j);
-                        if (NL != 0 && key > tkey) {
-                            win.x = cur[i][j];
-                            win.v = xs[i][j];
-                        }
-                        tkey = gb_max_u64(tkey, key);
-                        tbest = fmaxf(tbest, s);
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                if (need[j]) {
+                    const float s = __fadd_rn(xs[j], gb_gumbel(w[j], t[j]));
+                    const gb_u64 key = gb_pack(s, g + j);
+                    if (NL != 0 && key > tkey) {
+                        win.x = cur[j];
+                        win.v = xs[j];
                     }
+                    tkey = gb_max_u64(tkey, key);
+                    tbest = fmaxf(tbest, s);
                 }
             }
         }
-        gb_take_groups<GB_GROUPS>(cur, n, nxt, nn);
-        g += trip;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            cur[k] = nxt[k];
+        }
+        n = nn;
+        g += stride;
     };
     // The trips in which every warp holds elements run in a loop that is uniform for the
     // block. After them, only the warps holding elements run the last trip: the trip's
-    // collectives are warp-wide, never block-wide, and an empty trip changes nothing. At
-    // 8 rows of 151936 (2374 groups per block of 1024 threads), 22 of the 32 warps would
-    // otherwise run a third trip of empty groups, every log-sum-exp instruction included,
-    // on the issue slots that the 10 warps holding elements need (H200, float32: 11.97 to
-    // 11.79 µs per step, 13.29 to 12.96 with log-probabilities). A loop on the warp's own
-    // first group, which the compiler cannot see is uniform, cost more than it saved: 2%
-    // more time per step at 64 rows, where a block makes 19 trips.
+    // collectives are warp-wide, never block-wide, and an empty trip changes nothing, while
+    // the warps without elements would spend the issue slots that the others need (most
+    // of a block's warps, at decode batch sizes, where a block makes two or three trips).
     const gb_u32 last_warp = 4u * (blockDim.x - GB_WARP_SIZE); // the last warp's lane 0, from g0
     gb_u32 g0 = start;
-    for (; g0 < end && end - g0 > last_warp; g0 += trip) {
+    for (; g0 < end && end - g0 > last_warp; g0 += stride) {
         run_trip();
     }
     if (g - 4u * gb_lane() < end) { // this warp's lane 0 holds an element of the last trip
@@ -245,16 +197,16 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
     }
 }
 
-// gb_warp_win leaves in lane 0 the warp's merge of w: the key's maximum and the flags' OR
-// (to every lane), then the NL log-sum-exps (gb_warp_lse2: proc, and raw with NL = 2).
-// Every warp of a 1024-thread block runs it at once, so what counts is the
+// gb_warp_win leaves in lane 0 the warp's merge of w: the key's maximum and the
+// observations' OR (to every lane), then the NL log-sum-exps (gb_warp_lse2: proc, and raw
+// with NL = 2). Every warp of a 1024-thread block runs it at once, so what counts is the
 // multiprocessor's shuffle throughput (one warp-wide shuffle per clock): on sm_80 and
-// later the key, the flags and the maxima take one warp reduction each (two for the
-// 64-bit key) instead of a five-level tree of shuffles.
+// later the key, the observations and the maxima take one warp reduction each (two for
+// the 64-bit key) instead of a five-level tree of shuffles.
 template <int NL>
 __device__ __forceinline__ void gb_warp_win(gb_win& w) {
     w.key = gb_warp_max_u64_all(w.key);
-    w.flags = gb_warp_or_all(w.flags);
+    w.seen = gb_warp_or_all(w.seen);
     if (NL != 0) {
         gb_warp_lse2(w.proc, w.raw, NL == 2);
     }
@@ -272,12 +224,12 @@ __device__ __forceinline__ void gb_warp_win_xv(gb_win& w) {
 }
 
 // gb_block_win leaves in thread 0 the block's merge of w: the warps' results meet in one
-// round of shared memory and one barrier (keys, flags, log-sum-exp pairs and, with XV,
+// round of shared memory and one barrier (keys, observations, log-sum-exp pairs and, with XV,
 // the winner's payload (x, v)), and warp 0 merges them as a warp merges its lanes (lane l
 // takes warp l's slots, an empty merge past the block's warps). Warp 0 reads the shared
 // arrays after the barrier: a caller passes another barrier before it writes them again.
 template <int NL, bool XV>
-__device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
+__device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s_seen, gb_u64* s_pair,
                                              gb_u64* s_xv) {
     if (XV) {
         gb_warp_win_xv<NL>(w);
@@ -287,7 +239,7 @@ __device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s
     const gb_u32 wp = gb_warp();
     if (gb_lane() == 0u) {
         s_key[wp] = w.key;
-        s_flags[wp] = w.flags;
+        s_seen[wp] = w.seen;
         if (NL >= 1) {
             s_pair[2u * wp + 1u] = gb_lse_pack(w.proc);
         }
@@ -303,7 +255,7 @@ __device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s
         const gb_u32 l = gb_lane();
         const bool have = l < gb_num_warps();
         w.key = have ? s_key[l] : 0ull;
-        w.flags = have ? s_flags[l] : 0u;
+        w.seen = have ? s_seen[l] : 0u;
         if (NL >= 1) {
             gb_lse_init(w.proc);
             if (have) {
@@ -332,7 +284,7 @@ __device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s
 __device__ __forceinline__ void gb_finish_draw(gb_row_params* params, const gb_row_params& p, gb_u32 y, gb_u64 o,
                                                const gb_win& w, int nl, gb_i32* tokens, gb_i32* status,
                                                float* logprobs, gb_u32* counters, gb_u32* counts, gb_u32 vocab) {
-    const gb_i32 st = gb_finish(tokens, status, o, w.key, w.flags);
+    const gb_i32 st = gb_finish(tokens, status, o, w.key, w.seen);
     if (p.flags & GB_FLAG_LOGPROBS) {
         gb_write_record_sets(logprobs, o, st == GB_STATUS_OK, nl, w.x, w.v, w.raw, w.proc);
     }
@@ -340,7 +292,7 @@ __device__ __forceinline__ void gb_finish_draw(gb_row_params* params, const gb_r
 }
 
 // gb_finish_warp_record is the finishing block's work for a draw with a record (NL > 0)
-// and S <= warp size, run by warp 0 alone once the draw's flags are in thread 0: the
+// and S <= warp size, run by warp 0 alone once the draw's observations are in thread 0: the
 // token from the partials' keys, and the record from their log-sum-exp pairs. A lone
 // warp issues in order, so every dependent step after the last arrival counts in full:
 // each pair set is merged within a few lanes, not through a warp max and a five-level
@@ -349,13 +301,10 @@ __device__ __forceinline__ void gb_finish_draw(gb_row_params* params, const gb_r
 // for HIP's 64-lane warps, 8 that leave a lane at most 8 pairs), lane l takes pairs
 // (l >> 1) mod per + j * per, all loaded at once with the keys and payloads, and the
 // set's lanes then meet in log2(per) butterfly steps. Lane 0 writes the raw half of the
-// record (words 0 and 2), lane 1 the processed half (1 and 3). Before this, one lane per
-// partial merged one pair of each set and warp 0 climbed two such trees: the H200's
-// trace (V = 151936, 8 rows, S = 16) put about 1100 cycles of the record's cost in that
-// merge.
+// record (words 0 and 2), lane 1 the processed half (1 and 3).
 template <int NL>
 __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, const gb_row_params& p, gb_u32 y,
-                                                      gb_u64 o, gb_u32 flags, const gb_u64* part,
+                                                      gb_u64 o, gb_u32 seen, const gb_u64* part,
                                                       const gb_u64* pair, const gb_u64* xv, gb_u32 nblocks,
                                                       gb_i32* tokens, gb_i32* status, float* logprobs,
                                                       gb_u32* counters, gb_u32* counts, gb_u32 vocab) {
@@ -409,13 +358,13 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
         total = step ? t : total;
         top = step ? r : top;
     }
-    // Thread 0's atomic brought the flags; shuffled only now, so that the wait for them
-    // comes last.
-    flags = __shfl_sync(0xFFFFFFFFu, flags, 0);
+    // Thread 0's atomic brought the observations; shuffled only now, so that the wait for
+    // them comes last.
+    seen = __shfl_sync(0xFFFFFFFFu, seen, 0);
     if (l < 2u) {
         // The record's half of this lane's set, NaN unless the draw ends with status 0
         // (as gb_write_record_sets).
-        const bool ok = gb_flags_status(flags) == GB_STATUS_OK;
+        const bool ok = gb_seen_status(seen) == GB_STATUS_OK;
         const float nan = __uint_as_float(0x7FC00000u);
         float lse = nan, lp = nan;
         if (ok) {
@@ -426,7 +375,7 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
         rec[2u + l] = lse;
     }
     if (l == 0u) {
-        gb_finish(tokens, status, o, key, flags);
+        gb_finish(tokens, status, o, key, seen);
         gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
     }
 }
@@ -437,7 +386,7 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
 // draw merges them all and finishes it. What follows the last arrival is the draw's
 // critical path, so nothing there waits on a load that could be made earlier: each block
 // publishes its winner's logit and value with its partials, the last block takes the row
-// flags and resets the counters before merging, so that those atomics' round trip
+// observations and resets the counters before merging, so that those atomics' round trip
 // overlaps the merge, and when every partial is in warp 0 (S <= warp size: every batch of
 // 5 rows or more on 132 SMs) warp 0 merges them alone, without the shared-memory round
 // and its barrier (with a record, gb_finish_warp_record).
@@ -445,10 +394,10 @@ template <int NL>
 __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_row_params& p, gb_u32 y, gb_u32 z,
                                               gb_u64 o, gb_win& w, gb_i32* tokens, gb_i32* status,
                                               gb_u64* partials, gb_u32* counters, float* logprobs, gb_u32* counts,
-                                              gb_u32 vocab, gb_u64* s_key, gb_u32* s_flags, gb_u64* s_pair,
+                                              gb_u32 vocab, gb_u64* s_key, gb_u32* s_seen, gb_u64* s_pair,
                                               gb_u64* s_xv, gb_u32* s_last) {
     const gb_u32 nblocks = gridDim.x;
-    gb_block_win<NL, NL != 0>(w, s_key, s_flags, s_pair, s_xv);
+    gb_block_win<NL, NL != 0>(w, s_key, s_seen, s_pair, s_xv);
     if (nblocks == 1u) {
         if (threadIdx.x == 0u) {
             gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab);
@@ -470,8 +419,8 @@ __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_ro
             pair[2u * blockIdx.x + 1u] = gb_lse_pack(w.proc);
             xv[blockIdx.x] = ((gb_u64)__float_as_uint(w.v) << 32) | __float_as_uint(w.x);
         }
-        if (w.flags != 0u) {
-            atomicOr(&cnt[1], w.flags);
+        if (w.seen != 0u) {
+            atomicOr(&cnt[1], w.seen);
         }
         __threadfence();
         gb_u32 prev = atomicAdd(&cnt[0], 1u);
@@ -482,21 +431,21 @@ __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_ro
         return;
     }
     __threadfence();
-    // Every block ORed its flags in before it arrived.
-    gb_u32 flags = 0u;
+    // Every block ORed its observations in before it arrived.
+    gb_u32 seen = 0u;
     if (threadIdx.x == 0u) {
-        flags = atomicExch(&cnt[1], 0u);
+        seen = atomicExch(&cnt[1], 0u);
         atomicExch(&cnt[0], 0u);
     }
     if (NL != 0 && nblocks <= (gb_u32)GB_WARP_SIZE) {
         if (gb_warp() == 0u) {
-            gb_finish_warp_record<NL>(params, p, y, o, flags, part, pair, xv, nblocks, tokens, status, logprobs,
+            gb_finish_warp_record<NL>(params, p, y, o, seen, part, pair, xv, nblocks, tokens, status, logprobs,
                                       counters, counts, vocab);
         }
         return;
     }
     w.key = 0ull;
-    w.flags = 0u;
+    w.seen = 0u;
     w.x = w.v = 0.0f;
     gb_lse_init(w.raw);
     gb_lse_init(w.proc);
@@ -531,14 +480,16 @@ __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_ro
             gb_warp_win<NL>(w);
         }
     } else {
-        gb_block_win<NL, NL != 0>(w, s_key, s_flags, s_pair, s_xv);
+        gb_block_win<NL, NL != 0>(w, s_key, s_seen, s_pair, s_xv);
     }
     if (threadIdx.x == 0u) {
-        w.flags = flags;
+        w.seen = seen;
         gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab);
     }
 }
 
+// gb_gumbel_argmax is the kernel: block (x, y, z) scans its chunk of launch row y for
+// draw z, and the row's last block to arrive finishes the draw.
 template <int KIND>
 __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::elem* __restrict__ logits,
                                                  gb_row_params* params, gb_i32* tokens, gb_i32* status,
@@ -546,7 +497,7 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
                                                  gb_u32 vocab, float* logprobs, const float* bias, gb_u32* counts,
                                                  const gb_u32* mask) {
     __shared__ gb_u64 s_key[GB_MAX_WARPS];
-    __shared__ gb_u32 s_flags[GB_MAX_WARPS];
+    __shared__ gb_u32 s_seen[GB_MAX_WARPS];
     __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
     __shared__ gb_u32 s_last;
     __shared__ gb_u32 s_bound; // the order key of the block's lower bound
@@ -585,18 +536,18 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     const bool vec = gb_io<KIND>::vec_ok(row);
     const bool greedy = p.temperature == 0.0f;
     const float invT = greedy ? 1.0f : 1.0f / p.temperature;
-    const gb_proc pc = gb_make_proc(p, bias, counts, mask, vocab);
+    const gb_processor pc = gb_processor_of(p, bias, counts, mask, vocab);
     const bool procs = pc.flags != 0u;
     // The log-sum-exps the record needs: none, one (raw and processed are the same set:
     // no processors and invT = 1, greedy rows included) or two.
     const int nl = !(p.flags & GB_FLAG_LOGPROBS) ? 0 : (!procs && invT == 1.0f) ? 1 : 2;
 
     // Each combination of features is its own instantiation of the scan, so a row without
-    // them runs exactly the version-1 loop; the branches are uniform for the block. With
-    // a record to write, the scan also keeps its best element's raw logit and value.
+    // them runs the plain loop; the branches are uniform for the block. With a record to
+    // write, the scan also keeps its best element's raw logit and value.
     gb_win w;
     w.key = 0ull;
-    w.flags = 0u;
+    w.seen = 0u;
     w.x = w.v = 0.0f;
     gb_lse_init(w.raw);
     gb_lse_init(w.proc);
@@ -636,12 +587,12 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     }
     if (nl == 0) {
         gb_argmax_end<0>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, s_key,
-                         s_flags, s_pair, s_xv, &s_last);
+                         s_seen, s_pair, s_xv, &s_last);
     } else if (nl == 1) {
         gb_argmax_end<1>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, s_key,
-                         s_flags, s_pair, s_xv, &s_last);
+                         s_seen, s_pair, s_xv, &s_last);
     } else {
         gb_argmax_end<2>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, s_key,
-                         s_flags, s_pair, s_xv, &s_last);
+                         s_seen, s_pair, s_xv, &s_last);
     }
 }

@@ -1,9 +1,10 @@
-// HIP prelude: hiprtc compiles this file followed by sampling.cu. It maps the few CUDA
-// built-ins that sampling.cu uses and HIP spells differently; the rest (__umulhi,
-// __umul64hi, __float2ull_rz, __clz, __float_as_uint, __uint_as_float, __threadfence,
-// atomicAdd/Or/Exch/Max, warpSize, __align__, __launch_bounds__, fmaxf, fabsf, logf,
-// log1pf, expf) HIP provides under the CUDA name. sampling.cu uses sm_80's
-// __reduce_max_sync only where __CUDA_ARCH__ says so, which HIP never defines.
+// HIP prelude: hiprtc compiles this file followed by the CUDA edition (sampling.cu and the
+// files it includes). It maps the few CUDA built-ins that the edition uses and HIP spells
+// differently; the rest (__umulhi, __umul64hi, __float2ull_rz, __clz, __float_as_uint,
+// __uint_as_float, __threadfence, atomicAdd/Or/Exch/Max, warpSize, __align__,
+// __launch_bounds__, fmaxf, fabsf, logf, log1pf, expf) HIP provides under the CUDA name.
+// The edition uses sm_80's __reduce_max_sync only where __CUDA_ARCH__ says so, which HIP
+// never defines.
 
 // No multiply-add contraction anywhere in the kernels: clang's HIP default is to fuse
 // a * b + c, which would change the contract's separately rounded scores. The runtime
@@ -19,9 +20,8 @@
 // IEEE division, correctly rounded: HIP's default for float division.
 #define __fdiv_rn(a, b) ((float)(a) / (float)(b))
 
-// The log-sum-exps' fast 2^x (sampling.cu uses PTX's ex2.approx on CUDA): the hardware
+// The log-sum-exps' fast 2^x (the CUDA edition uses PTX's ex2.approx on CUDA): the hardware
 // v_exp_f32 where the compiler offers it, else the device library's exp2f.
-#define GB_HAVE_EXP2_FAST 1
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_amdgcn_exp2f)
 #define GB_EXP2_BUILTIN 1
@@ -35,16 +35,15 @@ __device__ __forceinline__ float gb_exp2_fast(float x) {
 #endif
 }
 
-// The record's ln of a log-sum-exp's sum (sampling.cu uses PTX's lg2.approx on CUDA).
-#define GB_HAVE_LOG_FAST 1
+// The record's ln of a log-sum-exp's sum (the CUDA edition uses PTX's lg2.approx on CUDA).
 __device__ __forceinline__ float gb_log_fast(float x) { return logf(x); }
 
 // Warp shuffles: HIP's take no mask (the whole wavefront takes part, as every call in
-// sampling.cu does) and default to width = warpSize (64 on CDNA, 32 on RDNA).
+// the CUDA edition does) and default to width = warpSize (64 on CDNA, 32 on RDNA).
 #define __shfl_down_sync(mask, var, delta) __shfl_down((var), (delta))
 #define __shfl_up_sync(mask, var, delta) __shfl_up((var), (delta))
 #define __shfl_xor_sync(mask, var, lane_mask) __shfl_xor((var), (lane_mask))
 #define __shfl_sync(mask, var, src_lane) __shfl((var), (src_lane))
-// HIP's ballot has a bit per lane of the wavefront: 64 bits (sampling.cu scans it with
+// HIP's ballot has a bit per lane of the wavefront: 64 bits (the CUDA edition scans it with
 // __ffsll).
 #define __ballot_sync(mask, pred) __ballot(pred)

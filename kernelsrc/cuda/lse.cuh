@@ -2,31 +2,21 @@
 // record"): a running reference and rescaled sum per thread, merged per warp, block and
 // across blocks, and the log-probabilities taken from them.
 
+#if GB_NVIDIA
 // gb_exp2_fast is 2^x by the hardware approximation (PTX ex2.approx: relative error about
 // 2^-22, within the ABI's 2^-20 for log-sum-exps; results below 2^-126 flush to 0, which
 // no sum of terms of at least 1 notices). hip_prelude.h and the emulation bring their own.
-#ifndef GB_HAVE_EXP2_FAST
 __device__ __forceinline__ float gb_exp2_fast(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-#endif
-
-#define GB_LOG2E 1.44269504088896340736f
 
 // gb_log_fast is ln x for a log-sum-exp's sum (at least 1 for a non-empty set, 0 for an
-// empty one): PTX lg2.approx (absolute error at most 2^-22.6 in log2 x, so the error in
-// ln x stays under 1.1e-7 wherever x lies) times ln 2. The record's logarithms are the
-// last arithmetic of a draw, on its critical path in one warp of one block, where logf's
-// longer sequence (range reduction and a polynomial) counted in full: on an H200
-// (V = 151936, float32) the finishing block's span from its merged sums to its outputs
-// written fell from 638 to 555 cycles at 8 rows and from 506 to 258 at one row, and the
-// step with log-probabilities from 12.92 to 12.83 µs at 8 rows and 8.83 to 8.69 at one
-// (medians of 16 alternated rounds; the plain step unchanged). The errors against
-// float64 stay near 1e-6 (TestLogprobErrorsGPU).
-// HIP and the emulation bring their own (logf and a double log).
-#ifndef GB_HAVE_LOG_FAST
+// empty one): PTX lg2.approx (absolute error at most 2^-22.6 in log2 x, so under 1.1e-7
+// in ln x) times ln 2. The record's logarithms are the last arithmetic of a draw, on its
+// critical path in one warp of one block, where logf's range reduction and polynomial
+// would count in full. HIP and the emulation bring their own (logf and a double log).
 __device__ __forceinline__ float gb_log_fast(float x) {
     float y;
     asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -34,13 +24,15 @@ __device__ __forceinline__ float gb_log_fast(float x) {
 }
 #endif
 
+#define GB_LOG2E 1.44269504088896340736f
+
 // gb_lse is an online log-sum-exp: a reference m and s = Σ exp(v - m) over the members.
 // m is a member (-FLT_MAX with s = 0 while the set is empty, see gb_lse_init), and no
 // member exceeds it by more than GB_LSE_SLACK: gb_lse_add4 moves m to a group's largest
 // value only when that value passes m + slack, so the rescale (one more exponential) is
 // paid about once per thread, not at every group that raises the maximum, as it would if
-// m had to be the maximum. Each member costs a subtraction, a multiplication and one exponential,
-// 2^(fl(v - m) · log2 e); the difference comes first so that no product overflows (|m|
+// m had to be the maximum. Each member costs a subtraction, a multiplication and one
+// exponential, 2^(fl(v - m) · log2 e); the difference comes first so that no product overflows (|m|
 // may be near FLT_MAX), and the exponential, a special-function instruction, is the cost
 // that counts. Merges (gb_lse_merge, gb_lse_rescale) keep the larger reference and scale
 // the other sum down, so the invariant holds for merged sets too.
@@ -72,10 +64,7 @@ __device__ __forceinline__ float gb_exp_diff(float v, float m) {
 // add nothing. A NaN or +Inf member spoils the sum, but such a row ends with status 1,
 // whose record is NaN whatever the sum. It has no branch around it (the rescale is
 // short enough to predicate), so that the compiler can interleave its exponentials with
-// the scan's other work instead of fencing them into a basic block of their own. (One
-// reference per warp, moved under a vote, would spare the warp merge its rescale; on an
-// H200 it lost most of what the record's other changes of 2026-11-30 gained, 8 rows of
-// 151936: 0.07 µs per step faster than before them, against 0.33 without it.)
+// the scan's other work instead of fencing them into a basic block of their own.
 __device__ __forceinline__ void gb_lse_add4(gb_lse& a, const float v[4], float gm) {
     if (gm > __fadd_rn(a.m, GB_LSE_SLACK)) {
         a.s = __fmul_rn(a.s, gb_exp_diff(a.m, gm)); // 0 · 0 while empty
@@ -128,9 +117,7 @@ __device__ __forceinline__ float gb_lse_rescale(gb_lse& a) {
 __device__ __forceinline__ void gb_warp_lse2(gb_lse& a, gb_lse& b, bool two) {
     float sa = gb_lse_rescale(a);
     float sb = two ? gb_lse_rescale(b) : 0.0f;
-    // The two trees interleaved, level by level. (Fixed-point sums by two warp reductions
-    // each, 26 bits below the largest term, measured slower on an H200: 13.40-13.64
-    // against 13.22-13.39 µs per step, 8 rows of 151936 with log-probabilities.)
+    // The two trees interleaved, level by level.
     for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
         sa = __fadd_rn(sa, gb_shfl_down_f32(sa, d));
         if (two) {

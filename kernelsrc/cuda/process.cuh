@@ -2,16 +2,16 @@
 // mask, each operation rounded on its own, and the observations a row's status is taken
 // from.
 
-// gb_flags returns the row flags of one element.
-__device__ __forceinline__ gb_u32 gb_flags(float x) {
+// gb_seen returns the observations of one processed logit (GB_SEEN_*).
+__device__ __forceinline__ gb_u32 gb_seen(float x) {
     if (x != x || x == gb_inf()) {
         return GB_SEEN_NONFINITE;
     }
     return x != -gb_inf() ? GB_SEEN_FINITE : 0u;
 }
 
-// gb_proc is a row's logit processors (ABI.md, "Processed logits").
-struct gb_proc {
+// gb_processor is a row's logit processors.
+struct gb_processor {
     gb_u32 flags;         // the row's GB_FLAG_BIAS, GB_FLAG_MASK and GB_FLAG_PENALTIES bits
     const float* bias;    // the row's V biases
     const gb_u32* counts; // the row's V counts
@@ -19,9 +19,9 @@ struct gb_proc {
     float rep, freq, pres;
 };
 
-__device__ __forceinline__ gb_proc gb_make_proc(const gb_row_params& p, const float* bias, const gb_u32* counts,
+__device__ __forceinline__ gb_processor gb_processor_of(const gb_row_params& p, const float* bias, const gb_u32* counts,
                                                 const gb_u32* mask, gb_u32 vocab) {
-    gb_proc pc;
+    gb_processor pc;
     pc.flags = p.flags & GB_FLAGS_PROCESSORS;
     const gb_u64 r = p.row;
     // A buffer whose feature is off may be 8 bytes long: no pointer into it is formed.
@@ -36,7 +36,7 @@ __device__ __forceinline__ gb_proc gb_make_proc(const gb_row_params& p, const fl
 
 // gb_unmasked is the processed logit of element i before the mask: bias, then penalties,
 // each operation rounded on its own.
-__device__ __forceinline__ float gb_unmasked(const gb_proc& pc, float x, gb_u32 i) {
+__device__ __forceinline__ float gb_unmasked(const gb_processor& pc, float x, gb_u32 i) {
     if (pc.flags & GB_FLAG_BIAS) {
         x = __fadd_rn(x, pc.bias[i]);
     }
@@ -55,20 +55,20 @@ __device__ __forceinline__ float gb_unmasked(const gb_proc& pc, float x, gb_u32 
 }
 
 // gb_allowed reports whether the mask lets element i through.
-__device__ __forceinline__ bool gb_allowed(const gb_proc& pc, gb_u32 i) {
+__device__ __forceinline__ bool gb_allowed(const gb_processor& pc, gb_u32 i) {
     return !(pc.flags & GB_FLAG_MASK) || ((pc.mask[i >> 5] >> (i & 31u)) & 1u) != 0u;
 }
 
-// gb_process1 is the processed logit x' of element i.
-__device__ __forceinline__ float gb_process1(const gb_proc& pc, float x, gb_u32 i) {
+// gb_processed is the processed logit x' of element i.
+__device__ __forceinline__ float gb_processed(const gb_processor& pc, float x, gb_u32 i) {
     x = gb_unmasked(pc, x, i);
     return gb_allowed(pc, i) ? x : -gb_inf();
 }
 
 // gb_process_group writes the processed logits of the n elements g..g+3 (g a multiple of
-// 4, so one mask word holds all four) to xp, -Inf past n, and returns their row flags:
+// 4, so one mask word holds all four) to xp, -Inf past n, and returns their observations:
 // NaN or +Inf is taken before the mask, a finite logit after it (ABI.md).
-__device__ __forceinline__ gb_u32 gb_process_group(const gb_proc& pc, gb_u32 g, gb_u32 n, const float x[4],
+__device__ __forceinline__ gb_u32 gb_process_group(const gb_processor& pc, gb_u32 g, gb_u32 n, const float x[4],
                                                    float xp[4]) {
     const gb_u32 mword = ((pc.flags & GB_FLAG_MASK) && n != 0u) ? pc.mask[g >> 5] : 0xFFFFFFFFu;
     gb_u32 f = 0u;
@@ -77,7 +77,7 @@ __device__ __forceinline__ gb_u32 gb_process_group(const gb_proc& pc, gb_u32 g, 
         float v = -gb_inf();
         if (j < n) {
             v = gb_unmasked(pc, x[j], g + j);
-            const gb_u32 fj = gb_flags(v);
+            const gb_u32 fj = gb_seen(v);
             if ((mword >> ((g + j) & 31u)) & 1u) {
                 f |= fj;
             } else {
@@ -94,7 +94,7 @@ __device__ __forceinline__ gb_u32 gb_process_group(const gb_proc& pc, gb_u32 g, 
 // logits when the row has processors (pc.flags is the same for the whole block).
 template <int KIND>
 __device__ __forceinline__ gb_u32 gb_load_processed(const typename gb_io<KIND>::elem* row, gb_u32 g, gb_u32 end,
-                                                    bool vec, const gb_proc& pc, float x[4]) {
+                                                    bool vec, const gb_processor& pc, float x[4]) {
     const gb_u32 n = gb_load_group<KIND>(row, g, end, vec, x);
     if (pc.flags != 0u) {
         gb_process_group(pc, g, n, x, x);
@@ -102,9 +102,9 @@ __device__ __forceinline__ gb_u32 gb_load_processed(const typename gb_io<KIND>::
     return n;
 }
 
-// gb_group_flags returns the row flags of a group of n elements. A finite sum of four
+// gb_group_seen returns the observations of a group of n elements. A finite sum of four
 // elements proves all four finite, which settles the common case in three additions.
-__device__ __forceinline__ gb_u32 gb_group_flags(const float x[4], gb_u32 n) {
+__device__ __forceinline__ gb_u32 gb_group_seen(const float x[4], gb_u32 n) {
     if (n == 4u && fabsf(__fadd_rn(__fadd_rn(x[0], x[1]), __fadd_rn(x[2], x[3]))) < gb_inf()) {
         return GB_SEEN_FINITE;
     }
@@ -112,7 +112,7 @@ __device__ __forceinline__ gb_u32 gb_group_flags(const float x[4], gb_u32 n) {
 #pragma unroll
     for (gb_u32 j = 0; j < 4u; ++j) {
         if (j < n) {
-            f |= gb_flags(x[j]);
+            f |= gb_seen(x[j]);
         }
     }
     return f;

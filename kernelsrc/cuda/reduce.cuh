@@ -33,7 +33,7 @@ __device__ __forceinline__ gb_u64 gb_pack(float score, gb_u32 index) {
 // that shuffle trees unroll and lane and warp indices are shifts, not the divisions that
 // the run-time warpSize costs; HIP (32 or 64 lanes by target) and the emulation (which
 // runs both) keep the run-time value.
-#if defined(__CUDACC__) && !defined(__HIP__) && !defined(__HIPCC__)
+#if GB_NVIDIA
 #define GB_WARP_SIZE 32
 #else
 #define GB_WARP_SIZE warpSize
@@ -312,7 +312,7 @@ __device__ __forceinline__ float gb_shfl_xor_f32(float v, gb_u32 d) {
 // volatile read would be a system-scope strong load, slower on the draw's critical path.
 // HIP (whose fence invalidates L1 too) and the emulation keep the volatile read.
 __device__ __forceinline__ gb_u64 gb_load_published(const gb_u64* p) {
-#if defined(__CUDACC__) && !defined(__HIP__) && !defined(__HIPCC__)
+#if GB_NVIDIA
     return __ldcg(p);
 #else
     return *(const volatile gb_u64*)p;

@@ -45,15 +45,15 @@ __device__ __forceinline__ void gb_topn_merge(gb_u64 lst[GB_MAX_TOPN], gb_u32 N,
 template <int KIND, bool NOISY, bool PROC>
 __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* row, gb_u32 start, gb_u32 end,
                                              bool vec, gb_u32 N, float invT, const gb_row_params& p,
-                                             const gb_proc& pc, gb_u64 lst[GB_MAX_TOPN], gb_u64& thr,
-                                             gb_u32& flags, gb_lse& lse) {
+                                             const gb_processor& pc, gb_u64 lst[GB_MAX_TOPN], gb_u64& thr,
+                                             gb_u32& seen, gb_lse& lse) {
     for (gb_u32 g = start + 4u * threadIdx.x; g < end; g += 4u * blockDim.x) {
         float v[4];
         const gb_u32 n = gb_load_group<KIND>(row, g, end, vec, v);
         if (PROC) {
-            flags |= gb_process_group(pc, g, n, v, v);
+            seen |= gb_process_group(pc, g, n, v, v);
         } else {
-            flags |= gb_group_flags(v, n);
+            seen |= gb_group_seen(v, n);
         }
         if (NOISY) {
 #pragma unroll
@@ -109,6 +109,90 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
     }
 }
 
+// gb_topn_merge_blocks is the split phase of topn: the block publishes its top keys and
+// log-sum-exp pair, and the last block of the row to arrive merges the S lists into s_top
+// and the sets into lse, takes the row's observations into seen and resets the counters.
+// It returns whether this block is that last one (then it writes the row's entries).
+__device__ __forceinline__ bool gb_topn_merge_blocks(gb_u64 lst[GB_MAX_TOPN], gb_u32 N, gb_u32& seen, gb_lse& lse,
+                                                     gb_u64* partials, gb_u32* counters, gb_u64* s_top,
+                                                     gb_u64* s_red, gb_u64* s_bcast, gb_u64* s_pair,
+                                                     gb_u32* s_last) {
+    const gb_u32 y = blockIdx.y;
+    const gb_u32 nblocks = gridDim.x;
+    gb_u64* part = partials + (gb_u64)GB_TOPN_STRIDE * ((gb_u64)y * nblocks + blockIdx.x);
+    if (threadIdx.x == 0u) {
+        for (gb_u32 j = 0; j < GB_MAX_TOPN; ++j) {
+            part[j] = j < N ? s_top[j] : 0ull;
+        }
+        part[GB_MAX_TOPN] = gb_lse_pack(lse);
+        if (seen != 0u) {
+            atomicOr(&counters[2u * y + 1u], seen);
+        }
+        __threadfence();
+        const gb_u32 prev = atomicAdd(&counters[2u * y], 1u);
+        *s_last = prev == nblocks - 1u ? 1u : 0u;
+    }
+    __syncthreads();
+    if (*s_last == 0u) {
+        return false;
+    }
+    __threadfence();
+    const gb_u64* row_part = partials + (gb_u64)GB_TOPN_STRIDE * y * nblocks;
+    // What the block merge left in the lists is below this block's published N.
+#pragma unroll
+    for (int j = 0; j < GB_MAX_TOPN; ++j) {
+        lst[j] = 0ull;
+    }
+    gb_u64 thr = 0ull;
+    gb_lse_init(lse);
+    for (gb_u32 i = threadIdx.x; i < nblocks * GB_MAX_TOPN; i += blockDim.x) {
+        const gb_u64 k = gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * (i / GB_MAX_TOPN) + i % GB_MAX_TOPN);
+        if (k > thr) {
+            thr = gb_topn_insert(lst, k, N);
+        }
+    }
+    for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
+        gb_lse_merge_packed(lse, gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * i + GB_MAX_TOPN));
+    }
+    gb_block_lse(lse, lse, false, s_pair);
+    gb_topn_merge(lst, N, s_top, s_red, s_bcast);
+    if (threadIdx.x == 0u) {
+        seen = atomicExch(&counters[2u * y + 1u], 0u);
+        atomicExch(&counters[2u * y], 0u);
+        *s_last = seen;
+    }
+    __syncthreads();
+    seen = *s_last;
+    return true;
+}
+
+// gb_topn_write writes the row's N entries from the merged keys in s_top and the merged
+// log-sum-exp: token -1 and NaN for a row with NaN or +Inf, token -1 and -Inf for entries
+// beyond its finite keys.
+template <int KIND>
+__device__ __forceinline__ void gb_topn_write(const typename gb_io<KIND>::elem* row, gb_i32* otok, float* oval,
+                                              gb_u32 N, gb_u32 seen, const gb_processor& pc, float invT,
+                                              const gb_u64* s_top, const gb_lse& s_lse) {
+    for (gb_u32 j = threadIdx.x; j < N; j += blockDim.x) {
+        const gb_u64 k = s_top[j];
+        if (seen & GB_SEEN_NONFINITE) {
+            otok[j] = -1;
+            oval[j] = __uint_as_float(0x7FC00000u);
+        } else if (k == 0ull) {
+            otok[j] = -1;
+            oval[j] = -gb_inf();
+        } else {
+            const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)k;
+            const float x = gb_io<KIND>::load1(row + tok);
+            otok[j] = (gb_i32)tok;
+            // From the set's reference, not fl(m + log s): a row whose logits sit near 2^29
+            // (a frequency penalty of a saturated count) would otherwise read 0 for all.
+            float norm;
+            oval[j] = gb_lse_logprob(__fmul_rn(gb_processed(pc, x, tok), invT), s_lse.m, s_lse.s, norm);
+        }
+    }
+}
+
 template <int KIND>
 __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __restrict__ logits,
                                         const gb_row_params* __restrict__ params, gb_i32* out_tokens,
@@ -152,7 +236,7 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     const bool perturbed = (p.flags & GB_FLAG_PERTURBED) != 0u;
     const bool greedy = p.temperature == 0.0f;
     const float invT = perturbed && !greedy ? 1.0f / p.temperature : 1.0f;
-    gb_proc pc = gb_make_proc(p, bias, counts, mask, vocab);
+    gb_processor pc = gb_processor_of(p, bias, counts, mask, vocab);
     if (!perturbed) {
         pc.flags = 0u; // raw logits: no processing
     }
@@ -167,89 +251,30 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
         lst[j] = 0ull;
     }
     gb_u64 thr = 0ull;
-    gb_u32 flags = 0u;
+    gb_u32 seen = 0u;
     gb_lse lse;
     gb_lse_init(lse);
     if (!perturbed || (greedy && pc.flags == 0u)) {
-        gb_topn_scan<KIND, false, false>(row, start, end, vec, N, invT, p, pc, lst, thr, flags, lse);
+        gb_topn_scan<KIND, false, false>(row, start, end, vec, N, invT, p, pc, lst, thr, seen, lse);
     } else if (greedy) {
-        gb_topn_scan<KIND, false, true>(row, start, end, vec, N, invT, p, pc, lst, thr, flags, lse);
+        gb_topn_scan<KIND, false, true>(row, start, end, vec, N, invT, p, pc, lst, thr, seen, lse);
     } else if (pc.flags == 0u) {
-        gb_topn_scan<KIND, true, false>(row, start, end, vec, N, invT, p, pc, lst, thr, flags, lse);
+        gb_topn_scan<KIND, true, false>(row, start, end, vec, N, invT, p, pc, lst, thr, seen, lse);
     } else {
-        gb_topn_scan<KIND, true, true>(row, start, end, vec, N, invT, p, pc, lst, thr, flags, lse);
+        gb_topn_scan<KIND, true, true>(row, start, end, vec, N, invT, p, pc, lst, thr, seen, lse);
     }
     gb_u32 none = 0u;
-    gb_block_max_or(none, flags, s_red, s_bcast);
+    gb_block_max_or(none, seen, s_red, s_bcast);
     gb_block_lse(lse, lse, false, s_pair);
     gb_topn_merge(lst, N, s_top, s_red, s_bcast);
 
-    if (nblocks > 1u) {
-        gb_u64* part = partials + (gb_u64)GB_TOPN_STRIDE * ((gb_u64)y * nblocks + blockIdx.x);
-        if (threadIdx.x == 0u) {
-            for (gb_u32 j = 0; j < GB_MAX_TOPN; ++j) {
-                part[j] = j < N ? s_top[j] : 0ull;
-            }
-            part[GB_MAX_TOPN] = gb_lse_pack(lse);
-            if (flags != 0u) {
-                atomicOr(&counters[2u * y + 1u], flags);
-            }
-            __threadfence();
-            const gb_u32 prev = atomicAdd(&counters[2u * y], 1u);
-            s_last = prev == nblocks - 1u ? 1u : 0u;
-        }
-        __syncthreads();
-        if (s_last == 0u) {
-            return;
-        }
-        __threadfence();
-        const gb_u64* row_part = partials + (gb_u64)GB_TOPN_STRIDE * y * nblocks;
-        // What the block merge left in the lists is below this block's published N.
-#pragma unroll
-        for (int j = 0; j < GB_MAX_TOPN; ++j) {
-            lst[j] = 0ull;
-        }
-        thr = 0ull;
-        gb_lse_init(lse);
-        for (gb_u32 i = threadIdx.x; i < nblocks * GB_MAX_TOPN; i += blockDim.x) {
-            const gb_u64 k = gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * (i / GB_MAX_TOPN) + i % GB_MAX_TOPN);
-            if (k > thr) {
-                thr = gb_topn_insert(lst, k, N);
-            }
-        }
-        for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
-            gb_lse_merge_packed(lse, gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * i + GB_MAX_TOPN));
-        }
-        gb_block_lse(lse, lse, false, s_pair);
-        gb_topn_merge(lst, N, s_top, s_red, s_bcast);
-        if (threadIdx.x == 0u) {
-            flags = atomicExch(&counters[2u * y + 1u], 0u);
-            atomicExch(&counters[2u * y], 0u);
-            s_last = flags;
-        }
-        __syncthreads();
-        flags = s_last;
+    if (nblocks > 1u && !gb_topn_merge_blocks(lst, N, seen, lse, partials, counters, s_top, s_red, s_bcast,
+                                              s_pair, &s_last)) {
+        return;
     }
     if (threadIdx.x == 0u) {
         s_lse = lse;
     }
     __syncthreads();
-    for (gb_u32 j = threadIdx.x; j < N; j += blockDim.x) {
-        const gb_u64 k = s_top[j];
-        if (flags & GB_SEEN_NONFINITE) {
-            otok[j] = -1;
-            oval[j] = __uint_as_float(0x7FC00000u);
-        } else if (k == 0ull) {
-            otok[j] = -1;
-            oval[j] = -gb_inf();
-        } else {
-            const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)k;
-            const float x = gb_io<KIND>::load1(row + tok);
-            otok[j] = (gb_i32)tok;
-            // From the set's reference, not fl(m + log s): a row whose logits sit near 2^29
-            // (a frequency penalty of a saturated count) would otherwise read 0 for all.
-            float norm;
-            oval[j] = gb_lse_logprob(__fmul_rn(gb_process1(pc, x, tok), invT), s_lse.m, s_lse.s, norm);
-        }
-    }
+    gb_topn_write<KIND>(row, otok, oval, N, seen, pc, invT, s_top, s_lse);
 }

@@ -1,4 +1,4 @@
-// cuda_emu.h runs CUDA kernel source on the CPU, so that sampling.cu can be checked
+// cuda_emu.h runs CUDA kernel source on the CPU, so that the CUDA edition can be checked
 // against the Go edition without a GPU. Each CUDA thread of a block is a std::thread;
 // __syncthreads is a std::barrier over the block, a warp shuffle is a barrier phase of
 // the warp's threads around per-warp slots, and atomics are std::atomic_ref. The blocks of
@@ -81,7 +81,7 @@ inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, int warp, A... a
         fail("bad block shape");
     }
     if (block.x / warp > static_cast<unsigned int>(warp < 32 ? warp : 32)) {
-        // sampling.cu reduces across warps with one warp, and sizes for 32 warps.
+        // The CUDA edition reduces across warps with one warp, and sizes for 32 warps.
         fail("more warps per block than the kernels support");
     }
     grid_dim = grid;
@@ -124,7 +124,7 @@ inline float expf_ref(float x) { return static_cast<float>(std::exp(static_cast<
 } // namespace gb_emu
 
 // ---------------------------------------------------------------------------------------
-// The CUDA language as sampling.cu uses it.
+// The CUDA language as the CUDA edition uses it.
 
 #define __global__
 #define __device__
@@ -156,7 +156,7 @@ inline unsigned int __shfl_xor_sync(unsigned int mask, unsigned int v, int m) {
     return gb_emu::shuffle(mask, v, [m](int lane) { return lane ^ m; });
 }
 
-// sm_80's warp reduction, by a butterfly of emulated shuffles. sampling.cu uses it where
+// sm_80's warp reduction, by a butterfly of emulated shuffles. The CUDA edition uses it where
 // __CUDA_ARCH__ >= 800, which the emulation claims so that it runs the H200's code path.
 #define __CUDA_ARCH__ 900
 inline unsigned int __reduce_max_sync(unsigned int mask, unsigned int v) {
@@ -223,17 +223,15 @@ inline int __clz(int x) { return x == 0 ? 32 : std::countl_zero(static_cast<std:
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
-// The one fused multiply-add sampling.cu asks for by name (gb_exp2_poly's polynomial).
+// The fused multiply-add that NVRTC provides as a built-in (bench/decode's kernels use it).
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 
 // The log-sum-exps' fast 2^x: exact here (rounded from double), where the GPU's
 // approximation differs by about 2^-22 relative; the tests allow for that.
-#define GB_HAVE_EXP2_FAST 1
 inline float gb_exp2_fast(float x) { return static_cast<float>(std::exp2(static_cast<double>(x))); }
 
 // The record's ln of a log-sum-exp's sum: exact here (rounded from double), where the
 // GPU's lg2.approx differs by about 1e-7; the tests allow for that.
-#define GB_HAVE_LOG_FAST 1
 inline float gb_log_fast(float x) { return static_cast<float>(std::log(static_cast<double>(x))); }
 
 // __float2ull_rz: truncation toward zero, saturating like the GPU instruction.
