@@ -1,11 +1,13 @@
 // cuda_emu.h runs CUDA kernel source on the CPU, so that the CUDA edition can be checked
-// against the Go edition without a GPU. Each CUDA thread of a block is a std::thread;
-// __syncthreads is a std::barrier over the block, a warp shuffle is a barrier phase of
-// the warp's threads around per-warp slots, and atomics are std::atomic_ref. The blocks of
-// a grid run one after another (a __shared__ variable is a function-local static, shared
-// by the threads of the running block), which is one of the orders a GPU may choose. The
-// warp size is a launch parameter: 32 and 64 as on real GPUs, or narrower to keep the
-// emulation cheap. __CUDA_ARCH__ is 900, so the H200's code paths run.
+// against the Go edition without a GPU. Each CUDA thread of a block is a fiber of one OS
+// thread: __syncthreads and warp shuffles are the only points where a fiber gives up its
+// turn, and a seeded random scheduler picks the next runnable fiber there (and, now and
+// then, at an atomic), so interleavings vary with the seed (GB_EMU_SEED) and repeat for
+// one seed. Atomics are std::atomic_ref. The blocks of a grid run one after another (a
+// __shared__ variable is a function-local static, shared by the fibers of the running
+// block), which is one of the orders a GPU may choose. The warp size is a launch
+// parameter: 32 and 64 as on real GPUs, or narrower to keep the emulation cheap.
+// __CUDA_ARCH__ is 900, so the H200's code paths run.
 //
 // The float32 logf, log1pf and expf are rounded from the double-precision functions, as
 // the Go reference (package philox) does, so that tokens agree bit for bit; the GPU's own
@@ -15,16 +17,22 @@
 #pragma once
 
 #include <atomic>
-#include <barrier>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <thread>
+#include <functional>
+#include <random>
 #include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
 
 namespace gb_emu {
 
@@ -32,30 +40,145 @@ struct dim3 {
     unsigned int x = 1, y = 1, z = 1;
 };
 
-// warp_state is one warp's meeting point for shuffles. Consecutive shuffles use the two
-// slot arrays in turn, so one barrier phase per shuffle is enough: a lane can write the
-// array of shuffle k+2 only after every lane has arrived at shuffle k+1, that is, after
-// every lane has read the values of shuffle k.
-struct warp_state {
-    explicit warp_state(int lanes)
-        : bar(lanes), slots{std::vector<std::uint32_t>(lanes), std::vector<std::uint32_t>(lanes)} {}
-    std::barrier<> bar;
-    std::vector<std::uint32_t> slots[2];
-};
-
-inline dim3 grid_dim, block_dim;
-inline thread_local dim3 block_idx, thread_idx;
-inline thread_local unsigned int shuffle_count; // this lane's shuffles so far
-inline int warp_size = 32;
-inline std::unique_ptr<std::barrier<>> block_barrier;
-inline std::vector<std::unique_ptr<warp_state>> warps;
-
 [[noreturn]] inline void fail(const char* what) {
     std::fprintf(stderr, "cuda_emu: %s\n", what);
     std::abort();
 }
 
-inline warp_state& my_warp() { return *warps[thread_idx.x / warp_size]; }
+#if defined(__x86_64__)
+// gb_emu_switch saves the callee-saved registers and the stack pointer into *save, loads
+// load and returns into the fiber (or scheduler) that saved it: a fiber switch without
+// ucontext's signal-mask system call.
+extern "C" void gb_emu_switch(void** save, void* load);
+asm(R"(
+    .text
+    .globl gb_emu_switch
+    .type gb_emu_switch, @function
+gb_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size gb_emu_switch, .-gb_emu_switch
+    .section .note.GNU-stack,"",@progbits
+    .text
+)");
+#endif
+
+// fiber is one emulated CUDA thread.
+struct fiber {
+    unsigned int tid = 0;
+    unsigned int shuffles = 0; // shuffles so far: they alternate between two slot arrays
+    bool done = false;
+    unsigned char* stack = nullptr; // a guard page, then the stack
+#if defined(__x86_64__)
+    void* sp = nullptr;
+#else
+    ucontext_t ctx;
+#endif
+};
+
+// meeting is a barrier: fibers wait in it until count of them have arrived.
+struct meeting {
+    unsigned int count = 0, arrived = 0;
+    std::vector<fiber*> waiting;
+};
+
+// warp_state is one warp's meeting point for shuffles. Consecutive shuffles use the two
+// slot arrays in turn, so one meeting per shuffle is enough: a lane can write the array of
+// shuffle k+2 only after every lane has arrived at shuffle k+1, that is, after every lane
+// has read the values of shuffle k.
+struct warp_state {
+    meeting m;
+    std::vector<std::uint32_t> slots[2];
+};
+
+constexpr std::size_t kStackSize = 256 * 1024;
+
+inline dim3 grid_dim, block_dim, block_idx, thread_idx;
+inline int warp_size = 32;
+
+// The scheduler's state: the running block's fibers, the runnable ones, its meetings.
+inline struct {
+    std::vector<fiber> fibers;
+    std::vector<fiber*> runnable;
+    fiber* current = nullptr;
+    meeting block;
+    std::vector<warp_state> warps;
+    std::vector<unsigned char*> stacks;
+    std::mt19937_64 rng;
+    bool seeded = false;
+    std::function<void()> body; // the kernel call of the running block
+#if defined(__x86_64__)
+    void* sched_sp = nullptr;
+#else
+    ucontext_t sched_ctx;
+#endif
+} sched;
+
+inline unsigned char* new_stack() {
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    void* m = mmap(nullptr, kStackSize + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        fail("mmap of a fiber stack");
+    }
+    mprotect(m, page, PROT_NONE); // an overflow faults instead of reaching another stack
+    return static_cast<unsigned char*>(m);
+}
+
+// to_scheduler returns control to the scheduler; it comes back when the scheduler
+// resumes this fiber.
+inline void to_scheduler() {
+    fiber* f = sched.current;
+#if defined(__x86_64__)
+    gb_emu_switch(&f->sp, sched.sched_sp);
+#else
+    swapcontext(&f->ctx, &sched.sched_ctx);
+#endif
+}
+
+inline void fiber_main() {
+    sched.body();
+    sched.current->done = true;
+    to_scheduler();
+    fail("a finished fiber was resumed");
+}
+
+// arrive waits at m until m.count fibers have arrived, then lets them all go on.
+inline void arrive(meeting& m) {
+    fiber* f = sched.current;
+    if (++m.arrived == m.count) {
+        m.arrived = 0;
+        for (fiber* w : m.waiting) {
+            sched.runnable.push_back(w);
+        }
+        m.waiting.clear();
+        sched.runnable.push_back(f);
+    } else {
+        m.waiting.push_back(f);
+    }
+    to_scheduler();
+}
+
+// maybe_yield gives another fiber a turn now and then, so that the code between two
+// meetings interleaves in more than one way.
+inline void maybe_yield() {
+    if (sched.current != nullptr && (sched.rng() & 7u) == 0u) {
+        sched.runnable.push_back(sched.current);
+        to_scheduler();
+    }
+}
 
 // shuffle hands each lane the value of lane src(lane), or its own where src is outside
 // the warp (CUDA's rule for __shfl_down/__shfl_up).
@@ -64,13 +187,67 @@ inline std::uint32_t shuffle(unsigned int mask, std::uint32_t v, Src src) {
     if (mask != 0xFFFFFFFFu) {
         fail("partial warp masks are not emulated");
     }
-    warp_state& w = my_warp();
-    std::vector<std::uint32_t>& slots = w.slots[shuffle_count++ & 1u];
-    const int lane = static_cast<int>(thread_idx.x) % warp_size;
+    fiber* f = sched.current;
+    warp_state& w = sched.warps[f->tid / warp_size];
+    std::vector<std::uint32_t>& slots = w.slots[f->shuffles++ & 1u];
+    const int lane = static_cast<int>(f->tid) % warp_size;
     slots[lane] = v;
-    w.bar.arrive_and_wait();
+    arrive(w.m);
     const int s = src(lane);
     return (s >= 0 && s < warp_size) ? slots[s] : v;
+}
+
+// run_block runs every fiber of one block to its end, a random runnable one at a time.
+inline void run_block(unsigned int threads) {
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    sched.fibers.assign(threads, fiber{});
+    sched.runnable.clear();
+    for (unsigned int t = 0; t < threads; ++t) {
+        fiber& f = sched.fibers[t];
+        f.tid = t;
+        f.stack = sched.stacks[t];
+#if defined(__x86_64__)
+        std::uintptr_t top = reinterpret_cast<std::uintptr_t>(f.stack + page + kStackSize) & ~std::uintptr_t(15);
+        void** sp = reinterpret_cast<void**>(top);
+        *--sp = nullptr;                                        // fiber_main's return address
+        *--sp = reinterpret_cast<void*>(&fiber_main);           // where gb_emu_switch returns to
+        for (int i = 0; i < 6; ++i) {
+            *--sp = nullptr; // rbp, rbx, r12-r15
+        }
+        f.sp = sp;
+#else
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack + page;
+        f.ctx.uc_stack.ss_size = kStackSize;
+        f.ctx.uc_link = nullptr;
+        makecontext(&f.ctx, fiber_main, 0);
+#endif
+        sched.runnable.push_back(&f);
+    }
+    unsigned int done = 0;
+    while (done < threads) {
+        if (sched.runnable.empty()) {
+            fail("deadlock: every fiber waits at a barrier or shuffle that not all reach");
+        }
+        const std::size_t i = sched.rng() % sched.runnable.size();
+        fiber* f = sched.runnable[i];
+        sched.runnable[i] = sched.runnable.back();
+        sched.runnable.pop_back();
+        sched.current = f;
+        thread_idx = dim3{f->tid, 0, 0};
+#if defined(__x86_64__)
+        gb_emu_switch(&sched.sched_sp, f->sp);
+#else
+        swapcontext(&sched.sched_ctx, &f->ctx);
+#endif
+        if (f->done) {
+            ++done;
+        }
+    }
+    sched.current = nullptr;
+    if (sched.block.arrived != 0) {
+        fail("a block ended with fibers waiting at __syncthreads");
+    }
 }
 
 // launch runs kernel(args...) over grid blocks of block threads, one block at a time.
@@ -84,35 +261,32 @@ inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, int warp, A... a
         // The CUDA edition reduces across warps with one warp, and sizes for 32 warps.
         fail("more warps per block than the kernels support");
     }
+    if (!sched.seeded) {
+        const char* seed = std::getenv("GB_EMU_SEED");
+        sched.rng.seed(seed != nullptr ? std::strtoull(seed, nullptr, 10) : 1u);
+        sched.seeded = true;
+    }
     grid_dim = grid;
     block_dim = block;
     warp_size = warp;
-    block_barrier = std::make_unique<std::barrier<>>(block.x);
-    warps.clear();
-    for (unsigned int i = 0; i < block.x / warp; ++i) {
-        warps.push_back(std::make_unique<warp_state>(warp));
+    while (sched.stacks.size() < block.x) {
+        sched.stacks.push_back(new_stack());
     }
-    std::vector<std::thread> threads;
-    threads.reserve(block.x);
-    for (unsigned int t = 0; t < block.x; ++t) {
-        threads.emplace_back([=] {
-            thread_idx = dim3{t, 0, 0};
-            shuffle_count = 0;
-            for (unsigned int z = 0; z < grid.z; ++z) {
-                for (unsigned int y = 0; y < grid.y; ++y) {
-                    for (unsigned int x = 0; x < grid.x; ++x) {
-                        block_idx = dim3{x, y, z};
-                        kernel(args...);
-                        // The block is over for every thread before the next one
-                        // reuses the __shared__ statics.
-                        block_barrier->arrive_and_wait();
-                    }
-                }
+    sched.block = meeting{block.x, 0, {}};
+    sched.warps.assign(block.x / warp, warp_state{});
+    for (warp_state& w : sched.warps) {
+        w.m.count = static_cast<unsigned int>(warp);
+        w.slots[0].assign(warp, 0u);
+        w.slots[1].assign(warp, 0u);
+    }
+    sched.body = [=] { kernel(args...); };
+    for (unsigned int z = 0; z < grid.z; ++z) {
+        for (unsigned int y = 0; y < grid.y; ++y) {
+            for (unsigned int x = 0; x < grid.x; ++x) {
+                block_idx = dim3{x, y, z};
+                run_block(block.x);
             }
-        });
-    }
-    for (auto& th : threads) {
-        th.join();
+        }
     }
 }
 
@@ -143,7 +317,7 @@ inline float expf_ref(float x) { return static_cast<float>(std::exp(static_cast<
 #define log1pf gb_emu::log1pf_ref
 #define expf gb_emu::expf_ref
 
-inline void __syncthreads() { gb_emu::block_barrier->arrive_and_wait(); }
+inline void __syncthreads() { gb_emu::arrive(gb_emu::sched.block); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
 inline unsigned int __shfl_down_sync(unsigned int mask, unsigned int v, unsigned int d) {
@@ -191,14 +365,17 @@ inline int __ffsll(long long v) { return __builtin_ffsll(v); }
 
 template <typename T>
 inline T atomicAdd(T* p, T v) {
+    gb_emu::maybe_yield();
     return std::atomic_ref<T>(*p).fetch_add(v);
 }
 template <typename T>
 inline T atomicOr(T* p, T v) {
+    gb_emu::maybe_yield();
     return std::atomic_ref<T>(*p).fetch_or(v);
 }
 template <typename T>
 inline T atomicMax(T* p, T v) {
+    gb_emu::maybe_yield();
     // std::atomic_ref has no fetch_max before C++26.
     std::atomic_ref<T> a(*p);
     T old = a.load();
@@ -208,6 +385,7 @@ inline T atomicMax(T* p, T v) {
 }
 template <typename T>
 inline T atomicExch(T* p, T v) {
+    gb_emu::maybe_yield();
     return std::atomic_ref<T>(*p).exchange(v);
 }
 

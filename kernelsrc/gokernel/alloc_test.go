@@ -1,20 +1,20 @@
 package gokernel
 
 import (
-	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
-// TestVersion2LaunchesAllocateNothing: once warm, launches that use every version-2
-// feature (processors, draws, ADVANCE, RECORD, LOGPROBS, split partials, topn) allocate
-// nothing on the Go heap.
-func TestVersion2LaunchesAllocateNothing(t *testing.T) {
+// TestLaunchesAllocateNothing: once warm, launches that use every row feature
+// (processors, draws, ADVANCE, RECORD, LOGPROBS, split partials, topn) allocate nothing
+// on the Go heap.
+func TestLaunchesAllocateNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
@@ -23,30 +23,28 @@ func TestVersion2LaunchesAllocateNothing(t *testing.T) {
 	mod, err := testDevice.Load(&runtime.Program{Name: "alloc", Go: Kernels()})
 	require.NoError(t, err)
 	for _, c := range []struct {
-		kernel string
+		family string
+		d      abi.DType
 		grid   runtime.Dim3
-		p      refParams
+		p      abi.RowParams
 	}{
-		{"gumbel_argmax_f32", runtime.Dim3{X: split, Y: 3, Z: draws}, refParams{temperature: 0.8}},
-		{"gumbel_argmax_bf16", runtime.Dim3{X: 1, Y: 3, Z: draws}, refParams{}},
-		{"categorical_f16", runtime.Dim3{X: 1, Y: 3, Z: draws}, refParams{temperature: 0.8, topK: 40, topP: 0.9}},
-		{"topn_f32", runtime.Dim3{X: split, Y: 3, Z: 1}, refParams{temperature: 0.8, topN: 20}},
+		{abi.GumbelArgmax, abi.F32, runtime.Dim3{X: split, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8}},
+		{abi.GumbelArgmax, abi.BF16, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{}},
+		{abi.Categorical, abi.F16, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8, TopK: 40, TopP: 0.9}},
+		{abi.TopN, abi.F32, runtime.Dim3{X: split, Y: 3, Z: 1}, abi.RowParams{Temperature: 0.8, TopN: 20}},
 	} {
-		d := map[byte]dtype{'2': f32, '6': f16}[c.kernel[len(c.kernel)-1]]
-		if c.kernel[len(c.kernel)-4:] == "bf16" {
-			d = bf16
-		}
-		p := &problem{d: d, vocab: v, stride: v, draws: c.grid.Z}
+		kernel := abi.KernelName(c.family, c.d)
+		p := &problem{d: c.d, vocab: v, stride: v, draws: c.grid.Z}
 		for row := range 3 {
 			p.rows = append(p.rows, llmRow(r, v))
 			rp := c.p
-			rp.row = uint32(row)
+			rp.Row = uint32(row)
 			p.params = append(p.params, rp)
 		}
 		randomInputs(r, p)
 		for y := range p.params {
-			p.params[y].flags = FlagBias | FlagMask | FlagPenalties | FlagLogprobs | FlagAdvance | FlagRecord | FlagPerturbed
-			p.params[y].repetition = 1.2
+			p.params[y].Flags = abi.FlagBias | abi.FlagMask | abi.FlagPenalties | abi.FlagLogprobs | abi.FlagAdvance | abi.FlagRecord | abi.FlagPerturbed
+			p.params[y].RepetitionPenalty = 1.2
 		}
 		for row := range p.mask {
 			for i := range p.mask[row] {
@@ -55,11 +53,11 @@ func TestVersion2LaunchesAllocateNothing(t *testing.T) {
 		}
 		b := p.layout(c.grid.X)
 		args := b.args(p.stride, p.vocab)
-		if c.kernel[:4] == "topn" {
+		if c.family == abi.TopN {
 			// topn writes its lists over tokens and status: give it room for 20 a row.
-			args = b.topnArgs(p.stride, p.vocab, make([]int32, 3*MaxTopN), make([]float32, 3*MaxTopN))
+			args = b.topnArgs(p.stride, p.vocab, make([]int32, abi.TopNSlots(3)), make([]float32, abi.TopNSlots(3)))
 		}
-		k, err := mod.Kernel(c.kernel)
+		k, err := mod.Kernel(kernel)
 		require.NoError(t, err)
 		s := testDevice.DefaultStream()
 		launch := func() {
@@ -68,12 +66,12 @@ func TestVersion2LaunchesAllocateNothing(t *testing.T) {
 			}
 		}
 		launch() // warm the scratch (AllocsPerRun adds one more warm-up run)
-		assert.Zero(t, testing.AllocsPerRun(20, launch), c.kernel)
-		if c.kernel[:4] != "topn" {
+		assert.Zero(t, testing.AllocsPerRun(20, launch), kernel)
+		if c.family != abi.TopN {
 			for o, st := range b.status {
-				assert.Equal(t, StatusOK, st, "%s: status of slot %d", c.kernel, o)
+				assert.Equal(t, abi.StatusOK, st, "%s: status of slot %d", kernel, o)
 			}
-			assert.Equal(t, p.params[0].step+uint64(22*draws), uint64(binary.LittleEndian.Uint32(b.params[16:])), "%s: the step advances", c.kernel)
+			assert.Equal(t, p.params[0].Step+uint64(22*draws), b.stepOf(0), "%s: the step advances", kernel)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
@@ -32,25 +33,25 @@ func BenchmarkKernels(b *testing.B) {
 	cases := []struct {
 		name   string
 		kernel string
-		d      dtype
-		p      refParams
+		d      abi.DType
+		p      abi.RowParams
 		split  []int
 	}{
-		{"gumbel/T=1", "gumbel_argmax", f32, refParams{temperature: 1}, []int{1, workers}},
-		{"gumbel/T=1", "gumbel_argmax", f16, refParams{temperature: 1}, []int{1, workers}},
-		{"gumbel/T=1", "gumbel_argmax", bf16, refParams{temperature: 1}, []int{1, workers}},
-		{"gumbel/T=0.1", "gumbel_argmax", f32, refParams{temperature: 0.1}, []int{1}},
-		{"greedy", "gumbel_argmax", f32, refParams{}, []int{1, workers}},
-		{"categorical/none", "categorical", f32, refParams{temperature: 1}, []int{1}},
-		{"categorical/topk50-topp0.9", "categorical", f32, refParams{temperature: 1, topK: 50, topP: 0.9}, []int{1}},
-		{"categorical/topp0.9", "categorical", f32, refParams{temperature: 1, topP: 0.9}, []int{1}},
-		// Version 2: each feature beside its plain case above, for the overhead.
-		{"gumbel/T=1/logprobs", "gumbel_argmax", f32, refParams{temperature: 1, flags: FlagLogprobs}, []int{1, workers}},
-		{"greedy/logprobs", "gumbel_argmax", f32, refParams{flags: FlagLogprobs}, []int{1}},
-		{"gumbel/T=1/processors", "gumbel_argmax", f32, refParams{temperature: 1, flags: FlagBias | FlagMask | FlagPenalties, repetition: 1.1}, []int{1}},
-		{"categorical/topk50-topp0.9/logprobs", "categorical", f32, refParams{temperature: 1, topK: 50, topP: 0.9, flags: FlagLogprobs}, []int{1}},
-		{"topn/plain", "topn", f32, refParams{topN: 20}, []int{1, workers}},
-		{"topn/perturbed", "topn", f32, refParams{temperature: 1, topN: 20, flags: FlagPerturbed}, []int{1}},
+		{"gumbel/T=1", "gumbel_argmax", abi.F32, abi.RowParams{Temperature: 1}, []int{1, workers}},
+		{"gumbel/T=1", "gumbel_argmax", abi.F16, abi.RowParams{Temperature: 1}, []int{1, workers}},
+		{"gumbel/T=1", "gumbel_argmax", abi.BF16, abi.RowParams{Temperature: 1}, []int{1, workers}},
+		{"gumbel/T=0.1", "gumbel_argmax", abi.F32, abi.RowParams{Temperature: 0.1}, []int{1}},
+		{"greedy", "gumbel_argmax", abi.F32, abi.RowParams{}, []int{1, workers}},
+		{"categorical/none", "categorical", abi.F32, abi.RowParams{Temperature: 1}, []int{1}},
+		{"categorical/topk50-topp0.9", "categorical", abi.F32, abi.RowParams{Temperature: 1, TopK: 50, TopP: 0.9}, []int{1}},
+		{"categorical/topp0.9", "categorical", abi.F32, abi.RowParams{Temperature: 1, TopP: 0.9}, []int{1}},
+		// Each row feature beside its plain case above, for the overhead.
+		{"gumbel/T=1/logprobs", "gumbel_argmax", abi.F32, abi.RowParams{Temperature: 1, Flags: abi.FlagLogprobs}, []int{1, workers}},
+		{"greedy/logprobs", "gumbel_argmax", abi.F32, abi.RowParams{Flags: abi.FlagLogprobs}, []int{1}},
+		{"gumbel/T=1/processors", "gumbel_argmax", abi.F32, abi.RowParams{Temperature: 1, Flags: abi.FlagBias | abi.FlagMask | abi.FlagPenalties, RepetitionPenalty: 1.1}, []int{1}},
+		{"categorical/topk50-topp0.9/logprobs", "categorical", abi.F32, abi.RowParams{Temperature: 1, TopK: 50, TopP: 0.9, Flags: abi.FlagLogprobs}, []int{1}},
+		{"topn/plain", "topn", abi.F32, abi.RowParams{TopN: 20}, []int{1, workers}},
+		{"topn/perturbed", "topn", abi.F32, abi.RowParams{Temperature: 1, TopN: 20, Flags: abi.FlagPerturbed}, []int{1}},
 	}
 	kernels := Kernels()
 	mod, err := testDevice.Load(&runtime.Program{Name: "bench", Go: kernels})
@@ -59,13 +60,13 @@ func BenchmarkKernels(b *testing.B) {
 	}
 	for _, c := range cases {
 		for _, s := range c.split {
-			b.Run(fmt.Sprintf("%s/%s/S=%d", c.name, c.d, s), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/%s/S=%d", c.name, dtypeName(c.d), s), func(b *testing.B) {
 				p := &problem{d: c.d, vocab: benchVocab, stride: benchVocab,
-					rows: [][]float32{llmLogits(r, benchVocab)}, params: []refParams{c.p}}
-				p.params[0].seed = 12345
-				if c.p.flags&(FlagBias|FlagMask|FlagPenalties) != 0 {
+					rows: [][]float32{llmLogits(r, benchVocab)}, params: []abi.RowParams{c.p}}
+				p.params[0].Seed = 12345
+				if c.p.Flags&(abi.FlagBias|abi.FlagMask|abi.FlagPenalties) != 0 {
 					randomInputs(r, p)
-					p.params[0].flags = c.p.flags
+					p.params[0].Flags = c.p.Flags
 					for i := range p.mask[0] {
 						p.mask[0][i] = 0xFFFFFFF7 // a few banned tokens
 					}
@@ -73,10 +74,10 @@ func BenchmarkKernels(b *testing.B) {
 				buf := p.layout(s)
 				args := buf.args(p.stride, p.vocab)
 				if c.kernel == "topn" {
-					args = buf.topnArgs(p.stride, p.vocab, make([]int32, MaxTopN), make([]float32, MaxTopN))
-					buf.status[0] = StatusOK // topn writes no status
+					args = buf.topnArgs(p.stride, p.vocab, make([]int32, abi.MaxTopN), make([]float32, abi.MaxTopN))
+					buf.status[0] = abi.StatusOK // topn writes no status
 				}
-				k, err := mod.Kernel(c.kernel + suffixes[c.d])
+				k, err := mod.Kernel(abi.KernelName(c.kernel, c.d))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -86,12 +87,12 @@ func BenchmarkKernels(b *testing.B) {
 				cpu0, haveCPU := processCPUTime()
 				for b.Loop() {
 					step++
-					binary.LittleEndian.PutUint32(buf.params[16:], step)
+					binary.LittleEndian.PutUint32(buf.params[abi.StepOffset:], step)
 					if err := stream.Launch(k, grid, runtime.Dim3{X: 1024, Y: 1, Z: 1}, args); err != nil {
 						b.Fatal(err)
 					}
 				}
-				if buf.status[0] != StatusOK {
+				if buf.status[0] != abi.StatusOK {
 					b.Fatalf("status %d", buf.status[0])
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/benchVocab, "ns/elem")

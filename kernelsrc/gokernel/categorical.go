@@ -4,18 +4,12 @@ import (
 	"math"
 	"math/bits"
 
-	"github.com/gumbel-go/gumbel/half"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/philox"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
-// categoricalKernel returns categorical for one dtype: one block per row (blocks with
-// Block.X > 0 do nothing).
-func categoricalKernel(d dtype) runtime.GoKernel {
-	return func(b *runtime.BlockContext) { categoricalBlock(b, d) }
-}
-
-// catScratch is one block's working memory, indexed by element (vals, keys) or by
+// catScratch is one block's working memory, indexed by element (vals, proc, keys) or by
 // position in the active set (the rest).
 type catScratch struct {
 	vals  []float32 // the row converted to float32 (16-bit dtypes only)
@@ -27,20 +21,15 @@ type catScratch struct {
 	q     []uint64  // fixed-point weight of each active element (top-p)
 	tmpK  []uint32  // radix select's candidates
 	tmpQ  []uint64
-	// record is the log-probability record of the last token sample returned with
-	// status 0, when the row asked for one.
-	record [4]float32
+	// record is the log-probability record of the row's token, when the row asked for
+	// one and its status is 0.
+	record [abi.RecordWords]float32
 }
 
-func grow[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	return s[:n]
-}
-
-func categoricalBlock(b *runtime.BlockContext, d dtype) {
-	l, ok, bad := setup(b, d, kindCategorical)
+// categorical is the categorical kernel's block (ABI.md, "categorical"): block 0 of each
+// draw filters the whole row and draws its token by inverse CDF.
+func categorical(b *runtime.BlockContext, d abi.DType) {
+	l, ok, bad := setup(b, d, abi.Categorical)
 	if !ok || l.x != 0 {
 		return
 	}
@@ -55,103 +44,122 @@ func categoricalBlock(b *runtime.BlockContext, d dtype) {
 		sc = new(catScratch)
 		b.Scratch = sc
 	}
-	token, status := sc.sample(&l)
-	l.finish(token, status)
+
+	raw, row, seen := sc.load(&l)
+	// Step 1: the largest logit m and the observations.
+	m, seen := rowMax(row, seen)
+	tok, status := int32(-1), seenStatus(seen)
+	switch {
+	case status != abi.StatusOK:
+	case l.p.Temperature == 0:
+		// Temperature 0 is greedy on every path: the first index of the largest logit.
+		t := firstIndexOf(row, m)
+		if l.logprobs != nil {
+			sc.record = greedyRecord(raw, row, t, l.proc.active)
+		}
+		tok = int32(t)
+	default:
+		tok = int32(sc.drawKept(&l, raw, row, m))
+	}
+	l.finish(tok, status)
 	if l.logprobs != nil {
-		if status == StatusOK {
+		if status == abi.StatusOK {
 			l.writeRecord(sc.record)
 		} else {
 			l.writeRecord(nanRecord)
 		}
 	}
-	l.complete()
+	l.rowDone()
+}
+
+// load returns the row as float32 (raw) and its processed logits (row, raw itself
+// without processors), with what the mask hid from the observations.
+func (sc *catScratch) load(l *launchRow) (raw, row []float32, s abi.Seen) {
+	raw = l.logits.loadAll(&sc.vals)
+	row = raw
+	if l.proc.active {
+		n := len(raw)
+		sc.proc = grow(sc.proc, n)
+		for i := 0; i < n; i += convertChunk {
+			end := min(i+convertChunk, n)
+			s |= l.proc.processGroup(raw[i:end], i, sc.proc[i:end])
+		}
+		row = sc.proc
+	}
+	return raw, row, s
+}
+
+// rowMax is the largest finite value of row (-Inf when none is), with the row's
+// observations added to s.
+func rowMax(row []float32, s abi.Seen) (float32, abi.Seen) {
+	m := negInf
+	for _, x := range row {
+		if x-x != 0 {
+			if x != negInf {
+				s |= abi.SeenNonFinite
+			}
+			continue
+		}
+		s |= abi.SeenFinite
+		m = max(m, x)
+	}
+	return m, s
+}
+
+// greedyRecord is the record of a temperature-0 row's token: its processed distribution
+// is softmax(x') at temperature 1.
+func greedyRecord(raw, row []float32, tok int, processed bool) [abi.RecordWords]float32 {
+	rawLSE, procLSE := emptyLSE, emptyLSE
+	rawLSE.add(raw)
+	if processed {
+		procLSE.add(row)
+	} else {
+		procLSE = rawLSE
+	}
+	return recordOf(raw[tok], row[tok], rawLSE, procLSE)
 }
 
 // exp32 is the float32 exp of the contract, rounded from float64 (like philox's logs).
 func exp32(x float32) float32 { return float32(math.Exp(float64(x))) }
 
-// sample runs the categorical steps of ABI.md on one row.
-func (sc *catScratch) sample(l *launchRow) (int32, int32) {
+// fixed is the fixed-point weight q = uint64(w·2^F): exact scaling, truncation.
+func fixed(w, twoPowF float32) uint64 { return uint64(w * twoPowF) }
+
+// topKThreshold is Kk, the k-th largest of keys counting repeats. tmp must hold
+// len(keys) entries.
+func topKThreshold(keys []uint32, k uint32, tmp []uint32) uint32 {
+	return radixSelect(keys, nil, uint64(k), tmp, nil)
+}
+
+// topPThreshold is Kp, the largest key t present in keys whose fixed-point mass over
+// key ≥ t reaches the share topP of the mass z. tmpK and tmpQ must hold len(keys)
+// entries.
+func topPThreshold(keys []uint32, q []uint64, z uint64, topP float32, tmpK []uint32, tmpQ []uint64) uint32 {
+	P := uint64(uint32(topP * 0x1p32))
+	hi, lo := bits.Mul64(z, P)
+	target := hi<<32 | lo>>32 // (z·P) >> 32
+	return radixSelect(keys, q, target, tmpK, tmpQ)
+}
+
+// drawKept runs steps 2 to 8 of the categorical kernel (weights, filters, the
+// inverse-CDF draw from the kept set) on a row with a finite largest processed logit m
+// and a positive temperature, and returns the token; with LOGPROBS it leaves the token's
+// record in sc.record.
+func (sc *catScratch) drawKept(l *launchRow, raw, row []float32, m float32) int {
 	p := &l.p
-	n := l.vocab
-	row := l.logits.f
-	switch l.logits.d {
-	case f16:
-		sc.vals = grow(sc.vals, n)
-		for i, h := range l.logits.u16 {
-			sc.vals[i] = half.Float16ToFloat32(h)
-		}
-		row = sc.vals
-	case bf16:
-		sc.vals = grow(sc.vals, n)
-		for i, h := range l.logits.u16 {
-			sc.vals[i] = half.BFloat16ToFloat32(h)
-		}
-		row = sc.vals
-	}
-	raw := row
-	var flags uint32
-	if l.proc.active {
-		sc.proc = grow(sc.proc, n)
-		for i := 0; i < n; i += convertChunk {
-			end := min(i+convertChunk, n)
-			flags |= l.proc.apply(row[i:end], i, sc.proc[i:end])
-		}
-		row = sc.proc
-	}
-
-	topK := p.topK > 0 && uint64(p.topK) < uint64(n)
-	topP := p.topP > 0 && p.topP < 1
-	minP := p.minP > 0 && p.minP <= 1
-
-	// Step 1: the largest logit m and the row flags (and every key, for the filters).
-	m := negInf
-	var keys []uint32
-	if topK || topP {
-		sc.keys = grow(sc.keys, n)
-		keys = sc.keys
-		for i, x := range row {
-			keys[i] = orderKey(x)
-		}
-	}
-	for _, x := range row {
-		if x-x != 0 {
-			if x != negInf {
-				flags |= flagNonFinite
-			}
-			continue
-		}
-		flags |= flagFinite
-		m = max(m, x)
-	}
-	switch {
-	case flags&flagNonFinite != 0:
-		return -1, StatusNonFinite
-	case flags&flagFinite == 0:
-		return -1, StatusNoFinite
-	}
-	if p.temperature == 0 {
-		// Temperature 0 is greedy on every path: the first index of the largest logit.
-		tok := firstIndexOf(row, m)
-		if l.logprobs != nil {
-			rawLSE, procLSE := emptyLSE, emptyLSE
-			rawLSE.add(raw)
-			if l.proc.active {
-				procLSE.add(row)
-			} else {
-				procLSE = rawLSE
-			}
-			sc.record = recordOf(raw[tok], row[tok], rawLSE, procLSE)
-		}
-		return int32(tok), StatusOK
-	}
+	n := len(row)
+	topK := p.TopK > 0 && uint64(p.TopK) < uint64(n)
+	topP := p.TopP > 0 && p.TopP < 1
+	minP := p.MinP > 0 && p.MinP <= 1
 
 	// Step 2: weights. F leaves room for V weights of at most 2^F in 63 bits.
-	invT := float32(1 / p.temperature)
+	invT := float32(1 / p.Temperature)
 	f := 63 - bits.Len32(uint32(n))
-	scale := float32(math.Ldexp(1, f))
-	// exp(d) < 2^-F below cutoff, so q = 0 there whatever exp32's last bit: skip it.
+	twoPowF := float32(math.Ldexp(1, f))
+	// exp(d) < 2^-F below cutoff, so q = 0 there whatever exp32's last bit.
 	cutoff := -float32(float64(f)*math.Ln2 + 1)
+	// weight is w(x) = exp32(fl(fl(x - m)·invT)), 0 for x = -Inf and below cutoff. A
+	// closure called once, so that Go inlines it into the loop over the row.
 	weight := func(x float32) float32 {
 		d := float32(float32(x-m) * invT)
 		if d < cutoff {
@@ -160,13 +168,21 @@ func (sc *catScratch) sample(l *launchRow) (int32, int32) {
 		return exp32(d)
 	}
 
-	// Step 3: top-k threshold, and the active set: elements with key ≥ Kk.
+	// Step 3: the top-k threshold, and the active set: elements with key ≥ Kk.
+	var keys []uint32
+	if topK || topP {
+		sc.keys = grow(sc.keys, n)
+		keys = sc.keys
+		for i, x := range row {
+			keys[i] = orderKey(x)
+		}
+	}
 	var kk uint32
 	sc.idx = grow(sc.idx, n)
 	idx := sc.idx[:0]
 	if topK {
 		sc.tmpK = grow(sc.tmpK, n)
-		kk = radixSelect(keys, nil, uint64(p.topK), sc.tmpK, nil)
+		kk = topKThreshold(keys, p.TopK, sc.tmpK)
 		for i, k := range keys {
 			if k >= kk {
 				idx = append(idx, uint32(i))
@@ -184,24 +200,21 @@ func (sc *catScratch) sample(l *launchRow) (int32, int32) {
 	var z uint64
 	for j, i := range idx {
 		w[j] = weight(row[i])
-		z += uint64(w[j] * scale)
+		z += fixed(w[j], twoPowF)
 	}
 
-	// Step 5: top-p threshold, by mass over the active set.
+	// Step 5: the top-p threshold, by mass over the active set.
 	var kp uint32
 	if topP {
-		P := uint64(uint32(p.topP * 0x1p32))
-		hi, lo := bits.Mul64(z, P)
-		target := hi<<32 | lo>>32
 		sc.keysA = grow(sc.keysA, len(idx))
 		sc.q = grow(sc.q, len(idx))
 		for j, i := range idx {
 			sc.keysA[j] = keys[i]
-			sc.q[j] = uint64(w[j] * scale)
+			sc.q[j] = fixed(w[j], twoPowF)
 		}
 		sc.tmpK = grow(sc.tmpK, len(idx))
 		sc.tmpQ = grow(sc.tmpQ, len(idx))
-		kp = radixSelect(sc.keysA, sc.q, target, sc.tmpK, sc.tmpQ)
+		kp = topPThreshold(sc.keysA, sc.q, z, p.TopP, sc.tmpK, sc.tmpQ)
 	}
 
 	// Steps 6 and 7: the kept set and its mass.
@@ -210,23 +223,23 @@ func (sc *catScratch) sample(l *launchRow) (int32, int32) {
 		if threshold != 0 && keys[i] < threshold {
 			return false
 		}
-		return !minP || w[j] >= p.minP
+		return !minP || w[j] >= p.MinP
 	}
 	var total uint64
 	for j, i := range idx {
 		if kept(j, i) {
-			total += uint64(w[j] * scale)
+			total += fixed(w[j], twoPowF)
 		}
 	}
 
 	// Step 8: inverse CDF in index order with an exact integer target.
-	u := philox.CategoricalUniform64(p.seed, p.step+uint64(l.z)) // draw z: step + z
+	u := philox.CategoricalUniform64(p.Seed, stepPlus(p, l.z))
 	target, _ := bits.Mul64(u, total)
 	var acc uint64
 	tok := -1
 	for j, i := range idx {
 		if kept(j, i) {
-			acc += uint64(w[j] * scale)
+			acc += fixed(w[j], twoPowF)
 			if acc > target {
 				tok = int(i)
 				break
@@ -239,104 +252,22 @@ func (sc *catScratch) sample(l *launchRow) (int32, int32) {
 		tok = firstIndexOf(row, m)
 	}
 	if l.logprobs != nil {
-		// The kept set renormalised (ABI.md): the token's weight exp(d) over the
-		// kept mass S_kept·2^-F.
-		rawLSE := emptyLSE
-		rawLSE.add(raw)
-		logKept := math.Log(float64(total)) - float64(f)*math.Ln2
-		d := float32(float32(row[tok]-m) * invT)
-		sc.record = [4]float32{
-			float32(rawLSE.logprob(float64(raw[tok]))),
-			float32(float64(d) - logKept),
-			float32(rawLSE.value()),
-			float32(float64(m)*float64(invT) + logKept),
-		}
+		sc.record = keptRecord(raw, row, tok, m, invT, total, f)
 	}
-	return int32(tok), StatusOK
+	return tok
 }
 
-// recordOf is a log-probability record: the token's raw logit x and processed value v,
-// and the two log-normalisers.
-func recordOf(x, v float32, raw, processed lse) [4]float32 {
-	return [4]float32{
-		float32(raw.logprob(float64(x))),
-		float32(processed.logprob(float64(v))),
-		float32(raw.value()),
-		float32(processed.value()),
+// keptRecord is the record of a categorical draw: the kept set renormalised (ABI.md),
+// the token's weight exp(d) over the kept mass total·2^-F.
+func keptRecord(raw, row []float32, tok int, m, invT float32, total uint64, f int) [abi.RecordWords]float32 {
+	rawLSE := emptyLSE
+	rawLSE.add(raw)
+	logKept := math.Log(float64(total)) - float64(f)*math.Ln2
+	d := float32(float32(row[tok]-m) * invT)
+	return [abi.RecordWords]float32{
+		float32(rawLSE.logprob(float64(raw[tok]))),
+		float32(float64(d) - logKept),
+		float32(rawLSE.value()),
+		float32(float64(m)*float64(invT) + logKept),
 	}
-}
-
-func firstIndexOf(row []float32, v float32) int {
-	for i, x := range row {
-		if x == v {
-			return i
-		}
-	}
-	return 0
-}
-
-// radixSelect returns the largest key t present in keys whose mass Σ weight over
-// key ≥ t is at least target (weights nil: every key weighs 1, so with target k it is the
-// k-th largest key counting repeats). It picks 8-bit digits from the top, skipping empty
-// bins. target must not exceed the total mass. tmpK (and tmpW when weights is set) must
-// hold len(keys) entries.
-func radixSelect(keys []uint32, weights []uint64, target uint64, tmpK []uint32, tmpW []uint64) uint32 {
-	if len(keys) == 0 {
-		return 0
-	}
-	var prefix, mask uint32
-	var above uint64 // mass of the keys above the current prefix's range
-	for shift := 24; shift >= 0; shift -= 8 {
-		var count [256]uint32
-		var mass [256]uint64
-		if weights == nil {
-			for _, k := range keys {
-				if k&mask == prefix {
-					count[k>>shift&0xff]++
-				}
-			}
-			for d, c := range count {
-				mass[d] = uint64(c)
-			}
-		} else {
-			for j, k := range keys {
-				if k&mask == prefix {
-					d := k >> shift & 0xff
-					count[d]++
-					mass[d] += weights[j]
-				}
-			}
-		}
-		chosen := -1
-		for d := 255; d >= 0; d-- {
-			if count[d] == 0 {
-				continue
-			}
-			chosen = d
-			if above+mass[d] >= target {
-				break
-			}
-			above += mass[d]
-		}
-		prefix |= uint32(chosen) << shift
-		mask |= 0xff << shift
-		if shift == 24 {
-			// Later digits look only at the chosen bin: move it aside once.
-			n := 0
-			for j, k := range keys {
-				if k&mask == prefix {
-					tmpK[n] = k
-					if weights != nil {
-						tmpW[n] = weights[j]
-					}
-					n++
-				}
-			}
-			keys = tmpK[:n]
-			if weights != nil {
-				weights = tmpW[:n]
-			}
-		}
-	}
-	return prefix
 }

@@ -2,16 +2,25 @@ package gokernel
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/gumbel-go/gumbel/half"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/runtime/cpu"
 )
+
+// dtypes are the logits element types, in abi order.
+var dtypes = abi.DTypes[:]
+
+// dtypeName is the suffix of d's kernels without its underscore: "f32", "f16", "bf16".
+func dtypeName(d abi.DType) string { return d.Suffix()[1:] }
 
 // launchOrder says how the test runs a grid's blocks.
 type launchOrder int
@@ -28,13 +37,13 @@ func (o launchOrder) String() string {
 
 // problem is one launch: the logits of nRows rows and the launch rows that sample them.
 type problem struct {
-	d      dtype
+	d      abi.DType
 	vocab  int
 	stride int
-	rows   [][]float32 // the exact float32 value of every stored logit
-	params []refParams // one per launch row
-	draws  int         // grid.z; 0 reads as 1
-	// Per logits row, the version-2 inputs (nil: none; the buffer then holds zeros).
+	rows   [][]float32     // the exact float32 value of every stored logit
+	params []abi.RowParams // one per launch row
+	draws  int             // grid.z; 0 reads as 1
+	// Per logits row, the processors' inputs (nil: none; the buffer then holds zeros).
 	bias   [][]float32
 	counts [][]uint32
 	mask   [][]uint32
@@ -47,7 +56,7 @@ type buffers struct {
 	logits   []byte
 	params   []byte
 	tokens   []int32
-	status   []int32
+	status   []abi.Status
 	partials []uint64
 	counters []uint32
 	logprobs []float32
@@ -61,14 +70,14 @@ const untouched = -7 // the value of token and status slots no launch row writes
 // untouchedRecord fills the logprobs buffer before a launch.
 const untouchedRecord float32 = -77
 
-// encode stores v in dtype d and returns the stored value's exact float32.
-func encode(d dtype, v float32, dst []byte) float32 {
+// encode stores v in element type d and returns the stored value's exact float32.
+func encode(d abi.DType, v float32, dst []byte) float32 {
 	switch d {
-	case f16:
+	case abi.F16:
 		h := half.Float16(v)
 		binary.LittleEndian.PutUint16(dst, h)
 		return half.Float16ToFloat32(h)
-	case bf16:
+	case abi.BF16:
 		h := half.BFloat16(v)
 		binary.LittleEndian.PutUint16(dst, h)
 		return half.BFloat16ToFloat32(h)
@@ -78,19 +87,21 @@ func encode(d dtype, v float32, dst []byte) float32 {
 }
 
 // layout encodes the problem's rows (replacing them by their stored values) and builds
-// the argument buffers for s blocks per row.
+// the argument buffers for s blocks per row, sized as package abi says.
 func (p *problem) layout(s int) *buffers {
-	es := int(p.d.size())
+	es := p.d.Size()
 	n, nd := len(p.params), p.numDraws()
 	words := (p.vocab + 31) / 32
+	shape := abi.Launch{Rows: n, Split: s, Draws: nd}
+	slots := abi.Slots(len(p.rows), nd)
 	b := &buffers{
 		logits:   make([]byte, (len(p.rows)*p.stride)*es),
-		params:   make([]byte, n*paramsBytes),
-		tokens:   make([]int32, len(p.rows)*nd),
-		status:   make([]int32, len(p.rows)*nd),
-		partials: make([]uint64, max(3*n*nd*s, topnStride*n*s)),
-		counters: make([]uint32, 2*n*nd+n),
-		logprobs: make([]float32, 4*len(p.rows)*nd),
+		params:   make([]byte, n*abi.RowParamsSize),
+		tokens:   make([]int32, slots),
+		status:   make([]abi.Status, slots),
+		partials: make([]uint64, max(shape.PartialsWords(abi.GumbelArgmax), shape.PartialsWords(abi.TopN))),
+		counters: make([]uint32, shape.CountersWords(abi.GumbelArgmax)),
+		logprobs: make([]float32, abi.RecordWords*slots),
 		bias:     make([]float32, len(p.rows)*p.vocab),
 		counts:   make([]uint32, len(p.rows)*p.vocab),
 		mask:     make([]uint32, len(p.rows)*words),
@@ -117,23 +128,8 @@ func (p *problem) layout(s int) *buffers {
 	for o := range b.tokens {
 		b.tokens[o], b.status[o] = untouched, untouched
 	}
-	for y, rp := range p.params {
-		w := b.params[y*paramsBytes:]
-		put := func(i int, v uint32) { binary.LittleEndian.PutUint32(w[4*i:], v) }
-		put(0, rp.row)
-		put(1, math.Float32bits(rp.temperature))
-		put(2, uint32(rp.seed))
-		put(3, uint32(rp.seed>>32))
-		put(4, uint32(rp.step))
-		put(5, uint32(rp.step>>32))
-		put(6, rp.topK)
-		put(7, math.Float32bits(rp.topP))
-		put(8, math.Float32bits(rp.minP))
-		put(9, rp.flags)
-		put(10, math.Float32bits(rp.repetition))
-		put(11, math.Float32bits(rp.frequency))
-		put(12, math.Float32bits(rp.presence))
-		put(13, rp.topN)
+	for y := range p.params {
+		p.params[y].Encode(b.params[y*abi.RowParamsSize:])
 	}
 	return b
 }
@@ -163,6 +159,36 @@ func wrapAtLeast8(b []byte) runtime.Buffer {
 	}
 	return cpu.Wrap(b)
 }
+
+// argsWith builds the first nArgs arguments of a laid-out problem with some replaced:
+// repl maps an argument position to its memory (nil: a slot that holds no buffer); offs
+// shifts a buffer argument by that many bytes.
+func argsWith(b *buffers, stride, vocab, nArgs int, repl map[abi.Arg][]byte, offs map[abi.Arg]int) *runtime.Args {
+	full := b.args(stride, vocab)
+	var a runtime.Args
+	for i := range abi.Arg(min(nArgs, abi.NumArgs)) {
+		switch i {
+		case abi.ArgRowStride:
+			a.U64(uint64(stride))
+		case abi.ArgVocab:
+			a.U32(uint32(vocab))
+		default:
+			if mem, ok := repl[i]; ok {
+				if mem == nil {
+					a.U64(0)
+					continue
+				}
+				a.BufferAt(cpu.Wrap(mem), offs[i])
+				continue
+			}
+			buf, _ := full.BufferArg(int(i))
+			a.BufferAt(buf, offs[i])
+		}
+	}
+	return &a
+}
+
+func bytesOf[T ~uint32 | ~int32 | ~float32 | ~uint64](s []T) []byte { return runtime.BytesOf(s) }
 
 var testDevice = func() runtime.Device {
 	d, err := cpu.Open()
@@ -220,90 +246,85 @@ func (p *problem) run(t testing.TB, fn runtime.GoKernel, s int, order launchOrde
 
 // check compares every launch row's token and status with ref, and every slot that no
 // launch row names with its untouched value.
-func (p *problem) check(t testing.TB, b *buffers, ref func([]float32, refParams) (int32, int32), what string) {
+func (p *problem) check(t testing.TB, b *buffers, ref func([]float32, abi.RowParams) (int32, abi.Status), what string) {
 	t.Helper()
 	named := make([]bool, len(p.rows))
 	for y, rp := range p.params {
-		named[rp.row] = true
-		wantTok, wantStatus := ref(p.rows[rp.row][:p.vocab], rp)
-		require.Equal(t, wantStatus, b.status[rp.row], "%s: launch row %d (row %d, %+v): status", what, y, rp.row, rp)
-		require.Equal(t, wantTok, b.tokens[rp.row], "%s: launch row %d (row %d, %+v): token", what, y, rp.row, rp)
+		named[rp.Row] = true
+		wantTok, wantStatus := ref(p.rows[rp.Row][:p.vocab], rp)
+		require.Equal(t, wantStatus, b.status[rp.Row], "%s: launch row %d (row %d, %+v): status", what, y, rp.Row, rp)
+		require.Equal(t, wantTok, b.tokens[rp.Row], "%s: launch row %d (row %d, %+v): token", what, y, rp.Row, rp)
 	}
 	for r, n := range named {
 		if !n {
 			require.Equal(t, int32(untouched), b.tokens[r], "%s: row %d is named by no launch row", what, r)
-			require.Equal(t, int32(untouched), b.status[r], "%s: row %d is named by no launch row", what, r)
+			require.Equal(t, abi.Status(untouched), b.status[r], "%s: row %d is named by no launch row", what, r)
 		}
 	}
 }
 
-// Row shapes.
-
-func llmRow(r *rand.Rand, v int) []float32 {
-	row := make([]float32, v)
-	for i := range row {
-		row[i] = float32(r.NormFloat64() * 2)
-	}
-	for range 1 + r.IntN(3) {
-		row[r.IntN(v)] = 10 + 15*r.Float32()
-	}
-	return row
-}
-
-// tiedRow has few distinct values, so that top-k and top-p meet ties at their bounds.
-func tiedRow(r *rand.Rand, v int) []float32 {
-	row := make([]float32, v)
-	for i := range row {
-		row[i] = float32(r.IntN(7) - 3)
-	}
-	return row
-}
-
-func maskedRow(r *rand.Rand, v int) []float32 {
-	row := llmRow(r, v)
-	for i := range row {
-		if r.IntN(3) == 0 {
-			row[i] = float32(math.Inf(-1))
+// checkSlots compares every slot of every launch row with the reference: token, status,
+// record; slots no launch row names stay untouched.
+func (p *problem) checkSlots(t testing.TB, b *buffers, categorical bool, what string) {
+	t.Helper()
+	nd := p.numDraws()
+	named := make([]bool, len(b.tokens))
+	for y, rp := range p.params {
+		for z := range nd {
+			o := int(rp.Row)*nd + z
+			named[o] = true
+			in := p.inputs(rp.Row)
+			row := p.rows[rp.Row][:p.vocab]
+			tok, status := refSample(categorical, row, rp, in, z)
+			where := fmt.Sprintf("%s: launch row %d (row %d, draw %d, flags %#x, %+v)", what, y, rp.Row, z, rp.Flags, rp)
+			require.Equal(t, status, b.status[o], "status: %s", where)
+			require.Equal(t, tok, b.tokens[o], "token: %s", where)
+			rec := b.logprobs[abi.RecordWords*o : abi.RecordWords*(o+1)]
+			switch {
+			case rp.Flags&abi.FlagLogprobs == 0:
+				require.Equal(t, slices.Repeat([]float32{untouchedRecord}, abi.RecordWords), rec, "record without LOGPROBS: %s", where)
+			case status != abi.StatusOK:
+				for k, w := range rec {
+					require.True(t, math.IsNaN(float64(w)), "record word %d of a failed slot is %v: %s", k, w, where)
+				}
+			default:
+				want := refRecord(categorical, row, rp, in, z, tok)
+				for k := range want {
+					requireClose(t, want[k], rec[k], "record word %d: %s", k, where)
+				}
+			}
 		}
 	}
-	return row
-}
-
-// farRow has one dominant logit: most other elements cannot win, so the skip paths
-// run, some elements sitting just around the noise bounds.
-func farRow(r *rand.Rand, v int) []float32 {
-	row := make([]float32, v)
-	for i := range row {
-		row[i] = -50 * r.Float32()
+	for o, n := range named {
+		if !n {
+			require.Equal(t, int32(untouched), b.tokens[o], "%s: slot %d is named by no launch row", what, o)
+			require.Equal(t, abi.Status(untouched), b.status[o], "%s: slot %d is named by no launch row", what, o)
+		}
 	}
-	row[r.IntN(v)] = 0
-	return row
 }
 
-// hugeRow mixes magnitudes whose scaled values overflow at small temperatures.
-func hugeRow(r *rand.Rand, v int) []float32 {
-	row := llmRow(r, v)
-	for range 1 + r.IntN(3) {
-		row[r.IntN(v)] = float32(math.Copysign(3e38, r.Float64()-0.7))
+// requireClose checks got against a float64 reference to 1e-5 relative (absolute below
+// magnitude 1, where log-probabilities near 0 make relative error meaningless); a
+// reference that is not finite in float32 must match exactly.
+func requireClose(t testing.TB, want float64, got float32, msg string, args ...any) {
+	t.Helper()
+	if w := float64(float32(want)); math.IsInf(w, 0) || math.IsNaN(w) {
+		require.Equal(t, fmt.Sprint(float32(want)), fmt.Sprint(got), append([]any{msg}, args...)...)
+		return
 	}
-	return row
+	require.InDelta(t, want, float64(got), 1e-5*max(1, math.Abs(want)), append([]any{msg}, args...)...)
 }
 
-// soleRow has one finite logit (or two equal ones) among -Inf.
-func soleRow(r *rand.Rand, v int) []float32 {
-	row := make([]float32, v)
-	for i := range row {
-		row[i] = float32(math.Inf(-1))
+// bitsOf is the bit patterns of fs, so that records compare bit for bit (NaN included).
+func bitsOf(fs []float32) []uint32 {
+	out := make([]uint32, len(fs))
+	for i, f := range fs {
+		out[i] = math.Float32bits(f)
 	}
-	row[r.IntN(v)] = 1
-	row[r.IntN(v)] = 1
-	return row
+	return out
 }
 
-var rowShapes = []struct {
-	name string
-	make func(*rand.Rand, int) []float32
-}{
-	{"llm", llmRow}, {"tied", tiedRow}, {"masked", maskedRow}, {"far", farRow},
-	{"huge", hugeRow}, {"sole", soleRow},
+// stepOf reads launch row y's step back from the params buffer.
+func (b *buffers) stepOf(y int) uint64 {
+	return abi.DecodeRowParams(b.params[y*abi.RowParamsSize:]).Step
 }

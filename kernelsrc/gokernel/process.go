@@ -1,14 +1,11 @@
 package gokernel
 
-import (
-	"math"
-	"sync/atomic"
-)
+import "github.com/gumbel-go/gumbel/kernelsrc/abi"
 
-// processor turns a row's logits into its processed logits x' (ABI.md version 2): bias,
-// then penalties, then the allowed-token mask, each operation rounded to float32 on its
-// own. The explicit float32 conversions keep Go from fusing a multiply and a subtract
-// (the spec allows it to on arm64, ppc64 and s390x), so every platform rounds alike.
+// processor turns a row's logits into its processed logits x' (ABI.md): bias, then
+// penalties, then the allowed-token mask, each operation rounded to float32 on its own.
+// The explicit float32 conversions keep Go from fusing a multiply and a subtract (the
+// spec allows it to on arm64, ppc64 and s390x), so every platform rounds alike.
 type processor struct {
 	active bool
 	bias   []float32 // the row's V biases (BIAS), else nil
@@ -17,9 +14,6 @@ type processor struct {
 	// The row's penalty values, validated by the host.
 	repetition, frequency, presence float32
 }
-
-// countOutMask selects the output count of a counts entry; bit 31 marks a prompt token.
-const countOutMask = 0x7FFFFFFF
 
 // unmasked returns the processed logit of element i before the mask.
 func (p *processor) unmasked(x float32, i int) float32 {
@@ -35,7 +29,7 @@ func (p *processor) unmasked(x float32, i int) float32 {
 				x = float32(x * p.repetition)
 			}
 		}
-		if out := c & countOutMask; out > 0 {
+		if out := c & abi.CountMask; out > 0 {
 			x = float32(x - float32(p.frequency*float32(out)))
 			x = float32(x - p.presence)
 		}
@@ -48,8 +42,8 @@ func (p *processor) allowed(i int) bool {
 	return p.mask == nil || p.mask[i>>5]>>(i&31)&1 != 0
 }
 
-// one returns the processed logit x' of element i whose logit is x.
-func (p *processor) one(x float32, i int) float32 {
+// processed returns the processed logit x' of element i whose logit is x.
+func (p *processor) processed(x float32, i int) float32 {
 	if !p.active {
 		return x
 	}
@@ -60,174 +54,32 @@ func (p *processor) one(x float32, i int) float32 {
 	return x
 }
 
-// apply writes the processed logits of xs (global index base) to dst, and returns
-// flagNonFinite when a NaN or +Inf was masked away: the status is taken before the mask,
-// but the scans that follow see only -Inf there.
-func (p *processor) apply(xs []float32, base int, dst []float32) (flags uint32) {
+// processGroup writes the processed logits of xs (global index base) to dst, and returns
+// abi.SeenNonFinite when a NaN or +Inf was masked away: the status is taken before the
+// mask, but the scans that follow see only -Inf there.
+func (p *processor) processGroup(xs []float32, base int, dst []float32) (s abi.Seen) {
 	dst = dst[:len(xs)]
 	for j, x := range xs {
 		i := base + j
 		x = p.unmasked(x, i)
 		if !p.allowed(i) {
-			if x-x != 0 && x != negInf {
-				flags |= flagNonFinite
-			}
+			s |= seen(x) & abi.SeenNonFinite
 			x = negInf
 		}
 		dst[j] = x
 	}
-	return flags
+	return s
 }
 
-// recordToken adds one to the output count in *c, saturating at 2^31 - 1 and keeping the
-// prompt bit.
-func recordToken(c *uint32) {
-	for {
-		old := atomic.LoadUint32(c)
-		if old&countOutMask == countOutMask {
-			return
-		}
-		if atomic.CompareAndSwapUint32(c, old, old+1) {
-			return
-		}
-	}
-}
-
-func atomicAdd(c *uint32, d uint32) uint32 { return atomic.AddUint32(c, d) }
-func atomicStore(c *uint32, v uint32)      { atomic.StoreUint32(c, v) }
-
-// lse is a running log-sum-exp: the largest member m and Σ exp(v - m) over the members.
-// The empty set has m = -Inf and sum 0; a set holding +Inf has m = +Inf and sum 1.
-// float64 throughout: the Go edition is the accurate reference the GPU editions (with
-// their fast float32 exp) are compared to.
-type lse struct{ m, sum float64 }
-
-var emptyLSE = lse{m: math.Inf(-1)}
-
-// add merges the set {xs} into a, in two passes (max, then sum) so that each member
-// costs one exp.
-func (a *lse) add(xs []float32) {
-	cm := float32(negInf)
-	for _, x := range xs {
-		cm = max(cm, x)
-	}
-	if cm-cm != 0 { // empty (-Inf), +Inf or NaN: NaN only follows non-finite input
-		a.merge(lse{m: float64(cm), sum: lseSumOf(cm)})
-		return
-	}
-	m, s := float64(cm), 0.0
-	for _, x := range xs {
-		s += expNonPositive(float64(x) - m) // -Inf gives 0
-	}
-	a.merge(lse{m: m, sum: s})
-}
-
-// addScaled merges the set {fl(x·invT)} into a.
-func (a *lse) addScaled(xs []float32, invT float32) {
-	cm := float32(negInf)
-	for _, x := range xs {
-		cm = max(cm, float32(x*invT))
-	}
-	if cm-cm != 0 {
-		a.merge(lse{m: float64(cm), sum: lseSumOf(cm)})
-		return
-	}
-	m, s := float64(cm), 0.0
-	for _, x := range xs {
-		s += expNonPositive(float64(float32(x*invT)) - m)
-	}
-	a.merge(lse{m: m, sum: s})
-}
-
-// expNonPositive is exp(d) for d ≤ 0 (and NaN for NaN), to about 1e-15 relative: the
-// log-sum-exps call it once per element, where math.Exp would cost more than the whole
-// sampling pass. Terms below e^-64 are returned as 0: beside the maximum's term of 1,
-// even 2^31 of them are below float64's resolution.
-func expNonPositive(d float64) float64 {
-	if !(d >= -64) {
-		if d != d {
-			return d
-		}
-		return 0
-	}
-	// d = (64e + j)·ln2/64 + r with |r| ≤ ln2/128, ln2/64 split in two so that k·hi
-	// is exact; exp(d) = 2^e · 2^(j/64) · exp(r), and exp(r) is a short series whose
-	// remainder r^6/720 is below 4e-17.
-	const (
-		hi      = 6.93147180369123816490e-01 / 64
-		lo      = 1.90821492927058770002e-10 / 64
-		invStep = 64 / math.Ln2
-	)
-	k := int64(math.Floor(d*invStep + 0.5))
-	kf := float64(k)
-	r := float64(d-kf*hi) - kf*lo
-	r2 := r * r
-	p := (1 + r) + r2*(1.0/2+r*(1.0/6)) + float64(r2*r2)*(1.0/24+r*(1.0/120))
-	return p * exp2Sixty4th[k&63] * math.Float64frombits(uint64(k>>6+1023)<<52)
-}
-
-// exp2Sixty4th[j] = 2^(j/64).
-var exp2Sixty4th = func() (t [64]float64) {
-	for j := range t {
-		t[j] = math.Exp2(float64(j) / 64)
-	}
-	return t
-}()
-
-// lseSumOf is the sum that goes with a non-finite maximum.
-func lseSumOf(m float32) float64 {
-	if m == negInf {
-		return 0
-	}
-	if m != m {
-		return math.NaN()
-	}
-	return 1
-}
-
-// merge adds the members of b to a.
-func (a *lse) merge(b lse) {
+// seen is what one processed logit shows the row's observations: SeenNonFinite for NaN
+// or +Inf, SeenFinite for a finite value, nothing for -Inf. The hot scans inline the
+// same test.
+func seen(x float32) abi.Seen {
 	switch {
-	case b.m == math.Inf(-1):
-		return
-	case a.m == math.Inf(-1):
-		*a = b
-	case math.IsNaN(a.m) || math.IsNaN(b.m):
-		*a = lse{m: math.NaN(), sum: math.NaN()}
-	case math.IsInf(a.m, 1) || math.IsInf(b.m, 1):
-		*a = lse{m: math.Inf(1), sum: 1}
-	default:
-		m := max(a.m, b.m)
-		a.sum = a.sum*math.Exp(a.m-m) + b.sum*math.Exp(b.m-m)
-		a.m = m
+	case x-x == 0:
+		return abi.SeenFinite
+	case x == negInf:
+		return 0
 	}
-}
-
-// value is log Σ exp(v) over the members.
-func (a lse) value() float64 {
-	if a.m == math.Inf(-1) || math.IsInf(a.m, 1) {
-		return a.m
-	}
-	return a.m + math.Log(a.sum)
-}
-
-// logprob is the log-probability of a value v under the set: (v - m) - log Σ, taken from
-// the maximum so that it does not cancel against the log-sum-exp itself, which float64
-// cannot tell from m once |m| passes 2^52 (logits near float32's largest: two members at
-// 3e38 would read 0 instead of -log 2). A set whose m is not finite follows IEEE
-// arithmetic on value.
-func (a lse) logprob(v float64) float64 {
-	if math.IsInf(a.m, 0) || math.IsNaN(a.m) {
-		return v - a.value()
-	}
-	return (v - a.m) - math.Log(a.sum)
-}
-
-// packed is the ABI's partial: float32 max in the low word, float32 sum in the high.
-func (a lse) packed() uint64 {
-	return uint64(math.Float32bits(float32(a.sum)))<<32 | uint64(math.Float32bits(float32(a.m)))
-}
-
-func unpackLSE(u uint64) lse {
-	return lse{m: float64(math.Float32frombits(uint32(u))), sum: float64(math.Float32frombits(uint32(u >> 32)))}
+	return abi.SeenNonFinite
 }

@@ -5,41 +5,30 @@ import (
 	"math/bits"
 	"sort"
 
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/philox"
 )
 
 // This file is the brute-force reference: ABI.md's definitions written as plainly as
 // possible, per element, with sorting where the kernels select by radix.
 
-type refParams struct {
-	row         uint32
-	temperature float32
-	seed, step  uint64
-	topK        uint32
-	topP, minP  float32
-	// Version 2.
-	flags                           uint32
-	repetition, frequency, presence float32
-	topN                            uint32
-}
-
 func refBadTemperature(t float32) bool {
 	return math.IsNaN(float64(t)) || t < 0 || math.IsInf(float64(t), 0) || (t > 0 && math.IsInf(float64(float32(1/t)), 0))
 }
 
 // refStatus is the status that the row's contents alone decide (1 or 2), else -1.
-func refStatus(row []float32) int32 {
+func refStatus(row []float32) abi.Status {
 	finite := false
 	for _, x := range row {
 		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 1) {
-			return StatusNonFinite
+			return abi.StatusNonFinite
 		}
 		if !math.IsInf(float64(x), -1) {
 			finite = true
 		}
 	}
 	if !finite {
-		return StatusNoFinite
+		return abi.StatusNoFinite
 	}
 	return -1
 }
@@ -54,28 +43,28 @@ func refGreedy(row []float32) int32 {
 	return int32(best)
 }
 
-func refGumbelArgmax(row []float32, p refParams) (int32, int32) {
-	if refBadTemperature(p.temperature) {
-		return -1, StatusBadParams
+func refGumbelArgmax(row []float32, p abi.RowParams) (int32, abi.Status) {
+	if refBadTemperature(p.Temperature) {
+		return -1, abi.StatusBadParams
 	}
 	if s := refStatus(row); s >= 0 {
 		return -1, s
 	}
-	if p.temperature == 0 {
-		return refGreedy(row), StatusOK
+	if p.Temperature == 0 {
+		return refGreedy(row), abi.StatusOK
 	}
-	invT := float32(1 / p.temperature)
+	invT := float32(1 / p.Temperature)
 	best, bestScore := -1, float32(0)
 	for i, x := range row {
 		score := float32(math.Inf(-1))
 		if !math.IsInf(float64(x), -1) {
-			score = philox.Score(x, invT, philox.ElementGumbel(p.seed, p.step, uint32(i)))
+			score = philox.Score(x, invT, philox.ElementGumbel(p.Seed, p.Step, uint32(i)))
 		}
 		if best < 0 || score > bestScore {
 			best, bestScore = i, score
 		}
 	}
-	return int32(best), StatusOK
+	return int32(best), abi.StatusOK
 }
 
 func refKey(f float32) uint32 {
@@ -86,29 +75,29 @@ func refKey(f float32) uint32 {
 	return b ^ 0x80000000
 }
 
-func refCategorical(row []float32, p refParams) (int32, int32) {
+func refCategorical(row []float32, p abi.RowParams) (int32, abi.Status) {
 	tok, status, _ := refCategoricalKept(row, p)
 	return tok, status
 }
 
 // refCategoricalKept is refCategorical that also returns the kept set (nil on the greedy
 // and error paths).
-func refCategoricalKept(row []float32, p refParams) (int32, int32, []bool) {
-	if refBadTemperature(p.temperature) {
-		return -1, StatusBadParams, nil
+func refCategoricalKept(row []float32, p abi.RowParams) (int32, abi.Status, []bool) {
+	if refBadTemperature(p.Temperature) {
+		return -1, abi.StatusBadParams, nil
 	}
 	if s := refStatus(row); s >= 0 {
 		return -1, s, nil
 	}
-	if p.temperature == 0 {
-		return refGreedy(row), StatusOK, nil
+	if p.Temperature == 0 {
+		return refGreedy(row), abi.StatusOK, nil
 	}
 	v := len(row)
 	m := float32(math.Inf(-1))
 	for _, x := range row {
 		m = max(m, x)
 	}
-	invT := float32(1 / p.temperature)
+	invT := float32(1 / p.Temperature)
 	f := 63 - bits.Len(uint(v))
 	w := make([]float32, v)
 	q := make([]uint64, v)
@@ -121,10 +110,10 @@ func refCategoricalKept(row []float32, p refParams) (int32, int32, []bool) {
 
 	// top-k: the k-th largest key, counting repeats.
 	var kk uint32
-	if p.topK > 0 && int(p.topK) < v {
+	if p.TopK > 0 && int(p.TopK) < v {
 		sorted := append([]uint32(nil), key...)
 		sort.Slice(sorted, func(a, b int) bool { return sorted[a] > sorted[b] })
-		kk = sorted[p.topK-1]
+		kk = sorted[p.TopK-1]
 	}
 	var z uint64
 	for i := range row {
@@ -136,8 +125,8 @@ func refCategoricalKept(row []float32, p refParams) (int32, int32, []bool) {
 	// top-p: the largest present key t of the kept set whose mass at or above t
 	// reaches the target.
 	var kp uint32
-	if p.topP > 0 && p.topP < 1 {
-		P := uint64(uint32(float64(p.topP) * (1 << 32)))
+	if p.TopP > 0 && p.TopP < 1 {
+		P := uint64(uint32(float64(p.TopP) * (1 << 32)))
 		hi, lo := bits.Mul64(z, P)
 		target := hi<<32 | lo>>32
 		var order []int // the kept set, largest key first
@@ -158,9 +147,9 @@ func refCategoricalKept(row []float32, p refParams) (int32, int32, []bool) {
 		}
 	}
 
-	minP := p.minP > 0 && p.minP <= 1
+	minP := p.MinP > 0 && p.MinP <= 1
 	kept := func(i int) bool {
-		return key[i] >= max(kk, kp) && (!minP || w[i] >= p.minP)
+		return key[i] >= max(kk, kp) && (!minP || w[i] >= p.MinP)
 	}
 	var total uint64
 	for i := range row {
@@ -168,7 +157,7 @@ func refCategoricalKept(row []float32, p refParams) (int32, int32, []bool) {
 			total += q[i]
 		}
 	}
-	u := philox.CategoricalUniform64(p.seed, p.step)
+	u := philox.CategoricalUniform64(p.Seed, p.Step)
 	target, _ := bits.Mul64(u, total)
 	keptSet := make([]bool, v)
 	for i := range row {
@@ -179,16 +168,14 @@ func refCategoricalKept(row []float32, p refParams) (int32, int32, []bool) {
 		if kept(i) {
 			acc += q[i]
 			if acc > target {
-				return int32(i), StatusOK, keptSet
+				return int32(i), abi.StatusOK, keptSet
 			}
 		}
 	}
 	return -2, -2, nil // never: the test fails on it
 }
 
-// Version 2.
-
-// refInputs are one logits row's version-2 inputs (nil: none).
+// refInputs are one logits row's processor inputs (nil: none).
 type refInputs struct {
 	bias   []float32
 	counts []uint32
@@ -216,31 +203,31 @@ func rnd(v float64) float32 { return float32(v) }
 
 // refProcessed applies the row's processors as ABI.md lists them. status is 1 when a
 // NaN or +Inf appears before the mask, 2 when nothing finite survives the mask, else -1.
-func refProcessed(row []float32, p refParams, in refInputs) ([]float32, int32) {
+func refProcessed(row []float32, p abi.RowParams, in refInputs) ([]float32, abi.Status) {
 	out := make([]float32, len(row))
 	nonFinite, finite := false, false
 	for i, x := range row {
-		if p.flags&FlagBias != 0 {
+		if p.Flags&abi.FlagBias != 0 {
 			x = rnd(float64(x) + float64(in.bias[i]))
 		}
-		if p.flags&FlagPenalties != 0 {
+		if p.Flags&abi.FlagPenalties != 0 {
 			c := in.counts[i]
-			if c != 0 && p.repetition != 1 {
+			if c != 0 && p.RepetitionPenalty != 1 {
 				if x > 0 {
-					x = rnd(float64(x) / float64(p.repetition))
+					x = rnd(float64(x) / float64(p.RepetitionPenalty))
 				} else {
-					x = rnd(float64(x) * float64(p.repetition))
+					x = rnd(float64(x) * float64(p.RepetitionPenalty))
 				}
 			}
-			if n := c & 0x7FFFFFFF; n > 0 {
-				x = rnd(float64(x) - float64(rnd(float64(p.frequency)*float64(n))))
-				x = rnd(float64(x) - float64(p.presence))
+			if n := c & abi.CountMask; n > 0 {
+				x = rnd(float64(x) - float64(rnd(float64(p.FrequencyPenalty)*float64(n))))
+				x = rnd(float64(x) - float64(p.PresencePenalty))
 			}
 		}
 		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 1) {
 			nonFinite = true
 		}
-		if p.flags&FlagMask != 0 && in.mask[i/32]&(1<<(i%32)) == 0 {
+		if p.Flags&abi.FlagMask != 0 && in.mask[i/32]&(1<<(i%32)) == 0 {
 			x = float32(math.Inf(-1))
 		}
 		if !math.IsInf(float64(x), -1) && !math.IsNaN(float64(x)) {
@@ -250,23 +237,23 @@ func refProcessed(row []float32, p refParams, in refInputs) ([]float32, int32) {
 	}
 	switch {
 	case nonFinite:
-		return out, StatusNonFinite
+		return out, abi.StatusNonFinite
 	case !finite:
-		return out, StatusNoFinite
+		return out, abi.StatusNoFinite
 	}
 	return out, -1
 }
 
 // refSample is one draw (draw z: step + z) of a kernel on the processed row.
-func refSample(categorical bool, row []float32, p refParams, in refInputs, z int) (int32, int32) {
-	if refBadTemperature(p.temperature) || p.flags>>9 != 0 {
-		return -1, StatusBadParams
+func refSample(categorical bool, row []float32, p abi.RowParams, in refInputs, z int) (int32, abi.Status) {
+	if refBadTemperature(p.Temperature) || p.Flags>>9 != 0 {
+		return -1, abi.StatusBadParams
 	}
 	xp, st := refProcessed(row, p, in)
 	if st >= 0 {
 		return -1, st
 	}
-	p.step += uint64(z)
+	p.Step += uint64(z)
 	if categorical {
 		return refCategorical(xp, p)
 	}
@@ -311,16 +298,16 @@ func (a refSet) logprob(v float32) float64 {
 
 // refRecord is the log-probability record of a draw that returned tok with status 0,
 // from float64 log-softmaxes of the definitions in ABI.md.
-func refRecord(categorical bool, row []float32, p refParams, in refInputs, z int, tok int32) [4]float64 {
+func refRecord(categorical bool, row []float32, p abi.RowParams, in refInputs, z int, tok int32) [4]float64 {
 	xp, _ := refProcessed(row, p, in)
 	raw := refSetOf(row)
 	rec := [4]float64{raw.logprob(row[tok]), 0, raw.lse(), 0}
-	if p.temperature == 0 {
+	if p.Temperature == 0 {
 		proc := refSetOf(xp)
 		rec[1], rec[3] = proc.logprob(xp[tok]), proc.lse()
 		return rec
 	}
-	invT := float32(1 / p.temperature)
+	invT := float32(1 / p.Temperature)
 	scaled := make([]float32, len(xp))
 	if !categorical {
 		for i, x := range xp {
@@ -333,7 +320,7 @@ func refRecord(categorical bool, row []float32, p refParams, in refInputs, z int
 	// Categorical: renormalised over the kept set, taken relative to the largest
 	// processed logit m as the kernel's weights are (x·invT itself may overflow).
 	q := p
-	q.step += uint64(z)
+	q.Step += uint64(z)
 	_, _, kept := refCategoricalKept(xp, q)
 	m := float32(math.Inf(-1))
 	for _, x := range xp {
@@ -352,11 +339,11 @@ func refRecord(categorical bool, row []float32, p refParams, in refInputs, z int
 
 // refTopN is the top-N list of a row: tokens and values, sorted by key, largest first,
 // ties to the lowest index, -Inf keys left out; N entries, padded with -1 and -Inf.
-func refTopN(row []float32, p refParams, in refInputs) ([]int32, []float64) {
-	n := int(p.topN)
+func refTopN(row []float32, p abi.RowParams, in refInputs) ([]int32, []float64) {
+	n := int(p.TopN)
 	keys := make([]float32, len(row))
 	vals := make([]float32, len(row))
-	perturbed := p.flags&FlagPerturbed != 0
+	perturbed := p.Flags&abi.FlagPerturbed != 0
 	if !perturbed {
 		copy(keys, row)
 		copy(vals, row)
@@ -364,11 +351,11 @@ func refTopN(row []float32, p refParams, in refInputs) ([]int32, []float64) {
 		xp, _ := refProcessed(row, p, in)
 		for i, x := range xp {
 			keys[i], vals[i] = x, x
-			if p.temperature != 0 && !math.IsInf(float64(x), -1) {
-				invT := float32(1 / p.temperature)
+			if p.Temperature != 0 && !math.IsInf(float64(x), -1) {
+				invT := float32(1 / p.Temperature)
 				vals[i] = rnd(float64(x) * float64(invT))
-				keys[i] = philox.Score(x, invT, philox.ElementGumbel(p.seed, p.step, uint32(i)))
-			} else if p.temperature != 0 {
+				keys[i] = philox.Score(x, invT, philox.ElementGumbel(p.Seed, p.Step, uint32(i)))
+			} else if p.Temperature != 0 {
 				vals[i] = x
 			}
 		}

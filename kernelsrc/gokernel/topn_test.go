@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
@@ -24,11 +25,11 @@ const untouchedValue float32 = -55
 
 // runTopN launches topn over s blocks per row and block threads, and returns the
 // outputs; counters must be back to zero.
-func (p *problem) runTopN(t testing.TB, d dtype, s, threads int, order launchOrder, r *rand.Rand) *topnBuffers {
+func (p *problem) runTopN(t testing.TB, d abi.DType, s, threads int, order launchOrder, r *rand.Rand) *topnBuffers {
 	t.Helper()
 	b := &topnBuffers{buffers: p.layout(s)}
-	b.outTokens = make([]int32, MaxTopN*len(p.rows))
-	b.outValues = make([]float32, MaxTopN*len(p.rows))
+	b.outTokens = make([]int32, abi.MaxTopN*len(p.rows))
+	b.outValues = make([]float32, abi.MaxTopN*len(p.rows))
 	for i := range b.outTokens {
 		b.outTokens[i], b.outValues[i] = untouched, untouchedValue
 	}
@@ -45,29 +46,29 @@ func (p *problem) runTopN(t testing.TB, d dtype, s, threads int, order launchOrd
 func (b *buffers) topnArgs(stride, vocab int, outTok []int32, outVal []float32) *runtime.Args {
 	full := b.args(stride, vocab)
 	var a runtime.Args
-	for i := range numArgsV2 {
+	for i := range abi.Arg(abi.NumArgs) {
 		switch i {
-		case argTokens:
+		case abi.ArgTokens:
 			a.Buffer(wrapAtLeast8(runtime.BytesOf(outTok)))
-		case argStatus:
+		case abi.ArgStatus:
 			a.Buffer(wrapAtLeast8(runtime.BytesOf(outVal)))
-		case argRowStride:
+		case abi.ArgRowStride:
 			a.U64(uint64(stride))
-		case argVocab:
+		case abi.ArgVocab:
 			a.U32(uint32(vocab))
 		default:
-			buf, off := full.BufferArg(i)
+			buf, off := full.BufferArg(int(i))
 			a.BufferAt(buf, off)
 		}
 	}
 	return &a
 }
 
-func topnParams(r *rand.Rand) refParams {
+func topnParams(r *rand.Rand) abi.RowParams {
 	p := gumbelParams(r)
-	p.topN = uint32(pick(r, 1, 2, 5, 20, 20))
+	p.TopN = uint32(pick(r, 1, 2, 5, 20, 20))
 	if r.IntN(2) == 0 {
-		p.flags |= FlagPerturbed
+		p.Flags |= abi.FlagPerturbed
 	}
 	return p
 }
@@ -78,26 +79,26 @@ func (p *problem) checkTopN(t testing.TB, b *topnBuffers, what string) {
 	t.Helper()
 	named := make([]bool, len(p.rows))
 	for y, rp := range p.params {
-		named[rp.row] = true
+		named[rp.Row] = true
 		out := func(j int) (int32, float32) {
-			return b.outTokens[int(rp.row)*MaxTopN+j], b.outValues[int(rp.row)*MaxTopN+j]
+			return b.outTokens[int(rp.Row)*abi.MaxTopN+j], b.outValues[int(rp.Row)*abi.MaxTopN+j]
 		}
-		where := fmt.Sprintf("%s: launch row %d (row %d, %+v)", what, y, rp.row, rp)
-		row := p.rows[rp.row][:p.vocab]
-		in := p.inputs(rp.row)
-		failed := refBadTemperature(rp.temperature) || rp.topN < 1 || rp.topN > MaxTopN
+		where := fmt.Sprintf("%s: launch row %d (row %d, %+v)", what, y, rp.Row, rp)
+		row := p.rows[rp.Row][:p.vocab]
+		in := p.inputs(rp.Row)
+		failed := refBadTemperature(rp.Temperature) || rp.TopN < 1 || rp.TopN > abi.MaxTopN
 		if !failed {
-			if rp.flags&FlagPerturbed != 0 {
+			if rp.Flags&abi.FlagPerturbed != 0 {
 				_, st := refProcessed(row, rp, in)
-				failed = st == StatusNonFinite
+				failed = st == abi.StatusNonFinite
 			} else {
-				failed = refStatus(row) == StatusNonFinite
+				failed = refStatus(row) == abi.StatusNonFinite
 			}
 		}
-		n := int(rp.topN)
+		n := int(rp.TopN)
 		if failed {
-			if n < 1 || n > MaxTopN {
-				n = MaxTopN
+			if n < 1 || n > abi.MaxTopN {
+				n = abi.MaxTopN
 			}
 			for j := range n {
 				tok, val := out(j)
@@ -112,7 +113,7 @@ func (p *problem) checkTopN(t testing.TB, b *topnBuffers, what string) {
 				requireClose(t, vals[j], val, "value %d: %s", j, where)
 			}
 		}
-		for j := n; j < MaxTopN; j++ {
+		for j := n; j < abi.MaxTopN; j++ {
 			tok, val := out(j)
 			require.Equal(t, int32(untouched), tok, "entry %d past N: %s", j, where)
 			require.Equal(t, untouchedValue, val, "entry %d past N: %s", j, where)
@@ -120,19 +121,19 @@ func (p *problem) checkTopN(t testing.TB, b *topnBuffers, what string) {
 	}
 	for row, n := range named {
 		if !n {
-			require.Equal(t, slices.Repeat([]int32{untouched}, MaxTopN), b.outTokens[row*MaxTopN:(row+1)*MaxTopN], "%s: row %d", what, row)
+			require.Equal(t, slices.Repeat([]int32{untouched}, abi.MaxTopN), b.outTokens[row*abi.MaxTopN:(row+1)*abi.MaxTopN], "%s: row %d", what, row)
 		}
 	}
 }
 
 // TestTopNMatchesReference: plain and perturbed rows, with and without processors, every
-// dtype and row shape, against a sort of the keys; the answer must not depend on S or T.
+// element type and row shape, against a sort of the keys; the answer must not depend on S or T.
 func TestTopNMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 21))
 	for _, d := range dtypes {
 		for _, shape := range rowShapes {
 			for _, v := range []int{1, 3, 25, 257, 1500} {
-				t.Run(fmt.Sprintf("%s/%s/V=%d", d, shape.name, v), func(t *testing.T) {
+				t.Run(fmt.Sprintf("%s/%s/V=%d", dtypeName(d), shape.name, v), func(t *testing.T) {
 					p := randomProblem(r, d, v, shape.make, topnParams)
 					if r.IntN(2) == 0 {
 						randomInputs(r, p) // used by the perturbed rows only
@@ -166,26 +167,26 @@ func TestTopNPerturbedStartsWithTheSample(t *testing.T) {
 	for _, d := range dtypes {
 		for trial := range 20 {
 			const v = 2000
-			p := randomProblem(r, d, v, llmRow, func(r *rand.Rand) refParams {
-				return refParams{temperature: pick[float32](r, 0, 0.5, 1, 2), seed: r.Uint64(), step: r.Uint64(), topN: MaxTopN, flags: FlagPerturbed}
+			p := randomProblem(r, d, v, llmRow, func(r *rand.Rand) abi.RowParams {
+				return abi.RowParams{Temperature: pick[float32](r, 0, 0.5, 1, 2), Seed: r.Uint64(), Step: r.Uint64(), TopN: abi.MaxTopN, Flags: abi.FlagPerturbed}
 			})
 			randomInputs(r, p)
 			for y := range p.params {
-				p.params[y].flags |= FlagPerturbed
+				p.params[y].Flags |= abi.FlagPerturbed
 			}
 			s := pick(r, 1, 4)
 			top := p.runTopN(t, d, s, 1024, onDevice, r)
-			sampled := p.run(t, gumbelKernel(d, true), s, onDevice, r)
+			sampled := p.run(t, gumbelArgmaxKernel(d, true), s, onDevice, r)
 			for _, rp := range p.params {
-				what := fmt.Sprintf("%s trial %d row %d", d, trial, rp.row)
-				list := top.outTokens[int(rp.row)*MaxTopN : int(rp.row+1)*MaxTopN]
-				if sampled.status[rp.row] != StatusOK {
-					if sampled.status[rp.row] != StatusNoFinite {
+				what := fmt.Sprintf("%s trial %d row %d", dtypeName(d), trial, rp.Row)
+				list := top.outTokens[int(rp.Row)*abi.MaxTopN : int(rp.Row+1)*abi.MaxTopN]
+				if sampled.status[rp.Row] != abi.StatusOK {
+					if sampled.status[rp.Row] != abi.StatusNoFinite {
 						require.Equal(t, int32(-1), list[0], what)
 					}
 					continue
 				}
-				require.Equal(t, sampled.tokens[rp.row], list[0], what)
+				require.Equal(t, sampled.tokens[rp.Row], list[0], what)
 				seen := map[int32]bool{}
 				for _, tok := range list {
 					if tok >= 0 {
@@ -215,15 +216,15 @@ func TestTopNHandCases(t *testing.T) {
 		{"nothing finite", []float32{-inf, -inf}, 2, []int32{-1, -1}, []float64{math.Inf(-1), math.Inf(-1)}},
 		{"NaN", []float32{1, nan}, 2, []int32{-1, -1}, nil},
 		{"+Inf", []float32{1, inf}, 1, []int32{-1}, nil},
-		{"N = 0", []float32{1, 2}, 0, slices.Repeat([]int32{-1}, MaxTopN), nil},
-		{"N = 21", []float32{1, 2}, 21, slices.Repeat([]int32{-1}, MaxTopN), nil},
+		{"N = 0", []float32{1, 2}, 0, slices.Repeat([]int32{-1}, abi.MaxTopN), nil},
+		{"N = 21", []float32{1, 2}, 21, slices.Repeat([]int32{-1}, abi.MaxTopN), nil},
 	}
 	for _, c := range cases {
 		for _, s := range []int{1, 2} {
 			t.Run(fmt.Sprintf("%s/S=%d", c.name, s), func(t *testing.T) {
-				p := &problem{d: f32, vocab: len(c.row), stride: len(c.row), rows: [][]float32{slices.Clone(c.row)},
-					params: []refParams{{topN: c.n, temperature: 1}}}
-				b := p.runTopN(t, f32, s, 1024, onDevice, nil)
+				p := &problem{d: abi.F32, vocab: len(c.row), stride: len(c.row), rows: [][]float32{slices.Clone(c.row)},
+					params: []abi.RowParams{{TopN: c.n, Temperature: 1}}}
+				b := p.runTopN(t, abi.F32, s, 1024, onDevice, nil)
 				require.Equal(t, c.toks, b.outTokens[:len(c.toks)])
 				for j := range c.toks {
 					if c.value == nil {
@@ -236,9 +237,9 @@ func TestTopNHandCases(t *testing.T) {
 		}
 	}
 	// The values of a distinct row are its log-softmax.
-	p := &problem{d: f32, vocab: 3, stride: 3, rows: [][]float32{{0, math.Float32frombits(0x3f317218), 0}}, // ln 2
-		params: []refParams{{topN: 3}}}
-	b := p.runTopN(t, f32, 1, 1024, onDevice, nil)
+	p := &problem{d: abi.F32, vocab: 3, stride: 3, rows: [][]float32{{0, math.Float32frombits(0x3f317218), 0}}, // ln 2
+		params: []abi.RowParams{{TopN: 3}}}
+	b := p.runTopN(t, abi.F32, 1, 1024, onDevice, nil)
 	require.Equal(t, []int32{1, 0, 2}, b.outTokens[:3])
 	for j, want := range []float64{math.Log(0.5), math.Log(0.25), math.Log(0.25)} {
 		requireClose(t, want, b.outValues[j], "entry %d", j)

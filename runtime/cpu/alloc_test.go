@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
@@ -39,9 +40,12 @@ func TestSteadyLaunchAllocatesNothing(t *testing.T) {
 		require.NoError(t, err)
 		return b
 	}
-	logits, params := alloc(4*v*rows), alloc(64*rows)
+	scratch := abi.Launch{Rows: rows, Split: split, Draws: 1}
+	logits, params := alloc(4*v*rows), alloc(abi.RowParamsSize*rows)
 	tokens, status := alloc(4*rows), alloc(4*rows)
-	partials, counters := alloc(8*rows*split), alloc(8*rows)
+	partials := alloc(8 * scratch.PartialsWords(abi.GumbelArgmax))
+	counters := alloc(4 * scratch.CountersWords(abi.GumbelArgmax))
+	unused := alloc(8) // the buffers of features no row uses
 	r := rand.New(rand.NewPCG(1, 2))
 	lb := runtime.HostBytes(logits)
 	for i := 0; i < v*rows; i++ {
@@ -49,10 +53,8 @@ func TestSteadyLaunchAllocatesNothing(t *testing.T) {
 	}
 	pb := runtime.HostBytes(params)
 	for y := range rows {
-		binary.LittleEndian.PutUint32(pb[64*y:], uint32(y))
-		binary.LittleEndian.PutUint32(pb[64*y+4:], math.Float32bits(0.8))
-		binary.LittleEndian.PutUint32(pb[64*y+24:], 40)                    // top-k
-		binary.LittleEndian.PutUint32(pb[64*y+28:], math.Float32bits(0.9)) // top-p
+		p := abi.RowParams{Row: uint32(y), Temperature: 0.8, TopK: 40, TopP: 0.9}
+		p.Encode(pb[abi.RowParamsSize*y:])
 	}
 	for _, c := range []struct {
 		kernel string
@@ -67,18 +69,23 @@ func TestSteadyLaunchAllocatesNothing(t *testing.T) {
 		step := uint32(0)
 		launch := func() {
 			step++
-			binary.LittleEndian.PutUint32(pb[16:], step)
+			binary.LittleEndian.PutUint32(pb[abi.StepOffset:], step)
 			a.Reset().Buffer(logits).Buffer(params).Buffer(tokens).Buffer(status).
-				Buffer(partials).Buffer(counters).U64(v).U32(v)
+				Buffer(partials).Buffer(counters).U64(v).U32(v).
+				Buffer(unused).Buffer(unused).Buffer(unused).Buffer(unused)
 			if err := s.Launch(k, c.grid, runtime.Dim3{X: 1024, Y: 1, Z: 1}, &a); err != nil {
 				panic(err)
 			}
 		}
+		st, tok := runtime.HostBytes(status), runtime.HostBytes(tokens)
+		for i := range st {
+			st[i], tok[i] = 0xFF, 0xFF // the launches must write every row's slot
+		}
 		launch() // warm the scratch
 		assert.Zero(t, testing.AllocsPerRun(50, launch), "%s over %v", c.kernel, c.grid)
-		st := runtime.HostBytes(status)
 		for y := range rows {
 			assert.Zero(t, binary.LittleEndian.Uint32(st[4*y:]), "%s: status of row %d", c.kernel, y)
+			assert.Less(t, binary.LittleEndian.Uint32(tok[4*y:]), uint32(v), "%s: token of row %d", c.kernel, y)
 		}
 	}
 }

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
 #include <iterator>
 #include <string>
 

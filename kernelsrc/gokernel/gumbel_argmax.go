@@ -6,39 +6,34 @@ import (
 	"math/bits"
 	"sync/atomic"
 
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/philox"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
-var negInf = float32(math.Inf(-1))
-
-// wordBound[bits.Len32(w)] bounds philox.Gumbel(w, tail) from above for every tail.
+// gumbelBounds[bits.Len32(w)] bounds philox.Gumbel(w, tail) from above for every tail.
 // An element's u is at least w·2^-32 ≥ 2^(L-33) for a word of bit length L ≥ 1, and
 // E = -log1p(-u) ≥ u, so g = -log E ≤ (33-L)·ln 2; the 0.01 margin covers float32
 // rounding (about 1e-6 here) many times over. A word of zero keeps the global bound.
-// Skipping the noise of an element whose fl(x·invT + wordBound) is below the best score
-// is exact (rounding is monotonic), and after the first few hundred elements of a row
-// it skips nearly every logarithm, leaving Philox as the main cost.
-var wordBound = func() (t [33]float32) {
-	t[0] = philox.MaxGumbel
+var gumbelBounds = func() (t [33]float32) {
+	t[0] = abi.MaxGumbel
 	for l := 1; l <= 32; l++ {
-		t[l] = min(float32(float64(33-l)*math.Ln2+0.01), philox.MaxGumbel)
+		t[l] = min(float32(float64(33-l)*math.Ln2+0.01), abi.MaxGumbel)
 	}
 	return t
 }()
 
-// gumbelKernel returns gumbel_argmax for one dtype. skip turns the noise-skipping
-// shortcut on; the results are bit-identical either way (the tests prove it), so only
-// the tests turn it off.
-func gumbelKernel(d dtype, skip bool) runtime.GoKernel {
-	return func(b *runtime.BlockContext) { gumbelBlock(b, d, skip) }
-}
+// gumbelBound bounds the Gumbel noise of main word w from above, whatever its tail word.
+// Skipping the noise of an element whose fl(x·invT + gumbelBound(w)) is below the best
+// score is exact (rounding is monotonic), and after the first few hundred elements of a
+// row it skips nearly every logarithm, leaving Philox as the main cost.
+func gumbelBound(w uint32) float32 { return gumbelBounds[bits.Len32(w)] }
 
 // gumbelScan is one block's running reduction over its chunk.
 type gumbelScan struct {
 	best      uint64  // packed (score, index); 0 when empty
 	bestScore float32 // the score in best; -Inf while empty
-	flags     uint32
+	seen      abi.Seen
 	invT      float32
 	key       [2]uint32
 	step      uint64
@@ -46,8 +41,11 @@ type gumbelScan struct {
 	noised    int // elements whose noise was computed (for the tests of the skip)
 }
 
-func gumbelBlock(b *runtime.BlockContext, d dtype, skip bool) {
-	l, ok, bad := setup(b, d, kindGumbel)
+// gumbelArgmax is one block of gumbel_argmax: it scans its chunk of the row for the
+// largest score (greedy or Gumbel) and the log-sum-exps of the record, then takes part
+// in the row's reduction.
+func gumbelArgmax(b *runtime.BlockContext, d abi.DType, skip bool) {
+	l, ok, bad := setup(b, d, abi.GumbelArgmax)
 	if !ok {
 		return
 	}
@@ -62,13 +60,13 @@ func gumbelBlock(b *runtime.BlockContext, d dtype, skip bool) {
 
 	sc := gumbelScan{
 		bestScore: negInf,
-		key:       philox.Key(l.p.seed),
-		step:      l.p.step + uint64(l.z), // draw z samples at step + z
+		key:       philox.Key(l.p.Seed),
+		step:      stepPlus(&l.p, l.z),
 		skip:      skip,
 	}
-	greedy := l.p.temperature == 0
+	greedy := l.p.Temperature == 0
 	if !greedy {
-		sc.invT = float32(1 / l.p.temperature)
+		sc.invT = float32(1 / l.p.Temperature)
 	}
 	logprobs := l.logprobs != nil
 	// Without processors, at temperature 0 or 1 the processed values are the raw
@@ -82,13 +80,13 @@ func gumbelBlock(b *runtime.BlockContext, d dtype, skip bool) {
 			raw.add(xs)
 		}
 		if l.proc.active {
-			sc.flags |= l.proc.apply(xs, i, proc[:])
+			sc.seen |= l.proc.processGroup(xs, i, proc[:])
 			xs = proc[:len(xs)]
 		}
 		if greedy {
-			sc.greedy(xs, i)
+			sc.scanGreedy(xs, i)
 		} else {
-			sc.noisy(xs, i)
+			sc.scanGumbel(xs, i)
 		}
 		if logprobs && !sameSets {
 			// Beside the arg-max, over the chunk just loaded: no second pass over
@@ -103,42 +101,42 @@ func gumbelBlock(b *runtime.BlockContext, d dtype, skip bool) {
 	if sameSets {
 		processed = raw
 	}
-	l.reduce(sc.best, sc.flags, raw, processed)
+	l.argmaxEnd(sc.best, sc.seen, raw, processed)
 }
 
-// greedy scans xs (global index base) for the largest logit, lowest index first.
-func (sc *gumbelScan) greedy(xs []float32, base int) {
+// scanGreedy scans xs (global index base) for the largest logit, lowest index first.
+func (sc *gumbelScan) scanGreedy(xs []float32, base int) {
 	bestX, bestI := sc.bestScore, -1
 	for j, x := range xs {
 		if x > bestX {
 			if x > math.MaxFloat32 {
-				sc.flags |= flagNonFinite
+				sc.seen |= abi.SeenNonFinite
 				continue
 			}
 			bestX, bestI = x, base+j
 		} else if x != x {
-			sc.flags |= flagNonFinite
+			sc.seen |= abi.SeenNonFinite
 		}
 	}
 	if bestI >= 0 {
-		sc.flags |= flagFinite
+		sc.seen |= abi.SeenFinite
 		sc.best, sc.bestScore = pack(bestX, bestI), bestX
 	}
 }
 
-// noisy scans xs (at most convertChunk elements from global index base, a multiple of
-// four) for the largest Gumbel score, in three passes over the chunk: scale the logits
+// scanGumbel scans xs (at most convertChunk elements from global index base, a multiple
+// of four) for the largest Gumbel score, in three passes over the chunk: scale the logits
 // and find the groups of four that might hold a winner; draw the Philox words of those
 // groups only; then compute the noise of the elements that can still win. Keeping the
 // Philox calls in a loop of their own roughly halves the cost per element.
-func (sc *gumbelScan) noisy(xs []float32, base int) {
+func (sc *gumbelScan) scanGumbel(xs []float32, base int) {
 	var scaled [convertChunk]float32
 	var words [convertChunk]uint32
 	var need [convertChunk / 4]uint8 // per group of four, the elements that might win
 	xs = xs[:min(len(xs), convertChunk)]
 
 	// The running state lives in locals: the loops are hot.
-	best, bestScore, flags, invT := sc.best, sc.bestScore, sc.flags, sc.invT
+	best, bestScore, seen, invT := sc.best, sc.bestScore, sc.seen, sc.invT
 	// limit is the score an element must be able to reach to be worth its noise:
 	// the best so far, or -Inf (nothing skipped) when the skip is off.
 	limit := negInf
@@ -156,14 +154,14 @@ func (sc *gumbelScan) noisy(xs []float32, base int) {
 					best = p // only an empty or -Inf best is beaten: bestScore stays -Inf
 				}
 			} else {
-				flags |= flagNonFinite
+				seen |= abi.SeenNonFinite
 			}
 			continue
 		}
-		flags |= flagFinite
+		seen |= abi.SeenFinite
 		s := float32(x * invT)
 		scaled[i] = s
-		if float32(s+philox.MaxGumbel) >= limit {
+		if float32(s+abi.MaxGumbel) >= limit {
 			need[i>>2] |= 1 << (i & 3)
 		}
 	}
@@ -180,11 +178,11 @@ func (sc *gumbelScan) noisy(xs []float32, base int) {
 			continue
 		}
 		w, s := words[i], scaled[i]
-		if float32(s+wordBound[bits.Len32(w)]) < limit {
+		if float32(s+gumbelBound(w)) < limit {
 			continue
 		}
 		var tail uint32
-		if w < philox.TailThreshold {
+		if w < abi.TailThreshold {
 			tails := philox.Block(philox.Counter(uint32(base+i), sc.step, philox.PurposeGumbelTail), sc.key)
 			tail = tails[i&3]
 		}
@@ -197,64 +195,60 @@ func (sc *gumbelScan) noisy(xs []float32, base int) {
 			}
 		}
 	}
-	sc.best, sc.bestScore, sc.flags = best, bestScore, flags
+	sc.best, sc.bestScore, sc.seen = best, bestScore, seen
 }
 
-// reduce publishes this block's partials; the last block of the draw to arrive reduces
-// all of them, writes the token, status and record, and leaves the draw's counters at
-// zero.
-func (l *launchRow) reduce(best uint64, flags uint32, raw, processed lse) {
-	if l.s > 1 {
-		c := l.z*l.n + l.y // the draw's counter pair and partials row
-		p := c*l.s + l.x
-		lpBase := l.n * l.d * l.s
-		binary.LittleEndian.PutUint64(l.partials[8*p:], best)
+// argmaxEnd publishes this block's partials; the last block of the draw to arrive
+// reduces all of them, writes the token, status and record, and leaves the draw's
+// counters at zero.
+func (l *launchRow) argmaxEnd(best uint64, seen abi.Seen, raw, processed lse) {
+	if s := l.shape.Split; s > 1 {
+		sh, y, z := l.shape, l.y, l.z
+		word := func(w int) []byte { return l.partials[8*w:] }
+		binary.LittleEndian.PutUint64(word(sh.KeyWord(y, z, l.x)), best)
 		if l.logprobs != nil {
-			binary.LittleEndian.PutUint64(l.partials[8*(lpBase+2*p):], raw.packed())
-			binary.LittleEndian.PutUint64(l.partials[8*(lpBase+2*p+1):], processed.packed())
+			binary.LittleEndian.PutUint64(word(sh.PairWord(y, z, l.x, 0)), raw.pack())
+			binary.LittleEndian.PutUint64(word(sh.PairWord(y, z, l.x, 1)), processed.pack())
 		}
-		atomic.OrUint32(&l.counters[2*c+1], flags)
-		if atomic.AddUint32(&l.counters[2*c], 1) != uint32(l.s) {
+		arrivals, seenWord := &l.counters[sh.DrawCounter(y, z)], &l.counters[sh.DrawCounter(y, z)+1]
+		atomic.OrUint32(seenWord, uint32(seen))
+		if atomic.AddUint32(arrivals, 1) != uint32(s) {
 			return
 		}
-		// Every other block's partials and flags happen before its increment, which
-		// happens before ours: they are all visible now.
+		// Every other block's partials and observations happen before its increment,
+		// which happens before ours: they are all visible now.
 		raw, processed = emptyLSE, emptyLSE
-		for x := c * l.s; x < (c+1)*l.s; x++ {
-			best = max(best, binary.LittleEndian.Uint64(l.partials[8*x:]))
+		for x := range s {
+			best = max(best, binary.LittleEndian.Uint64(word(sh.KeyWord(y, z, x))))
 			if l.logprobs != nil {
-				raw.merge(unpackLSE(binary.LittleEndian.Uint64(l.partials[8*(lpBase+2*x):])))
-				processed.merge(unpackLSE(binary.LittleEndian.Uint64(l.partials[8*(lpBase+2*x+1):])))
+				raw.merge(lseUnpack(binary.LittleEndian.Uint64(word(sh.PairWord(y, z, x, 0)))))
+				processed.merge(lseUnpack(binary.LittleEndian.Uint64(word(sh.PairWord(y, z, x, 1)))))
 			}
 		}
-		flags = atomic.LoadUint32(&l.counters[2*c+1])
-		atomic.StoreUint32(&l.counters[2*c+1], 0)
-		atomic.StoreUint32(&l.counters[2*c], 0)
+		seen = abi.Seen(atomic.LoadUint32(seenWord))
+		atomic.StoreUint32(seenWord, 0)
+		atomic.StoreUint32(arrivals, 0)
 	}
-	switch {
-	case flags&flagNonFinite != 0:
-		l.finish(-1, StatusNonFinite)
+	if st := seenStatus(seen); st != abi.StatusOK {
+		l.finish(-1, st)
 		l.writeRecord(nanRecord)
-	case flags&flagFinite == 0:
-		l.finish(-1, StatusNoFinite)
-		l.writeRecord(nanRecord)
-	default:
+	} else {
 		tok := int(^uint32(best))
-		l.finish(int32(tok), StatusOK)
+		l.finish(int32(tok), abi.StatusOK)
 		if l.logprobs != nil {
 			l.writeRecord(l.argmaxRecord(tok, raw, processed))
 		}
 	}
-	l.complete()
+	l.rowDone()
 }
 
 // argmaxRecord is the log-probability record of token tok on the Gumbel and greedy
 // paths, given the raw and processed log-normalisers.
-func (l *launchRow) argmaxRecord(tok int, raw, processed lse) [4]float32 {
+func (l *launchRow) argmaxRecord(tok int, raw, processed lse) [abi.RecordWords]float32 {
 	x := l.logits.at(tok)
-	v := l.proc.one(x, tok)
-	if l.p.temperature != 0 {
-		v = float32(v * float32(1/l.p.temperature))
+	v := l.proc.processed(x, tok)
+	if l.p.Temperature != 0 {
+		v = float32(v * float32(1/l.p.Temperature))
 	}
 	return recordOf(x, v, raw, processed)
 }

@@ -1,0 +1,24 @@
+package gokernel
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestKernelsNames(t *testing.T) {
+	k := Kernels()
+	var names []string
+	for n, fn := range k {
+		require.NotNil(t, fn, n)
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	assert.Equal(t, []string{
+		"categorical_bf16", "categorical_f16", "categorical_f32",
+		"gumbel_argmax_bf16", "gumbel_argmax_f16", "gumbel_argmax_f32",
+		"topn_bf16", "topn_f16", "topn_f32",
+	}, names)
+}
