@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// This file tests the categorical kernel's top-k list (sampling.cu, gb_cat_compact): once
+// This file tests the categorical kernel's top-k list (categorical.cuh, gb_cat_compact): once
 // the keys at or above a radix level's chosen bin fit in GB_CAT_CAP (3072), the rest of
 // the row's work runs on a shared-memory list of them; otherwise the full-row path runs.
 // Which path a row takes follows from its keys, so the workload reaches each by
@@ -83,8 +83,8 @@ func listLaunches(r *rand.Rand) []*launch {
 	temps := []float32{0.25, 0.7, 1, 1, 1.8}
 	filters := func(v int, p *rowParams) {
 		k := ks(v)
-		p.temperature = temps[r.IntN(len(temps))]
-		p.topK, p.topP, p.minP = k[r.IntN(len(k))], ps[r.IntN(len(ps))], mps[r.IntN(len(mps))]
+		p.Temperature = temps[r.IntN(len(temps))]
+		p.TopK, p.TopP, p.MinP = k[r.IntN(len(k))], ps[r.IntN(len(ps))], mps[r.IntN(len(mps))]
 	}
 	for dt := range 3 {
 		for _, v := range []int{37, 300, 1001, 4099} {
@@ -104,9 +104,9 @@ func listLaunches(r *rand.Rand) []*launch {
 			l.rows(r, func(p *rowParams) {
 				filters(v, p)
 				if l.bias != nil {
-					v2Flags(r, p)
+					featureFlags(r, p)
 				} else {
-					p.flags = abi.FlagLogprobs
+					p.Flags = abi.FlagLogprobs
 				}
 			})
 			ls = append(ls, l)
@@ -123,7 +123,7 @@ func listLaunches(r *rand.Rand) []*launch {
 	l.store(3*4099+4000, 29)
 	l.logprobs = true
 	l.rows(r, func(p *rowParams) {
-		p.temperature, p.topK, p.topP, p.minP, p.flags = 1, 2, []float32{0, 0.5}[r.IntN(2)], 0, abi.FlagLogprobs
+		p.Temperature, p.TopK, p.TopP, p.MinP, p.Flags = 1, 2, []float32{0, 0.5}[r.IntN(2)], 0, abi.FlagLogprobs
 	})
 	ls = append(ls, l)
 	// Min-p alone: listed when its candidates fit (LLM-like rows), the full-row path when
@@ -138,11 +138,11 @@ func listLaunches(r *rand.Rand) []*launch {
 		}
 		l.logprobs = true
 		l.rows(r, func(p *rowParams) {
-			p.temperature = temps[r.IntN(len(temps))]
-			p.minP = []float32{0.05, 0.05, 0.3, 1, 1e-30}[r.IntN(5)]
-			p.flags = abi.FlagLogprobs
+			p.Temperature = temps[r.IntN(len(temps))]
+			p.MinP = []float32{0.05, 0.05, 0.3, 1, 1e-30}[r.IntN(5)]
+			p.Flags = abi.FlagLogprobs
 			if l.bias != nil {
-				v2Flags(r, p)
+				featureFlags(r, p)
 			}
 		})
 		ls = append(ls, l)

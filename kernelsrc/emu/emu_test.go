@@ -85,7 +85,7 @@ var driver struct {
 	err  error
 }
 
-// driverPath builds testdata/emu_driver.cpp (with ../sampling.cu) on first use.
+// driverPath builds testdata/emu_driver.cpp (with ../cuda/sampling.cu) on first use.
 func driverPath(t *testing.T) string {
 	t.Helper()
 	gxx, err := exec.LookPath("g++")
@@ -137,7 +137,7 @@ func runDriver(t *testing.T, input []byte, mode ...string) []byte {
 	return data
 }
 
-// TestCUDAEditionMatchesGoEdition runs sampling.cu under the CPU emulation and requires
+// TestCUDAEditionMatchesGoEdition runs the CUDA edition under the CPU emulation and requires
 // the tokens, statuses and counters of the Go edition.
 func TestCUDAEditionMatchesGoEdition(t *testing.T) {
 	ls := testLaunches(rand.New(rand.NewPCG(20240601, 7)), emuShape)
@@ -145,7 +145,7 @@ func TestCUDAEditionMatchesGoEdition(t *testing.T) {
 	compareWithGo(t, "emulated CUDA edition", ls, got)
 }
 
-// TestCUDANoiseMatchesPhilox checks sampling.cu's Philox, Gumbel noise, noise bounds and
+// TestCUDANoiseMatchesPhilox checks the CUDA edition's Philox, Gumbel noise, noise bounds and
 // 16-bit conversions against packages philox and half, value by value: the launches of
 // the other test meet the rare branches (tail words, words near the bounds) too seldom
 // to pin them down.

@@ -14,7 +14,7 @@ import (
 	_ "github.com/gumbel-go/gumbel/runtime/cuda" // registers the CUDA backend
 )
 
-// BenchmarkGPUKernelFeatures times one launch of the CUDA edition per version-2 feature
+// BenchmarkGPUKernelFeatures times one launch of the CUDA edition per serving feature
 // at the size (V = 151936, batch 8, bf16 logits), by CUDA events around 200
 // back-to-back launches, so that it is device time, free of launch overhead; S = 16 is
 // what the sampler's split policy gives batch 8 on 132 SMs, S = 17 the split the first
@@ -62,8 +62,8 @@ func BenchmarkGPUKernelFeatures(b *testing.B) {
 				l.logprobs = c.flags&abi.FlagLogprobs != 0
 				l.params = make([]rowParams, batch)
 				for y := range l.params {
-					l.params[y] = rowParams{row: uint32(y), temperature: c.temp, seed: uint64(y), step: 9,
-						flags: c.flags, repetition: 1.1, frequency: 0.2, presence: 0.1, topN: 20}
+					l.params[y] = rowParams{Row: uint32(y), Temperature: c.temp, Seed: uint64(y), Step: 9,
+						Flags: c.flags, RepetitionPenalty: 1.1, FrequencyPenalty: 0.2, PresencePenalty: 0.1, TopN: 20}
 				}
 				us := timeLaunches(b, dev, mod, &l, launches)
 				b.ReportMetric(us, "device-µs/launch")

@@ -48,9 +48,9 @@ func gpuLaunches(r *rand.Rand) []*launch {
 				stride: 151936 + 3*dt, slack: r.IntN(16), slots: 9}
 			l.name = fmt.Sprintf("gpu categorical dtype=%d V=151936 T=%d", dt, block)
 			l.rows(r, func(p *rowParams) {
-				p.topK = []uint32{0, 0, 1, 50, 1000}[r.IntN(5)]
-				p.topP = []float32{0, 0, 0.5, 0.9, 0.95}[r.IntN(5)]
-				p.minP = []float32{0, 0, 0, 0.05}[r.IntN(4)]
+				p.TopK = []uint32{0, 0, 1, 50, 1000}[r.IntN(5)]
+				p.TopP = []float32{0, 0, 0.5, 0.9, 0.95}[r.IntN(5)]
+				p.MinP = []float32{0, 0, 0, 0.05}[r.IntN(4)]
 			})
 			l.fill(r)
 			ls = append(ls, l)
@@ -182,14 +182,14 @@ func TestGPUCUDAEditionMatchesGoEdition(t *testing.T) {
 	compareWithGo(t, "CUDA edition on "+dev.Info().Name, ls, got)
 }
 
-// TestGPUCUDAEditionV2MatchesGoEdition runs the version-2 workload (processors, draws,
+// TestGPUCUDAFeaturesMatchGoEdition runs the features workload (processors, draws,
 // RECORD, ADVANCE, routing, log-probability records, topn) on the GPU, plus full-size
 // log-probability and topn launches.
-func TestGPUCUDAEditionV2MatchesGoEdition(t *testing.T) {
+func TestGPUCUDAFeaturesMatchGoEdition(t *testing.T) {
 	dev, mod := openCUDA(t)
 
 	r := rand.New(rand.NewPCG(20261130, 4))
-	ls := v2Launches(r)
+	ls := featureLaunches(r)
 	for _, l := range ls {
 		l.block, l.warp = gpuShape(r, l.gridX)
 	}
@@ -201,18 +201,18 @@ func TestGPUCUDAEditionV2MatchesGoEdition(t *testing.T) {
 				if kernel == kernelTopN {
 					l.gridZ = 1
 				}
-				l.name = fmt.Sprintf("gpu v2 %s dtype=%d S=%d V=151936", kernelNames[kernel], dt, s)
+				l.name = fmt.Sprintf("gpu features %s dtype=%d S=%d V=151936", kernelNames[kernel], dt, s)
 				l.fill(r)
 				l.withProcessors(r)
 				l.logprobs = kernel != kernelTopN
 				l.rows(r, func(p *rowParams) {
-					v2Flags(r, p)
-					p.topN = 20
+					featureFlags(r, p)
+					p.TopN = 20
 					if r.IntN(2) == 0 {
-						p.flags |= abi.FlagPerturbed
+						p.Flags |= abi.FlagPerturbed
 					}
 					if kernel == kernelTopN {
-						p.flags &^= abi.FlagLogprobs | abi.FlagRecord | abi.FlagAdvance
+						p.Flags &^= abi.FlagLogprobs | abi.FlagRecord | abi.FlagAdvance
 					}
 				})
 				ls = append(ls, l)
@@ -224,7 +224,7 @@ func TestGPUCUDAEditionV2MatchesGoEdition(t *testing.T) {
 		got[i] = runDevice(t, dev, mod, l)
 	}
 	seen, kinds := matchGo(t, ls, got)
-	t.Logf("slots by status %v; sampled by path %v; coverage %v", seen, kinds, v2Coverage(ls, got))
+	t.Logf("slots by status %v; sampled by path %v; coverage %v", seen, kinds, featureCoverage(ls, got))
 	require.Positive(t, seen[0])
 }
 

@@ -40,17 +40,7 @@ const (
 
 var kernelNames = [3]string{abi.GumbelArgmax, abi.Categorical, abi.TopN}
 
-// rowParams is one RowParams entry (ABI.md).
-type rowParams struct {
-	row                             uint32
-	temperature                     float32
-	seed, step                      uint64
-	topK                            uint32
-	topP, minP                      float32
-	flags                           abi.Flags
-	repetition, frequency, presence float32
-	topN                            uint32
-}
+type rowParams = abi.RowParams
 
 // launch is one kernel launch, run by the emulated CUDA edition and by the Go edition.
 type launch struct {
@@ -120,29 +110,14 @@ func (l *launch) numPartials() int {
 }
 
 func (l *launch) paramBytes() []byte {
-	b := make([]byte, len(l.params)*paramsBytes)
-	for y, p := range l.params {
-		w := b[y*paramsBytes:]
-		put := func(i int, v uint32) { binary.LittleEndian.PutUint32(w[4*i:], v) }
-		put(0, p.row)
-		put(1, math.Float32bits(p.temperature))
-		put(2, uint32(p.seed))
-		put(3, uint32(p.seed>>32))
-		put(4, uint32(p.step))
-		put(5, uint32(p.step>>32))
-		put(6, p.topK)
-		put(7, math.Float32bits(p.topP))
-		put(8, math.Float32bits(p.minP))
-		put(9, uint32(p.flags))
-		put(10, math.Float32bits(p.repetition))
-		put(11, math.Float32bits(p.frequency))
-		put(12, math.Float32bits(p.presence))
-		put(13, p.topN)
+	b := make([]byte, len(l.params)*abi.RowParamsSize)
+	for y := range l.params {
+		l.params[y].Encode(b[y*abi.RowParamsSize:])
 	}
 	return b
 }
 
-// auxBuffer is a version-2 buffer's bytes, or 8 bytes when the launch has none.
+// auxBuffer is a feature buffer's bytes, or 8 bytes when the launch has none.
 func auxBuffer[T uint32 | float32](s []T) []byte {
 	if len(s) == 0 {
 		return make([]byte, 8)
@@ -270,7 +245,7 @@ func matchOutcomes(t *testing.T, ls []*launch, wants, got []outcome) (seen [4]in
 		d := l.draws()
 		for y, p := range l.params {
 			for z := range d {
-				o := int(p.row)*d + z
+				o := int(p.Row)*d + z
 				assert.Equal(t, want.status[o], got[i].status[o],
 					"%s: launch row %d draw %d (slot %d, %+v): status", l.name, y, z, o, p)
 				assert.Equal(t, want.tokens[o], got[i].tokens[o],
@@ -347,8 +322,8 @@ func matchTopN(t *testing.T, l *launch, want, got outcome, kinds map[string]int)
 	assert.Equal(t, make([]uint32, l.numCounters()), got.counters, "%s: counters left non-zero", l.name)
 	for _, p := range l.params {
 		for j := range maxTopN {
-			if want.tokens[int(p.row)*maxTopN+j] >= 0 {
-				if p.flags&abi.FlagPerturbed != 0 {
+			if want.tokens[int(p.Row)*maxTopN+j] >= 0 {
+				if p.Flags&abi.FlagPerturbed != 0 {
 					kinds["topn perturbed"]++
 				} else {
 					kinds["topn"]++
@@ -360,7 +335,7 @@ func matchTopN(t *testing.T, l *launch, want, got outcome, kinds map[string]int)
 
 // rowKind names the path a sampled row took, for the coverage check.
 func rowKind(l *launch, p rowParams) string {
-	if p.temperature == 0 {
+	if p.Temperature == 0 {
 		return "greedy"
 	}
 	if l.kernel == kernelGumbel {
@@ -369,9 +344,9 @@ func rowKind(l *launch, p rowParams) string {
 		}
 		return "gumbel"
 	}
-	k := p.topK > 0 && int(p.topK) < l.vocab
-	tp := p.topP > 0 && p.topP < 1
-	mp := p.minP > 0
+	k := p.TopK > 0 && int(p.TopK) < l.vocab
+	tp := p.TopP > 0 && p.TopP < 1
+	mp := p.MinP > 0
 	switch {
 	case k && tp && mp:
 		return "top-k+top-p+min-p"
@@ -545,7 +520,7 @@ func (l *launch) rows(r *rand.Rand, fill func(p *rowParams)) {
 	perm := r.Perm(l.slots)[:l.slots-1]
 	l.params = make([]rowParams, len(perm))
 	for y, s := range perm {
-		p := rowParams{row: uint32(s), temperature: temperature(r), seed: r.Uint64(), step: r.Uint64() >> r.IntN(64)}
+		p := rowParams{Row: uint32(s), Temperature: temperature(r), Seed: r.Uint64(), Step: r.Uint64() >> r.IntN(64)}
 		if fill != nil {
 			fill(&p)
 		}
@@ -631,9 +606,9 @@ func testLaunches(r *rand.Rand, shape shaper) []*launch {
 			l.name = fmt.Sprintf("categorical dtype=%d V=%d stride=%d T=%d warp=%d", dt, v, l.stride, block, warp)
 			ks := topKs(v)
 			l.rows(r, func(p *rowParams) {
-				p.topK = ks[r.IntN(len(ks))]
-				p.topP = topPs[r.IntN(len(topPs))]
-				p.minP = minPs[r.IntN(len(minPs))]
+				p.TopK = ks[r.IntN(len(ks))]
+				p.TopP = topPs[r.IntN(len(topPs))]
+				p.MinP = minPs[r.IntN(len(minPs))]
 			})
 			add(l)
 		}
@@ -643,12 +618,12 @@ func testLaunches(r *rand.Rand, shape shaper) []*launch {
 	l := &launch{kernel: kernelGumbel, dtype: dtF32, gridX: 1, block: 1024, warp: 32, vocab: 6007,
 		stride: 6008, slots: 2}
 	l.name = "gumbel dtype=0 S=1 V=6007 T=1024"
-	l.rows(r, func(p *rowParams) { p.temperature = 1 })
+	l.rows(r, func(p *rowParams) { p.Temperature = 1 })
 	add(l)
 	l = &launch{kernel: kernelCategorical, dtype: dtF16, gridX: 1, block: 1024, warp: 32, vocab: 3001,
 		stride: 3001, slots: 2}
 	l.name = "categorical dtype=1 V=3001 T=1024"
-	l.rows(r, func(p *rowParams) { p.temperature, p.topK, p.topP, p.minP = 1, 40, 0.9, 0.01 })
+	l.rows(r, func(p *rowParams) { p.Temperature, p.TopK, p.TopP, p.MinP = 1, 40, 0.9, 0.01 })
 	add(l)
 	// More chunks than the draw has tiles (GB_MAX_TILES): tiles of two chunks.
 	l = &launch{kernel: kernelCategorical, dtype: dtF32, gridX: 1, block: 16, warp: 8, vocab: 20011, stride: 20011, slots: 5}
@@ -656,12 +631,12 @@ func testLaunches(r *rand.Rand, shape shaper) []*launch {
 	filters := [][3]float32{{0, 0, 0}, {7, 0, 0}, {0, 0.7, 0}, {0, 0, 0.05}}
 	l.rows(r, func(p *rowParams) {
 		f := filters[r.IntN(len(filters))]
-		p.temperature, p.topK, p.topP, p.minP = 0.9, uint32(f[0]), f[1], f[2]
+		p.Temperature, p.TopK, p.TopP, p.MinP = 0.9, uint32(f[0]), f[1], f[2]
 	})
 	add(l)
 	l = &launch{kernel: kernelCategorical, dtype: dtF32, gridX: 3, block: 64, warp: 32, vocab: 300, stride: 301, slots: 4}
 	l.name = "categorical grid.x=3"
-	l.rows(r, func(p *rowParams) { p.topP = 0.8 })
+	l.rows(r, func(p *rowParams) { p.TopP = 0.8 })
 	add(l)
 	// Rows whose largest logits are -0 then +0 (equal: the lowest index wins), in one
 	// block and split.
@@ -673,7 +648,7 @@ func testLaunches(r *rand.Rand, shape shaper) []*launch {
 			l.store(i, v)
 			l.store(8+i, v)
 		}
-		l.params = []rowParams{{row: 0}, {row: 1, temperature: 1}}
+		l.params = []rowParams{{Row: 0}, {Row: 1, Temperature: 1}}
 		ls = append(ls, l)
 	}
 	for k := range 2 {

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// This file tests the log-probability arithmetic of sampling.cu on rows whose logits are
+// This file tests the log-probability arithmetic of the CUDA edition on rows whose logits are
 // large: a frequency penalty of -0.25 on a saturated count (0x7FFFFFFF) lifts a logit by
 // 2^29, where float32's spacing is 64, so fl(m + log s) rounds back to the maximum m and
 // x - LSE reads 0 for every token that ties with it. Found on an H200 (topn, bf16, S = 37,
@@ -123,14 +123,14 @@ func TestCUDATopNFullWidthPenalisedTies(t *testing.T) {
 	l.bias = make([]float32, l.slots*l.vocab)
 	l.counts = penalisedCounts(r, l.slots, l.vocab)
 	l.rows(r, func(p *rowParams) {
-		p.temperature, p.topN = 1, 20
-		p.flags = abi.FlagPerturbed | abi.FlagPenalties
-		p.repetition, p.frequency, p.presence = 1, -0.25, 0.4
+		p.Temperature, p.TopN = 1, 20
+		p.Flags = abi.FlagPerturbed | abi.FlagPenalties
+		p.RepetitionPenalty, p.FrequencyPenalty, p.PresencePenalty = 1, -0.25, 0.4
 	})
 	ls := []*launch{l}
 	got := decodeResults(t, runDriver(t, encodeJob(t, ls)), ls)
 	matchGoStrict(t, ls, got)
-	row := int(l.params[0].row)
+	row := int(l.params[0].Row)
 	for j := range maxTopN {
 		v := math.Float32frombits(uint32(got[0].status[row*maxTopN+j]))
 		require.Less(t, v, float32(-5), "entry %d: the log-probability of one of thousands of tied tokens", j)
@@ -166,21 +166,21 @@ func TestCUDALargeLogitLogProbs(t *testing.T) {
 					l.logprobs = kernel != kernelTopN
 					temps := []float32{0, 1, 0.7, 1}
 					l.rows(r, func(p *rowParams) {
-						p.temperature = temps[r.IntN(len(temps))]
-						p.topN = 20
+						p.Temperature = temps[r.IntN(len(temps))]
+						p.TopN = 20
 						if !plain {
-							p.flags = abi.FlagPenalties
-							p.repetition, p.frequency, p.presence = 1, -0.25, 0.4
+							p.Flags = abi.FlagPenalties
+							p.RepetitionPenalty, p.FrequencyPenalty, p.PresencePenalty = 1, -0.25, 0.4
 						}
 						if kernel == kernelTopN && !plain {
-							p.flags |= abi.FlagPerturbed
+							p.Flags |= abi.FlagPerturbed
 						}
 						if kernel != kernelTopN {
-							p.flags |= abi.FlagLogprobs
+							p.Flags |= abi.FlagLogprobs
 						}
-						if kernel == kernelCategorical && p.temperature != 0 {
+						if kernel == kernelCategorical && p.Temperature != 0 {
 							// The filtered draw's record (greedy rows take the greedy record).
-							p.topK = 7
+							p.TopK = 7
 						}
 					})
 					ls = append(ls, l)
@@ -264,8 +264,8 @@ func largeMagnitudeLaunches(r *rand.Rand, gridXs []int, vocab, stride, block, wa
 				l.fillRows(r, sh.shape)
 				temps := []float32{1, 0.7, 0.25, 3, 1e-3, 0}
 				l.rows(r, func(p *rowParams) {
-					p.temperature = temps[r.IntN(len(temps))]
-					p.flags = abi.FlagLogprobs
+					p.Temperature = temps[r.IntN(len(temps))]
+					p.Flags = abi.FlagLogprobs
 				})
 				ls = append(ls, l)
 			}
@@ -294,8 +294,8 @@ func matchRecordShapes(t *testing.T, r *rand.Rand, shapes []recordShape) {
 			l.fillRows(r, shape)
 			temps := []float32{0, 1, 0.8, 2}
 			l.rows(r, func(p *rowParams) {
-				p.temperature = temps[r.IntN(len(temps))]
-				p.flags = abi.FlagLogprobs
+				p.Temperature = temps[r.IntN(len(temps))]
+				p.Flags = abi.FlagLogprobs
 			})
 			ls = append(ls, l)
 		}

@@ -106,7 +106,7 @@ func skipLaunches(r *rand.Rand) []*launch {
 					l.store(s*l.stride+i, v)
 				}
 			}
-			l.rows(r, func(p *rowParams) { p.temperature = temps[r.IntN(len(temps))] })
+			l.rows(r, func(p *rowParams) { p.Temperature = temps[r.IntN(len(temps))] })
 			ls = append(ls, l)
 		}
 	}
@@ -141,7 +141,7 @@ func TestFlatRowsAreDecidedByNoise(t *testing.T) {
 			continue
 		}
 		for _, p := range l.params {
-			tokens[got[i].tokens[p.row]] = true
+			tokens[got[i].tokens[p.Row]] = true
 		}
 	}
 	require.Greater(t, len(tokens), 8, "distinct winners of the flat rows")

@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// This file tests ABI version 2 in the emulated CUDA edition against the Go edition: logit
-// processors, several draws per row, device-side RECORD and ADVANCE, device routing,
-// log-probability records and the topn kernels.
+// This file tests the serving features in the emulated CUDA edition against the Go
+// edition: logit processors, several draws per row, device-side RECORD and ADVANCE,
+// device routing, log-probability records and the topn kernels.
 
 // withProcessors gives the launch bias, counts and mask buffers with LLM-like contents:
 // sparse biases (a few strong ones), counts of tokens seen in the prompt and sampled a
@@ -63,20 +63,20 @@ func (l *launch) withProcessors(r *rand.Rand) {
 	}
 }
 
-// v2Flags picks a row's version-2 flags: processors, records, RECORD and ADVANCE.
-func v2Flags(r *rand.Rand, p *rowParams) {
+// featureFlags picks a row's feature flags: processors, records, RECORD and ADVANCE.
+func featureFlags(r *rand.Rand, p *rowParams) {
 	for _, f := range []abi.Flags{abi.FlagLogprobs, abi.FlagLogprobs, abi.FlagBias, abi.FlagMask, abi.FlagPenalties, abi.FlagRecord, abi.FlagAdvance} {
 		if r.IntN(2) == 0 {
-			p.flags |= f
+			p.Flags |= f
 		}
 	}
-	p.repetition = []float32{1, 1, 1.3, 0.7}[r.IntN(4)]
-	p.frequency = []float32{0, 0.5, -0.25}[r.IntN(3)]
-	p.presence = []float32{0, 0.4}[r.IntN(2)]
+	p.RepetitionPenalty = []float32{1, 1, 1.3, 0.7}[r.IntN(4)]
+	p.FrequencyPenalty = []float32{0, 0.5, -0.25}[r.IntN(3)]
+	p.PresencePenalty = []float32{0, 0.4}[r.IntN(2)]
 }
 
-// v2Launches is the version-2 workload.
-func v2Launches(r *rand.Rand) []*launch {
+// featureLaunches is the workload of the serving features.
+func featureLaunches(r *rand.Rand) []*launch {
 	var ls []*launch
 	add := func(l *launch, fill func(p *rowParams)) {
 		l.fill(r)
@@ -94,8 +94,8 @@ func v2Launches(r *rand.Rand) []*launch {
 				block, warp := emuShape(r, s)
 				l := &launch{kernel: kernelGumbel, dtype: dt, gridX: s, gridZ: d, block: block, warp: warp, vocab: v,
 					stride: stride(r, v), slack: r.IntN(16), slots: 4 + r.IntN(2)}
-				l.name = fmt.Sprintf("v2 gumbel dtype=%d S=%d D=%d V=%d T=%d warp=%d", dt, s, d, v, block, warp)
-				add(l, func(p *rowParams) { v2Flags(r, p) })
+				l.name = fmt.Sprintf("gumbel dtype=%d S=%d D=%d V=%d T=%d warp=%d", dt, s, d, v, block, warp)
+				add(l, func(p *rowParams) { featureFlags(r, p) })
 			}
 		}
 	}
@@ -103,9 +103,9 @@ func v2Launches(r *rand.Rand) []*launch {
 	// other temperatures and greedy, on a larger row split over many blocks.
 	for _, s := range []int{1, 16} {
 		l := &launch{kernel: kernelGumbel, dtype: dtF32, gridX: s, block: 16, warp: 8, vocab: 4099, stride: 4099, slots: 5}
-		l.name = fmt.Sprintf("v2 gumbel logprobs only S=%d V=4099", s)
+		l.name = fmt.Sprintf("gumbel logprobs only S=%d V=4099", s)
 		temps := []float32{1, 1, 0.7, 0, 1.5}
-		add(l, func(p *rowParams) { p.flags = abi.FlagLogprobs; p.temperature = temps[r.IntN(len(temps))] })
+		add(l, func(p *rowParams) { p.Flags = abi.FlagLogprobs; p.Temperature = temps[r.IntN(len(temps))] })
 	}
 	// categorical: every dtype, with filters, processors and draws.
 	ks := []uint32{0, 0, 1, 3, 20}
@@ -117,10 +117,10 @@ func v2Launches(r *rand.Rand) []*launch {
 			block, warp := emuShape(r, 1)
 			l := &launch{kernel: kernelCategorical, dtype: dt, gridX: 1, gridZ: d, block: block, warp: warp, vocab: v,
 				stride: stride(r, v), slack: r.IntN(16), slots: 4 + r.IntN(2)}
-			l.name = fmt.Sprintf("v2 categorical dtype=%d D=%d V=%d T=%d warp=%d", dt, d, v, block, warp)
+			l.name = fmt.Sprintf("categorical dtype=%d D=%d V=%d T=%d warp=%d", dt, d, v, block, warp)
 			add(l, func(p *rowParams) {
-				v2Flags(r, p)
-				p.topK, p.topP, p.minP = ks[r.IntN(len(ks))], ps[r.IntN(len(ps))], mps[r.IntN(len(mps))]
+				featureFlags(r, p)
+				p.TopK, p.TopP, p.MinP = ks[r.IntN(len(ks))], ps[r.IntN(len(ps))], mps[r.IntN(len(mps))]
 			})
 		}
 	}
@@ -129,14 +129,14 @@ func v2Launches(r *rand.Rand) []*launch {
 		for _, d := range []int{1, 2} {
 			l := &launch{kernel: k, dtype: dtBF16, gridX: 2 - k, gridZ: d, block: 32, warp: 16, vocab: 130, stride: 131,
 				slots: 6}
-			l.name = fmt.Sprintf("v2 routed %s D=%d", kernelNames[k], d)
+			l.name = fmt.Sprintf("routed %s D=%d", kernelNames[k], d)
 			add(l, func(p *rowParams) {
-				v2Flags(r, p)
-				p.flags |= abi.FlagRouted
+				featureFlags(r, p)
+				p.Flags |= abi.FlagRouted
 				if r.IntN(2) == 0 {
-					p.flags |= abi.FlagCategorical
+					p.Flags |= abi.FlagCategorical
 				}
-				p.topP = 0.9
+				p.TopP = 0.9
 			})
 		}
 	}
@@ -148,17 +148,17 @@ func v2Launches(r *rand.Rand) []*launch {
 			block, warp := emuShape(r, s)
 			l := &launch{kernel: kernelTopN, dtype: dt, gridX: s, block: block, warp: warp, vocab: v,
 				stride: stride(r, v), slack: r.IntN(16), slots: 4 + r.IntN(2)}
-			l.name = fmt.Sprintf("v2 topn dtype=%d S=%d V=%d T=%d warp=%d", dt, s, v, block, warp)
+			l.name = fmt.Sprintf("topn dtype=%d S=%d V=%d T=%d warp=%d", dt, s, v, block, warp)
 			add(l, func(p *rowParams) {
-				p.topN = ns[r.IntN(len(ns))]
+				p.TopN = ns[r.IntN(len(ns))]
 				if r.IntN(2) == 0 {
-					p.flags |= abi.FlagPerturbed
+					p.Flags |= abi.FlagPerturbed
 					for _, f := range []abi.Flags{abi.FlagBias, abi.FlagMask, abi.FlagPenalties} {
 						if r.IntN(2) == 0 {
-							p.flags |= f
+							p.Flags |= f
 						}
 					}
-					p.repetition, p.frequency, p.presence = 1.2, 0.5, 0.25
+					p.RepetitionPenalty, p.FrequencyPenalty, p.PresencePenalty = 1.2, 0.5, 0.25
 				}
 			})
 			l.logprobs = false
@@ -167,18 +167,18 @@ func v2Launches(r *rand.Rand) []*launch {
 	return ls
 }
 
-// v2Coverage counts what the workload exercised, from outcomes that match the Go edition.
-func v2Coverage(ls []*launch, got []outcome) map[string]int {
+// featureCoverage counts what the workload exercised, from outcomes that match the Go edition.
+func featureCoverage(ls []*launch, got []outcome) map[string]int {
 	c := map[string]int{}
 	for i, l := range ls {
 		o := got[i]
 		if l.kernel == kernelTopN {
 			for _, p := range l.params {
 				for j := range maxTopN {
-					slot := int(p.row)*maxTopN + j
+					slot := int(p.Row)*maxTopN + j
 					v := math.Float32frombits(uint32(o.status[slot]))
 					switch {
-					case o.tokens[slot] >= 0 && p.flags&abi.FlagPerturbed != 0 && p.temperature != 0:
+					case o.tokens[slot] >= 0 && p.Flags&abi.FlagPerturbed != 0 && p.Temperature != 0:
 						c["topn perturbed token"]++
 					case o.tokens[slot] >= 0:
 						c["topn token"]++
@@ -194,23 +194,23 @@ func v2Coverage(ls []*launch, got []outcome) map[string]int {
 		d := l.draws()
 		params := l.paramBytes()
 		for y, p := range l.params {
-			routedAway := p.flags&abi.FlagRouted != 0 && (p.flags&abi.FlagCategorical != 0) != (l.kernel == kernelCategorical)
+			routedAway := p.Flags&abi.FlagRouted != 0 && (p.Flags&abi.FlagCategorical != 0) != (l.kernel == kernelCategorical)
 			for z := range d {
-				slot := int(p.row)*d + z
+				slot := int(p.Row)*d + z
 				switch {
 				case routedAway:
 					if o.status[slot] == untouched {
 						c["routed row left alone"]++
 					}
-				case o.status[slot] == 0 && p.flags&abi.FlagLogprobs != 0:
+				case o.status[slot] == 0 && p.Flags&abi.FlagLogprobs != 0:
 					c[fmt.Sprintf("%s record", kernelNames[l.kernel])]++
-					if p.flags&(abi.FlagBias|abi.FlagMask|abi.FlagPenalties) != 0 {
+					if p.Flags&(abi.FlagBias|abi.FlagMask|abi.FlagPenalties) != 0 {
 						c["record of a processed row"]++
 					}
 					if d > 1 {
 						c["record of a later draw"]++
 					}
-				case o.status[slot] > 0 && p.flags&abi.FlagLogprobs != 0:
+				case o.status[slot] > 0 && p.Flags&abi.FlagLogprobs != 0:
 					c["NaN record"]++
 				}
 			}
@@ -229,12 +229,13 @@ func v2Coverage(ls []*launch, got []outcome) map[string]int {
 	return c
 }
 
-// TestCUDAEditionV2MatchesGoEdition runs the version-2 workload under the default build.
-func TestCUDAEditionV2MatchesGoEdition(t *testing.T) {
-	ls := v2Launches(rand.New(rand.NewPCG(20261130, 2)))
+// TestCUDAFeaturesMatchGoEdition runs the features workload and requires the Go edition's
+// outputs.
+func TestCUDAFeaturesMatchGoEdition(t *testing.T) {
+	ls := featureLaunches(rand.New(rand.NewPCG(20261130, 2)))
 	got := decodeResults(t, runDriver(t, encodeJob(t, ls)), ls)
 	seen, kinds := matchGo(t, ls, got)
-	cov := v2Coverage(ls, got)
+	cov := featureCoverage(ls, got)
 	t.Logf("slots by status %v; sampled by path %v; coverage %v", seen, kinds, cov)
 	for s, n := range seen {
 		require.Positive(t, n, "no slot ended with status %d", s)
