@@ -3,9 +3,9 @@
 // codes, the random stream's purposes, the limits, and the sizes of the scratch and
 // output buffers a launch needs. Every edition of the kernels follows it: the Go edition
 // (package gokernel) and the sampler use this package directly, and `go generate` writes
-// it into the CUDA/HIP header (../cuda/abi.cuh), the Metal header (../metal/abi.metal)
-// and the tables of ../ABI.md, which specifies what the kernels compute. A test fails
-// when a generated file is out of date.
+// it into the header that the CUDA/HIP and Metal editions include (../abi.h) and into the
+// tables of ../ABI.md, which specifies what the kernels compute. A test fails when a
+// generated file is out of date.
 //
 // Names carry over mechanically: a constant FlagLogprobs is GB_FLAG_LOGPROBS in C++, a
 // RowParams field TopK is top_k; `git grep -iE 'flag_?logprobs'` finds every use.

@@ -1,27 +1,28 @@
-// Package mslemu executes the Metal edition of the sampling kernels
-// (../sampling.metal) on the CPU, so that its logic is tested without Apple hardware.
+// Package mslemu executes the Metal edition of the sampling kernels (kernelsrc/metal,
+// joined into one source as kernelsrc.Metal) on the CPU, so that its logic is tested
+// without Apple hardware.
 //
 // cxx/mslemu.h maps the MSL that the kernels use onto C++20 (address spaces, attributes,
 // vector types, SIMD-group functions, barriers, atomics, precise and fast math);
 // cxx/mslemu.cpp runs every GPU thread as a fiber under a seeded random scheduler;
-// cxx/driver.cpp reads launch cases from a file (every kernel of ABI version 2, with
-// draws, processors and records), runs them and writes back tokens, status, records,
-// topn outputs, counts and params, and answers probes of the kernels' building blocks
-// (cxx/probes.inc). The tests of this package translate sampling.metal (Translate),
-// compile it with g++ through these files (the binary is cached under
-// $GUMBEL_CACHE_DIR or the user cache folder, keyed by every source and the compiler
-// version) and require the Go edition's tokens, status, counts and steps on random
-// inputs, its log-probability records and topn values to 1e-5 of the normaliser, and
-// package philox's noise bit for bit. Without g++ they skip.
+// cxx/driver.cpp reads launch cases from a file (every kernel, with draws, processors
+// and records), runs them and writes back tokens, status, records, topn outputs, counts
+// and params, and answers probes of the kernels' building blocks (cxx/probes.inc). The
+// tests of this package translate kernelsrc.Metal (Translate), compile it with g++
+// through these files (the binary is cached under $GUMBEL_CACHE_DIR or the user cache
+// folder, keyed by every source and the compiler version) and require the Go edition's
+// tokens, status, counts and steps on random inputs, its log-probability records and
+// topn values to 1e-5 of the normaliser, and package philox's noise bit for bit. Without
+// g++ they skip.
 //
 // What the emulation proves: the kernels' control flow, indexing (every buffer, every
-// threadgroup array and every fiber stack ends at a guard page; a version-2 buffer that
+// threadgroup array and every fiber stack ends at a guard page; an optional buffer that
 // no row uses is 8 bytes of poison), reductions, radix selections, the split-phase
 // protocol and the once-per-row RECORD and ADVANCE under many interleavings, SIMD widths
 // from 8 to 64, the noise arithmetic and the double-float log1p, as compiled C++ with the
 // same float32 operations. What it cannot prove: that the Metal compiler accepts the
 // source, Apple's precise::log and precise::exp (emulated correctly rounded) and
-// fast::exp (emulated with a 2^-21 error, not Apple's), the correction in div_rn (C++
+// fast::exp (emulated with a 2^-21 error, not Apple's), the correction in gb_div_rn (C++
 // division is already correctly rounded), weak memory ordering on the GPU (the
 // emulator is sequentially consistent), and how the GPU treats float32 subnormals.
 package mslemu

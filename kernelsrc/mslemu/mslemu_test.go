@@ -37,8 +37,8 @@ var cxxFlags = []string{"-std=c++20", "-O2", "-ffp-contract=off", "-pthread", "-
 // untouched fills tokens and status slots before a launch, in both editions.
 const untouched = int32(0x7EEEEEEE)
 
-// buildDriver compiles the emulator and the translated sampling.metal, or returns the
-// binary of an earlier identical build from the user cache.
+// buildDriver compiles the emulator and the translated Metal edition (kernelsrc.Metal), or
+// returns the binary of an earlier identical build from the user cache.
 func buildDriver(t *testing.T) string {
 	t.Helper()
 	cxx, err := exec.LookPath("g++")
@@ -46,7 +46,7 @@ func buildDriver(t *testing.T) string {
 		t.Skip("g++ not found: the MSL emulation test needs a C++20 compiler (install g++ 11 or later)")
 	}
 	kernels, n := Translate(kernelsrc.Metal)
-	require.Positive(t, n, "sampling.metal declares threadgroup memory; Translate found none")
+	require.Positive(t, n, "the Metal kernels declare threadgroup memory; Translate found none")
 	kernels += "\n#include \"probes.inc\"\n"
 
 	version, err := exec.Command(cxx, "--version").Output()
@@ -137,22 +137,22 @@ type launchCase struct {
 	seed      uint64 // emulator scheduling
 	logits    []byte
 	params    []byte // n RowParams
-	// Version-2 buffers, outRows rows each; nil when no row of the launch uses them.
+	// The processors' buffers, outRows rows each; nil when no row of the launch uses them.
 	bias   []float32
 	counts []uint32
 	mask   []uint32
 }
 
-func (c *launchCase) launchRows() int { return len(c.params) / 64 }
+func (c *launchCase) launchRows() int { return len(c.params) / abi.RowParamsSize }
 
 func (c *launchCase) numDraws() int { return max(c.draws, 1) }
 
 // slots is the length of tokens and status (topn: out_tokens and out_values).
 func (c *launchCase) slots() int {
 	if c.kernel == topN {
-		return c.outRows * abi.MaxTopN
+		return abi.TopNSlots(c.outRows)
 	}
-	return c.outRows * c.numDraws()
+	return abi.Slots(c.outRows, c.numDraws())
 }
 
 // records is the number of float32 in the logprobs buffer.
@@ -160,7 +160,7 @@ func (c *launchCase) records() int {
 	if c.kernel == topN {
 		return 0
 	}
-	return 4 * c.outRows * c.numDraws()
+	return abi.RecordWords * c.slots()
 }
 
 // blocksPerRow is grid.x.
@@ -171,59 +171,47 @@ func (c *launchCase) blocksPerRow() int {
 	return c.S
 }
 
-// partialWords and counterWords size the scratch as ABI.md asks.
+// launch is the case's shape as package abi sizes the scratch.
+func (c *launchCase) launch() abi.Launch {
+	return abi.Launch{Rows: c.launchRows(), Split: c.blocksPerRow(), Draws: c.numDraws()}
+}
+
+// partialWords and counterWords size the scratch as driver.cpp does. gumbel_argmax's
+// partials end before the payload words of ABI.md, which the Metal and Go editions
+// leave alone, so a write there hits the driver's guard page.
 func (c *launchCase) partialWords() int {
-	n, d, s := c.launchRows(), c.numDraws(), c.blocksPerRow()
+	l := c.launch()
 	switch c.kernel {
 	case gumbelArgmax:
-		return 3 * n * d * s
+		return l.PayloadWord(0, 0, 0)
 	case topN:
-		return 22 * n * s
+		return l.PartialsWords(abi.TopN)
 	}
 	return 1
 }
 
-func (c *launchCase) counterWords() int {
-	n, d := c.launchRows(), c.numDraws()
-	if c.kernel == topN {
-		return 2 * n
-	}
-	return 2*n*d + n
-}
+func (c *launchCase) counterWords() int { return c.launch().CountersWords(c.family()) }
 
-func (c *launchCase) kernelName() string {
-	base := abi.GumbelArgmax
+// family is the kernel family's name in package abi.
+func (c *launchCase) family() string {
 	switch c.kernel {
 	case categorical:
-		base = abi.Categorical
+		return abi.Categorical
 	case topN:
-		base = abi.TopN
+		return abi.TopN
 	}
-	return base + abi.Suffixes[c.dtype]
+	return abi.GumbelArgmax
 }
 
-// rowParams is one RowParams record (ABI.md).
-type rowParams struct {
-	row         uint32
-	temperature float32
-	seed, step  uint64
-	topK        uint32
-	topP, minP  float32
-	flags       abi.Flags
-	repetition  float32
-	frequency   float32
-	presence    float32
-	topN        uint32
+func (c *launchCase) kernelName() string { return c.family() + abi.Suffixes[c.dtype] }
+
+// rowParams returns launch row y's parameters.
+func (c *launchCase) rowParams(y int) abi.RowParams {
+	return abi.DecodeRowParams(c.params[abi.RowParamsSize*y:])
 }
 
-func (p rowParams) put(dst []byte) {
-	words := [14]uint32{p.row, math.Float32bits(p.temperature), uint32(p.seed), uint32(p.seed >> 32),
-		uint32(p.step), uint32(p.step >> 32), p.topK, math.Float32bits(p.topP), math.Float32bits(p.minP),
-		uint32(p.flags), math.Float32bits(p.repetition), math.Float32bits(p.frequency), math.Float32bits(p.presence), p.topN}
-	for i, w := range words {
-		binary.LittleEndian.PutUint32(dst[4*i:], w)
-	}
-}
+// setRowParams encodes launch row y's parameters.
+func (c *launchCase) setRowParams(y int, p abi.RowParams) { p.Encode(c.params[abi.RowParamsSize*y:]) }
 
 // Row shapes: each returns vocab float32 values (before narrowing to the dtype).
 type rowShape struct {
@@ -399,23 +387,23 @@ func newCase(r *rand.Rand, name string, kernel kernelKind, dtype, T, S, n, vocab
 		}
 	}
 	rows := r.Perm(c.outRows)[:n]
-	c.params = make([]byte, 64*n)
+	c.params = make([]byte, abi.RowParamsSize*n)
 	for y := range n {
-		p := rowParams{row: uint32(rows[y]), seed: r.Uint64(), step: r.Uint64()}
+		p := abi.RowParams{Row: uint32(rows[y]), Seed: r.Uint64(), Step: r.Uint64()}
 		switch k := r.IntN(10); {
 		case k == 0:
-			p.temperature = badTemps[r.IntN(len(badTemps))]
+			p.Temperature = badTemps[r.IntN(len(badTemps))]
 		case k <= 2:
-			p.temperature = 0
+			p.Temperature = 0
 		default:
-			p.temperature = goodTemps[r.IntN(len(goodTemps))]
+			p.Temperature = goodTemps[r.IntN(len(goodTemps))]
 		}
 		if kernel == categorical {
-			p.topK = pick[uint32](r, 0, 0, 1, 2, 5, 50, uint32(max(vocab-1, 0)), uint32(vocab), uint32(vocab+3))
-			p.topP = pick[float32](r, 0, 0, 1e-12, 0.01, 0.5, 0.9, 0.999, 1, 1.5)
-			p.minP = pick[float32](r, 0, 0, 0, 1e-30, 0.05, 0.5, 1, 1.5)
+			p.TopK = pick[uint32](r, 0, 0, 1, 2, 5, 50, uint32(max(vocab-1, 0)), uint32(vocab), uint32(vocab+3))
+			p.TopP = pick[float32](r, 0, 0, 1e-12, 0.01, 0.5, 0.9, 0.999, 1, 1.5)
+			p.MinP = pick[float32](r, 0, 0, 0, 1e-30, 0.05, 0.5, 1, 1.5)
 		}
-		p.put(c.params[64*y:])
+		c.setRowParams(y, p)
 	}
 	return c
 }
@@ -458,6 +446,11 @@ type result struct {
 	countersLeft   uint32
 }
 
+// rowParams returns launch row y's parameters as the launch left them.
+func (res result) rowParams(y int) abi.RowParams {
+	return abi.DecodeRowParams(res.params[abi.RowParamsSize*y:])
+}
+
 // readResults decodes the driver's output.
 func readResults(t *testing.T, out []byte, cases []*launchCase) []result {
 	t.Helper()
@@ -481,7 +474,7 @@ func readResults(t *testing.T, out []byte, cases []*launchCase) []result {
 	return res
 }
 
-// optional wraps a version-2 buffer, or an 8-byte stand-in that no kernel may touch
+// optional wraps an optional buffer, or an 8-byte stand-in that no kernel may touch
 // (ABI.md: an unused buffer argument is any valid buffer of at least 8 bytes).
 func optional(b []byte) runtime.Buffer {
 	if len(b) == 0 {
@@ -555,7 +548,7 @@ func runDriver(t *testing.T, bin string, cases []*launchCase) []result {
 	return readResults(t, out, cases)
 }
 
-// TestKernelsMatchGoEdition runs sampling.metal in the emulator over every dtype,
+// TestKernelsMatchGoEdition runs the Metal kernels in the emulator over every dtype,
 // threadgroups of 32, 256 and 1024 threads, 1, 3 and 16 threadgroups per row and SIMD
 // widths of 32 (and 8, 16, 64 for some launches), on rows
 // with masks, NaN, +Inf, all -Inf, ties and huge values, greedy, Gumbel, categorical
@@ -630,10 +623,10 @@ func TestSignedZeroGreedy(t *testing.T) {
 			c := &launchCase{
 				name: fmt.Sprintf("T=%d/S=%d", T, S), kernel: gumbelArgmax, T: T, S: S,
 				vocab: len(row), stride: len(row), outRows: 1, maxGroups: S, yieldPct: 20, seed: uint64(T + S),
-				logits: make([]byte, 4*len(row)), params: make([]byte, 64),
+				logits: make([]byte, 4*len(row)), params: make([]byte, abi.RowParamsSize),
 			}
 			encodeRow(0, row, c.logits)
-			rowParams{}.put(c.params)
+			c.setRowParams(0, abi.RowParams{})
 			cases = append(cases, c)
 		}
 	}
@@ -683,10 +676,10 @@ func TestTailWordDecidesWinner(t *testing.T) {
 			c := &launchCase{
 				name: fmt.Sprintf("T=%d/S=%d", T, S), kernel: gumbelArgmax, T: T, S: S,
 				vocab: vocab, stride: vocab, outRows: 1, maxGroups: 4, yieldPct: 10, seed: uint64(T*S + 1),
-				logits: make([]byte, 4*vocab), params: make([]byte, 64),
+				logits: make([]byte, 4*vocab), params: make([]byte, abi.RowParamsSize),
 			}
 			encodeRow(0, row, c.logits)
-			rowParams{temperature: 1, seed: seed}.put(c.params)
+			c.setRowParams(0, abi.RowParams{Temperature: 1, Seed: seed})
 			cases = append(cases, c)
 		}
 	}

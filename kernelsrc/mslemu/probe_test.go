@@ -101,7 +101,7 @@ const (
 	log1pLast  = 0x3F000000 // 1/2
 )
 
-// TestLog1pMatchesFloat64 compares log1p_neg_half with the contract's
+// TestLog1pMatchesFloat64 compares gb_log1p_neg_half with the contract's
 // float32(math.Log1p(float64(x))) on a regular sample of every float32 in [-1/2, 0),
 // bit for bit, and has the emulator check a denser sample against C's log1p in double
 // and long double.
@@ -146,7 +146,7 @@ func TestLog1pMatchesFloat64(t *testing.T) {
 	assert.LessOrEqual(t, vsLong, checked>>20, "too many last-place differences")
 }
 
-// TestRecipMatchesDivision checks recip_rn against float32(1/t), which Go rounds
+// TestRecipMatchesDivision checks gb_recip_rn against float32(1/t), which Go rounds
 // correctly.
 func TestRecipMatchesDivision(t *testing.T) {
 	bin := buildDriver(t)
@@ -169,9 +169,9 @@ func TestRecipMatchesDivision(t *testing.T) {
 	}
 }
 
-// TestDivisionCorrectsMetalAccuracy checks div_rn, the repetition penalty's division,
+// TestDivisionCorrectsMetalAccuracy checks gb_div_rn, the repetition penalty's division,
 // and its correction step: Metal's division may be off by up to 2.5 units in the last
-// place, so div_correct must turn a quotient off by up to 3 into the correctly rounded
+// place, so gb_div_correct must turn a quotient off by up to 3 into the correctly rounded
 // one (float32 division in Go), for logits of every magnitude and penalties between
 // 0.05 and 20.
 func TestDivisionCorrectsMetalAccuracy(t *testing.T) {
@@ -210,8 +210,8 @@ func TestDivisionCorrectsMetalAccuracy(t *testing.T) {
 			continue // zero, subnormal or overflowing quotients are left as the division gives them
 		}
 		checked++
-		require.Equal(t, math.Float32bits(want), le32(out, 2*i), "div_rn(%g, %g)", c.a, c.b)
-		require.Equal(t, math.Float32bits(want), le32(out, 2*i+1), "div_correct(%g, %g) from %d ulps off", c.a, c.b, c.k)
+		require.Equal(t, math.Float32bits(want), le32(out, 2*i), "gb_div_rn(%g, %g)", c.a, c.b)
+		require.Equal(t, math.Float32bits(want), le32(out, 2*i+1), "gb_div_correct(%g, %g) from %d ulps off", c.a, c.b, c.k)
 	}
 	assert.Greater(t, checked, 40000, "too few normal quotients checked")
 }

@@ -21,7 +21,7 @@
 // What has been verified without a Mac: the package cross-compiles and vets for
 // darwin/arm64 and darwin/amd64; every selector, argument count and argument kind is
 // checked against Apple's documented declarations (decl_test.go); the kernels it runs
-// (kernelsrc/sampling.metal) are executed by the emulator in kernelsrc/mslemu. The
-// gpu-tagged tests (go test -tags gpu ./runtime/metal/ on a Mac) are what runs it on a
-// GPU.
+// (kernelsrc/metal, joined into one source as kernelsrc.Metal) are executed by the
+// emulator in kernelsrc/mslemu. The gpu-tagged tests (go test -tags gpu ./runtime/metal/
+// on a Mac) are what runs it on a GPU.
 package metal

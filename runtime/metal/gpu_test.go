@@ -243,7 +243,8 @@ func newGPUCase(r *rand.Rand, dtype, vocab, rows int) *gpuCase {
 	if dtype != 0 {
 		es = 2
 	}
-	c := &gpuCase{dtype: dtype, vocab: vocab, rows: rows, logits: make([]byte, rows*vocab*es), params: make([]byte, 64*rows)}
+	c := &gpuCase{dtype: dtype, vocab: vocab, rows: rows, logits: make([]byte, rows*vocab*es),
+		params: make([]byte, abi.RowParamsSize*rows)}
 	for i := range rows * vocab {
 		x := float32(r.NormFloat64() * 2)
 		switch r.IntN(50) {
@@ -262,21 +263,20 @@ func newGPUCase(r *rand.Rand, dtype, vocab, rows int) *gpuCase {
 		}
 	}
 	for y := range rows {
-		w := c.params[64*y:]
 		temps := []float32{0, 0.5, 1, 2}
-		words := []uint32{uint32(rows - 1 - y), math.Float32bits(temps[r.IntN(4)]), r.Uint32(), r.Uint32(), r.Uint32(), r.Uint32(),
-			[]uint32{0, 1, 40, uint32(vocab)}[r.IntN(4)], math.Float32bits([]float32{0, 0.5, 0.95}[r.IntN(3)]),
-			math.Float32bits([]float32{0, 0.05}[r.IntN(2)])}
-		for i, v := range words {
-			binary.LittleEndian.PutUint32(w[4*i:], v)
-		}
+		// Seed and step from two 32-bit draws each, low word first.
+		p := abi.RowParams{Row: uint32(rows - 1 - y), Temperature: temps[r.IntN(4)],
+			Seed: uint64(r.Uint32()) | uint64(r.Uint32())<<32, Step: uint64(r.Uint32()) | uint64(r.Uint32())<<32,
+			TopK: []uint32{0, 1, 40, uint32(vocab)}[r.IntN(4)], TopP: []float32{0, 0.5, 0.95}[r.IntN(3)],
+			MinP: []float32{0, 0.05}[r.IntN(2)]}
+		p.Encode(c.params[abi.RowParamsSize*y:])
 	}
 	return c
 }
 
 func (c *gpuCase) run(t *testing.T, d *Device, s runtime.Stream, k runtime.Kernel, S, T int) ([]int32, []int32) {
 	t.Helper()
-	// Buffers 0-5, then 8-11 of ABI version 2 (unused by these rows: 8 bytes each).
+	// Buffers 0-5, then 8-11 (unused by these rows: 8 bytes each).
 	bufs := make([]runtime.Buffer, 10)
 	sizes := []int{len(c.logits), len(c.params), 4 * c.rows, 4 * c.rows, 8 * c.rows * S, 12 * c.rows, 8, 8, 8, 8}
 	for i, n := range sizes {

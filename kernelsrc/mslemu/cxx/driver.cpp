@@ -35,34 +35,35 @@
 #include "mslemu.h"
 #include "mslemu_run.h"
 
-struct RowParams;
+struct gb_row_params;
 
-// The kernels of sampling.metal, as the emulator compiles them.
-void gumbel_argmax_f32(const float*, RowParams*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+// The kernels of the Metal edition (kernelsrc/metal/sampling.metal), as the emulator
+// compiles them.
+void gumbel_argmax_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
     const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
     uint, uint);
-void gumbel_argmax_f16(const ushort*, RowParams*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+void gumbel_argmax_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
     const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
     uint, uint);
-void gumbel_argmax_bf16(const ushort*, RowParams*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+void gumbel_argmax_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
     const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
     uint, uint);
-void categorical_f32(const float*, RowParams*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+void categorical_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
     const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
     uint, uint);
-void categorical_f16(const ushort*, RowParams*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+void categorical_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
     const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
     uint, uint);
-void categorical_bf16(const ushort*, RowParams*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+void categorical_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
     const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
     uint, uint);
-void topn_f32(const float*, const RowParams*, int*, float*, metal::atomic_uint*, metal::atomic_uint*,
+void topn_f32(const float*, const gb_row_params*, int*, float*, metal::atomic_uint*, metal::atomic_uint*,
     const ulong&, const uint&, const float*, const uint*, const uint*, uint3, uint3, uint, uint3, uint, uint, uint,
     uint);
-void topn_f16(const ushort*, const RowParams*, int*, float*, metal::atomic_uint*, metal::atomic_uint*,
+void topn_f16(const ushort*, const gb_row_params*, int*, float*, metal::atomic_uint*, metal::atomic_uint*,
     const ulong&, const uint&, const float*, const uint*, const uint*, uint3, uint3, uint, uint3, uint, uint, uint,
     uint);
-void topn_bf16(const ushort*, const RowParams*, int*, float*, metal::atomic_uint*, metal::atomic_uint*,
+void topn_bf16(const ushort*, const gb_row_params*, int*, float*, metal::atomic_uint*, metal::atomic_uint*,
     const ulong&, const uint&, const float*, const uint*, const uint*, uint3, uint3, uint, uint3, uint, uint, uint,
     uint);
 
@@ -133,7 +134,7 @@ struct Reader {
 struct Launch {
     uint32_t which, dtype;
     const void* logits;
-    RowParams* params;
+    gb_row_params* params;
     void* tokens;
     void* status;
     metal::atomic_uint* partials;
@@ -211,19 +212,19 @@ uint32_t floatToBits(float f) {
 }
 
 // runProbe answers one probe:
-//   1 noise:   (u32 w, u32 tail)       -> (f32 exponential, f32 gumbel noise)
-//   2 log1p:   f32 x                   -> f32 log1p_neg_half(x)
-//   3 recip:   f32 t                   -> f32 recip_rn(t)
-//   4 philox:  (u32 ctr[4], u32 key[2]) -> u32[4]
-//   5 fixed:   (f32 w, u32 F)          -> u64 fixed_weight(w, F)
+//   1 noise:   (u32 w, u32 tail)       -> (f32 gb_exponential, f32 gb_gumbel)
+//   2 log1p:   f32 x                   -> f32 gb_log1p_neg_half(x)
+//   3 recip:   f32 t                   -> f32 gb_recip_rn(t)
+//   4 philox:  (u32 ctr[4], u32 key[2]) -> u32[4] gb_philox
+//   5 fixed:   (f32 w, u32 F)          -> u64 gb_fixed(w, F)
 //   6 decode:  u16 bits                -> (f32 as float16, f32 as bfloat16)
-//   7 mulhi64: (u64 a, u64 b)          -> u64
+//   7 mulhi64: (u64 a, u64 b)          -> u64 gb_mul_hi64(a, b)
 //   8 log1p sweep: count triples (u32 first, u32 last, u32 step) of magnitudes' bit
 //     patterns; for each u in the range, x = -u is checked against log1p in double
 //     and in long double, both rounded to float -> per triple u64 checked,
 //     u64 differing from double, u64 differing from long double, u32 largest
 //     difference in units in the last place, u32 first differing pattern (or 0).
-//   9 division: (f32 a, f32 b, i32 k) -> (f32 div_rn(a, b), f32 div_correct(a, b, q))
+//   9 division: (f32 a, f32 b, i32 k) -> (f32 gb_div_rn(a, b), f32 gb_div_correct(a, b, q))
 //     where q is a/b moved k units in the last place (a division of Metal's accuracy).
 void runProbe(Reader& r, FILE* out) {
     uint32_t probe = r.get<uint32_t>();
@@ -406,7 +407,7 @@ int main(int argc, char** argv) {
         l.which = which;
         l.dtype = dtype;
         l.logits = logits.data;
-        l.params = reinterpret_cast<RowParams*>(params.data);
+        l.params = reinterpret_cast<gb_row_params*>(params.data);
         l.tokens = tokens.data;
         l.status = status.data;
         l.partials = reinterpret_cast<metal::atomic_uint*>(partials.data);

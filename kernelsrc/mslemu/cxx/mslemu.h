@@ -1,6 +1,7 @@
-// mslemu.h maps the part of the Metal Shading Language that sampling.metal uses onto
-// C++20, so that g++ can compile the kernels unchanged (after one textual rewrite of
-// threadgroup declarations, see doc.go) and a CPU scheduler can run them.
+// mslemu.h maps the part of the Metal Shading Language that the Metal edition
+// (kernelsrc/metal) uses onto C++20, so that g++ can compile the kernels unchanged (after
+// one textual rewrite of threadgroup declarations, see Translate in mslemu.go) and a CPU
+// scheduler can run them.
 //
 // What is emulated and how:
 //   - Address spaces: device, thread and threadgroup qualify nothing; constant is const.
@@ -24,7 +25,7 @@
 //     GPUs is not emulated.
 //   - precise::log and precise::exp are correctly rounded (computed in double), like the
 //     Go edition's reference functions; the GPU's own 1-ulp functions are not emulated.
-//     fast::exp (the log-sum-exps of ABI version 2) is given a relative error of about
+//     fast::exp (the log-sum-exps of the log-probability records) is given a relative error of about
 //     2^-21 on purpose, so the log-probability tests allow for a less accurate exp.
 //   - Threadgroup memory starts filled with a poison byte, device scratch too, so reads
 //     of never-written memory show up as wrong answers rather than lucky zeros.

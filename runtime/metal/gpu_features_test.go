@@ -21,37 +21,26 @@ import (
 	"github.com/gumbel-go/gumbel/runtime/cpu"
 )
 
-// Buffer arguments of the version-2 kernel set (ABI.md); 6 and 7 are the scalars.
-const (
-	argParams   = 1
-	argTokens   = 2
-	argStatus   = 3 // topn: out_values
-	argPartials = 4
-	argCounters = 5
-	argLogprobs = 8
-	argCounts   = 10
-	numArgsV2   = 12
-)
-
-// v2Launch is one launch of the version-2 kernel set: host copies of every buffer
-// argument (an empty one is bound as an 8-byte buffer that no row uses).
-type v2Launch struct {
+// featureLaunch is one launch of a sampling kernel with the row features (ABI.md): host
+// copies of every buffer argument, indexed by abi.Arg (an empty one is bound as an
+// 8-byte buffer that no row uses; topn's status buffer holds its values).
+type featureLaunch struct {
 	name   string
 	grid   runtime.Dim3
 	T      int
 	stride uint64
 	vocab  uint32
-	bufs   [numArgsV2][]byte
+	bufs   [abi.NumArgs][]byte
 }
 
-// args binds buffer(i) at every buffer position i and the scalars at 6 and 7.
-func (l *v2Launch) args(buffer func(i int) runtime.Buffer) *runtime.Args {
+// args binds buffer(i) at every buffer position i and the scalars at their positions.
+func (l *featureLaunch) args(buffer func(i int) runtime.Buffer) *runtime.Args {
 	var a runtime.Args
-	for i := range numArgsV2 {
-		switch i {
-		case 6:
+	for i := range abi.NumArgs {
+		switch abi.Arg(i) {
+		case abi.ArgRowStride:
 			a.U64(l.stride)
-		case 7:
+		case abi.ArgVocab:
 			a.U32(l.vocab)
 		default:
 			a.Buffer(buffer(i))
@@ -69,11 +58,11 @@ func sized(b []byte) []byte {
 }
 
 // runOnMetal launches l on the GPU and returns every buffer as the launch left it.
-func (l *v2Launch) runOnMetal(t *testing.T, d *Device, s runtime.Stream, k runtime.Kernel) [numArgsV2][]byte {
+func (l *featureLaunch) runOnMetal(t *testing.T, d *Device, s runtime.Stream, k runtime.Kernel) [abi.NumArgs][]byte {
 	t.Helper()
-	var dev [numArgsV2]runtime.Buffer
+	var dev [abi.NumArgs]runtime.Buffer
 	for i, b := range l.bufs {
-		if i == 6 || i == 7 {
+		if abi.Arg(i) == abi.ArgRowStride || abi.Arg(i) == abi.ArgVocab {
 			continue
 		}
 		b = sized(b)
@@ -85,7 +74,7 @@ func (l *v2Launch) runOnMetal(t *testing.T, d *Device, s runtime.Stream, k runti
 	}
 	a := l.args(func(i int) runtime.Buffer { return dev[i] })
 	require.NoError(t, s.Launch(k, l.grid, runtime.Dim3{X: l.T, Y: 1, Z: 1}, a))
-	var out [numArgsV2][]byte
+	var out [abi.NumArgs][]byte
 	for i, buf := range dev {
 		if buf == nil || len(l.bufs[i]) == 0 {
 			continue
@@ -98,8 +87,8 @@ func (l *v2Launch) runOnMetal(t *testing.T, d *Device, s runtime.Stream, k runti
 }
 
 // runOnGo runs l on the Go edition, block by block in a shuffled order.
-func (l *v2Launch) runOnGo(fn runtime.GoKernel, r *rand.Rand) [numArgsV2][]byte {
-	var out [numArgsV2][]byte
+func (l *featureLaunch) runOnGo(fn runtime.GoKernel, r *rand.Rand) [abi.NumArgs][]byte {
+	var out [abi.NumArgs][]byte
 	for i, b := range l.bufs {
 		out[i] = slices.Clone(b)
 	}
@@ -114,10 +103,10 @@ func (l *v2Launch) runOnGo(fn runtime.GoKernel, r *rand.Rand) [numArgsV2][]byte 
 	return out
 }
 
-// newV2Launch builds a launch of kernel base (gumbel_argmax, categorical or topn) over
-// rows rows of vocab logits, n = rows launch rows in reverse order, S blocks per row and
-// D draws, with random processors, records, routing, advance and recording.
-func newV2Launch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int) *v2Launch {
+// newFeatureLaunch builds a launch of kernel base (gumbel_argmax, categorical or topn)
+// over rows rows of vocab logits, n = rows launch rows in reverse order, S blocks per row
+// and D draws, with random processors, records, routing, advance and recording.
+func newFeatureLaunch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int) *featureLaunch {
 	es := 4
 	if dtype != 0 {
 		es = 2
@@ -128,7 +117,7 @@ func newV2Launch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int) *v2
 	if base == abi.TopN {
 		D = 1
 	}
-	l := &v2Launch{
+	l := &featureLaunch{
 		name: fmt.Sprintf("%s%s/T=%d/S=%d/D=%d/V=%d", base, abi.Suffixes[dtype], T, S, D, vocab),
 		grid: runtime.Dim3{X: S, Y: rows, Z: D}, T: T, stride: uint64(vocab), vocab: uint32(vocab),
 	}
@@ -150,7 +139,7 @@ func newV2Launch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int) *v2
 			binary.LittleEndian.PutUint16(logits[2*i:], half.BFloat16(x))
 		}
 	}
-	l.bufs[0] = logits
+	l.bufs[abi.ArgLogits] = logits
 	params := make([]byte, abi.RowParamsSize*rows)
 	var all abi.Flags
 	for y := range rows {
@@ -183,36 +172,36 @@ func newV2Launch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int) *v2
 			PresencePenalty: []float32{0, 0.2, -1}[r.IntN(3)], TopN: []uint32{1, 5, 20}[r.IntN(3)]}
 		p.Encode(params[abi.RowParamsSize*y:])
 	}
-	l.bufs[argParams] = params
-	slots := rows * D
+	l.bufs[abi.ArgParams] = params
+	slots := abi.Slots(rows, D)
 	if base == abi.TopN {
-		slots = rows * abi.MaxTopN
+		slots = abi.TopNSlots(rows)
 	}
-	l.bufs[argTokens] = make([]byte, 4*slots)
-	l.bufs[argStatus] = make([]byte, 4*slots)
+	l.bufs[abi.ArgTokens] = make([]byte, 4*slots)
+	l.bufs[abi.ArgStatus] = make([]byte, 4*slots)
 	for o := range slots {
-		binary.LittleEndian.PutUint32(l.bufs[argTokens][4*o:], 0x7EEEEEEE)
-		binary.LittleEndian.PutUint32(l.bufs[argStatus][4*o:], 0x7EEEEEEE)
+		binary.LittleEndian.PutUint32(l.bufs[abi.ArgTokens][4*o:], 0x7EEEEEEE)
+		binary.LittleEndian.PutUint32(l.bufs[abi.ArgStatus][4*o:], 0x7EEEEEEE)
 	}
+	// gumbel_argmax's partials end before the payload words of ABI.md, which the Metal
+	// edition does not use.
+	shape := abi.Launch{Rows: rows, Split: S, Draws: D}
 	switch base {
 	case abi.GumbelArgmax:
-		l.bufs[argPartials] = make([]byte, 8*3*rows*D*S)
-		l.bufs[argCounters] = make([]byte, 4*(2*rows*D+rows))
-	case abi.Categorical:
-		l.bufs[argCounters] = make([]byte, 4*(2*rows*D+rows))
-	default:
-		l.bufs[argPartials] = make([]byte, 8*22*rows*S)
-		l.bufs[argCounters] = make([]byte, 4*2*rows)
+		l.bufs[abi.ArgPartials] = make([]byte, 8*shape.PayloadWord(0, 0, 0))
+	case abi.TopN:
+		l.bufs[abi.ArgPartials] = make([]byte, 8*shape.PartialsWords(base))
 	}
+	l.bufs[abi.ArgCounters] = make([]byte, 4*shape.CountersWords(base))
 	if base != abi.TopN && all&abi.FlagLogprobs != 0 {
-		l.bufs[argLogprobs] = make([]byte, 4*4*slots)
+		l.bufs[abi.ArgLogprobs] = make([]byte, 4*abi.RecordWords*slots)
 	}
 	if all&abi.FlagBias != 0 {
 		bias := make([]byte, 4*rows*vocab)
 		for i := range rows * vocab {
 			binary.LittleEndian.PutUint32(bias[4*i:], math.Float32bits(float32(r.NormFloat64())))
 		}
-		l.bufs[9] = bias
+		l.bufs[abi.ArgBias] = bias
 	}
 	if all&(abi.FlagPenalties|abi.FlagRecord) != 0 {
 		counts := make([]byte, 4*rows*vocab)
@@ -220,7 +209,7 @@ func newV2Launch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int) *v2
 			c := []uint32{0, 0, 0, 1, 2, 1 << 31, 1<<31 | 1}[r.IntN(7)]
 			binary.LittleEndian.PutUint32(counts[4*i:], c)
 		}
-		l.bufs[argCounts] = counts
+		l.bufs[abi.ArgCounts] = counts
 	}
 	if all&abi.FlagMask != 0 {
 		w := (vocab + 31) / 32
@@ -228,15 +217,15 @@ func newV2Launch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int) *v2
 		for i := range mask {
 			mask[i] = byte(r.Uint32()) | byte(r.Uint32()) // about 3 bits in 4 allowed
 		}
-		l.bufs[11] = mask
+		l.bufs[abi.ArgMask] = mask
 	}
 	return l
 }
 
-// v2Close reports whether a log-probability word (or topn value) of the GPU lies
+// recordClose reports whether a log-probability word (or topn value) of the GPU lies
 // within 1e-5 of the Go edition's, relative to scale (ABI.md: the log-sum-exps may
 // use any order and an exp of relative error 2^-20).
-func v2Close(want, got, scale float32) bool {
+func recordClose(want, got, scale float32) bool {
 	if want != want || got != got {
 		return want != want && got != got
 	}
@@ -248,14 +237,15 @@ func v2Close(want, got, scale float32) bool {
 
 func f32At(b []byte, i int) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])) }
 
-// TestVersion2KernelsMatchGoEdition runs every kernel of ABI version 2 on the GPU and on
-// the Go edition, over every dtype, threadgroups of 256 and 1024, 1 and 4 threadgroups
-// per row and 1 and 3 draws, with logit processors, records, device routing, step
-// advance and token recording, and requires the same tokens, status, counts and steps,
+// TestRowFeaturesMatchGoEdition runs every sampling kernel on the GPU and on the Go
+// edition, over every dtype, threadgroups of 256 and 1024, 1 and 4 threadgroups per row
+// and 1 and 3 draws, with logit processors, records, device routing, step advance,
+// token recording and topn (PERTURBED or not), and requires the same tokens, status,
+// counts and steps,
 // counters left at zero, and records and topn values within 1e-5 of the normaliser.
 // Tokens may differ only where Apple's precise::log or precise::exp differs from the
 // correctly rounded value in the last place and that decides a draw.
-func TestVersion2KernelsMatchGoEdition(t *testing.T) {
+func TestRowFeaturesMatchGoEdition(t *testing.T) {
 	d := openDevice(t)
 	mod, err := d.Load(kernelsrc.Sampling())
 	require.NoError(t, err)
@@ -271,10 +261,10 @@ func TestVersion2KernelsMatchGoEdition(t *testing.T) {
 				for _, S := range []int{1, 4} {
 					for _, D := range []int{1, 3} {
 						vocab := []int{7, 1000, 4099, 32000, 151936}[r.IntN(5)]
-						l := newV2Launch(r, base, dtype, vocab, 6, S, D, T)
+						l := newFeatureLaunch(r, base, dtype, vocab, 6, S, D, T)
 						got := l.runOnMetal(t, d, s, k)
 						want := l.runOnGo(goKernels[base+suffix], r)
-						records += compareV2Launch(t, l, base == abi.TopN, want, got)
+						records += compareFeatureLaunch(t, l, base == abi.TopN, want, got)
 					}
 				}
 			}
@@ -284,36 +274,36 @@ func TestVersion2KernelsMatchGoEdition(t *testing.T) {
 	assert.Positive(t, records)
 }
 
-// compareV2Launch compares the outputs of one launch and returns the number of records
-// (or topn values) compared.
-func compareV2Launch(t *testing.T, l *v2Launch, topn bool, want, got [numArgsV2][]byte) int {
+// compareFeatureLaunch compares the outputs of one launch and returns the number of
+// records (or topn values) compared.
+func compareFeatureLaunch(t *testing.T, l *featureLaunch, topn bool, want, got [abi.NumArgs][]byte) int {
 	t.Helper()
-	assert.Equal(t, want[argTokens], got[argTokens], "%s: tokens", l.name)
-	assert.Equal(t, want[argParams], got[argParams], "%s: params (ADVANCE)", l.name)
-	assert.Equal(t, want[argCounts], got[argCounts], "%s: counts (RECORD)", l.name)
-	assert.Equal(t, make([]byte, len(got[argCounters])), got[argCounters], "%s: counters left set", l.name)
+	assert.Equal(t, want[abi.ArgTokens], got[abi.ArgTokens], "%s: tokens", l.name)
+	assert.Equal(t, want[abi.ArgParams], got[abi.ArgParams], "%s: params (ADVANCE)", l.name)
+	assert.Equal(t, want[abi.ArgCounts], got[abi.ArgCounts], "%s: counts (RECORD)", l.name)
+	assert.Equal(t, make([]byte, len(got[abi.ArgCounters])), got[abi.ArgCounters], "%s: counters left set", l.name)
 	compared := 0
 	if topn {
-		for o := range len(want[argStatus]) / 4 {
-			w, g := f32At(want[argStatus], o), f32At(got[argStatus], o)
-			if !v2Close(w, g, max(1, float32(math.Abs(float64(w))))) {
+		for o := range len(want[abi.ArgStatus]) / 4 {
+			w, g := f32At(want[abi.ArgStatus], o), f32At(got[abi.ArgStatus], o)
+			if !recordClose(w, g, max(1, float32(math.Abs(float64(w))))) {
 				assert.Failf(t, "topn value differs", "%s: slot %d: Go %g, Metal %g", l.name, o, w, g)
 			}
 			compared++
 		}
 		return compared
 	}
-	assert.Equal(t, want[argStatus], got[argStatus], "%s: status", l.name)
-	for o := range len(want[argLogprobs]) / 16 {
+	assert.Equal(t, want[abi.ArgStatus], got[abi.ArgStatus], "%s: status", l.name)
+	for o := range len(want[abi.ArgLogprobs]) / 16 {
 		scale := float32(1)
 		for k := 2; k < 4; k++ {
-			if v := f32At(want[argLogprobs], 4*o+k); v == v && !math.IsInf(float64(v), 0) {
+			if v := f32At(want[abi.ArgLogprobs], 4*o+k); v == v && !math.IsInf(float64(v), 0) {
 				scale = max(scale, float32(math.Abs(float64(v))))
 			}
 		}
 		for k := range 4 {
-			w, g := f32At(want[argLogprobs], 4*o+k), f32At(got[argLogprobs], 4*o+k)
-			if !v2Close(w, g, scale) {
+			w, g := f32At(want[abi.ArgLogprobs], 4*o+k), f32At(got[abi.ArgLogprobs], 4*o+k)
+			if !recordClose(w, g, scale) {
 				assert.Failf(t, "record differs", "%s: slot %d word %d: Go %g, Metal %g", l.name, o, k, w, g)
 			}
 		}

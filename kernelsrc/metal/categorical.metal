@@ -1,0 +1,408 @@
+// categorical: temperature, top-k, top-p and min-p filters and an inverse-CDF draw (ABI.md,
+// "categorical"), one threadgroup per row and draw. Every step works on the processed
+// logits x', and every sum is an integer of fixed-point weights, so the draw does not
+// depend on the reduction order.
+
+// q(w) = uint64(w * 2^F), truncated, from the bits of w (0 <= w <= 1), so no float to
+// 64-bit conversion is involved.
+inline ulong gb_fixed(float w, uint F) {
+    if (!(w > 0.0f)) {
+        return 0ul;
+    }
+    uint b = as_type<uint>(w);
+    uint e = b >> 23;
+    ulong mant = ulong(b & 0x7FFFFFu);
+    int shift;
+    if (e == 0u) {
+        shift = int(F) - 149;  // subnormal: mant * 2^-149
+    } else {
+        mant |= 0x800000ul;
+        shift = int(e) - 150 + int(F);  // mant * 2^(e - 150)
+    }
+    if (shift >= 0) {
+        return shift < 40 ? mant << uint(shift) : 0ul;  // w <= 1 keeps shift <= F - 23
+    }
+    return shift > -24 ? mant >> uint(-shift) : 0ul;
+}
+
+// w(x) = exp(fl((x - m) * invT)), two rounded operations and precise::exp. Below cutoff,
+// w < 2^-F / e and q is 0 whatever exp's last bit, so exp is skipped.
+struct gb_weights {
+    float m;
+    float invT;
+    uint F;
+    float cutoff;
+};
+
+inline float gb_weight(float x, gb_weights W) {
+    float d = x - W.m;
+    float a = d * W.invT;
+    if (a < W.cutoff) {
+        return 0.0f;
+    }
+    return precise::exp(a);
+}
+
+// The filters an element must pass to be kept: its key at least cut = max(Kk, Kp), and
+// with min-p its weight at least min_p.
+struct gb_filters {
+    uint cut;
+    bool min_p_on;
+    float min_p;
+};
+
+// The kept weight of one element (0 when the filters drop it).
+inline ulong gb_kept_weight(float x, gb_weights W, gb_filters f) {
+    if (gb_orderkey(x) < f.cut) {
+        return 0ul;
+    }
+    float w = gb_weight(x, W);
+    if (f.min_p_on && !(w >= f.min_p)) {
+        return 0ul;
+    }
+    return gb_fixed(w, W.F);
+}
+
+// Threadgroup scratch of the categorical kernel.
+struct gb_categorical_scratch {
+    gb_bins bins;
+    threadgroup ulong* u64s;  // [GB_MAX_SIMDGROUPS] one per SIMD-group
+    threadgroup uint* u32s;   // [GB_MAX_SIMDGROUPS] one per SIMD-group
+    threadgroup float4* lse;  // [GB_MAX_SIMDGROUPS] one per SIMD-group
+};
+
+// The k-th largest key of the row, counting repeats: radix select on 8-bit digits from
+// the top, one pass over the row per digit.
+template <int KIND>
+inline uint gb_topk_threshold(device const typename gb_io<KIND>::elem* row, uint vocab, gb_processor P, uint k,
+                              gb_thread_ids L, gb_bins H) {
+    uint prefix = 0u;
+    uint mask = 0u;
+    ulong above = 0ul;
+    for (uint level = 0u; level < 4u; ++level) {
+        uint shift = 24u - 8u * level;
+        gb_clear_bins(H, false, L);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (uint i = L.tid; i < vocab; i += L.T) {
+            uint key = gb_orderkey(gb_processed(gb_io<KIND>::load1(row + i), i, P));
+            if ((key & mask) == prefix) {
+                atomic_fetch_add_explicit(&H.lo[(key >> shift) & 0xFFu], 1u, memory_order_relaxed);
+            }
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        if (L.sg == 0u) {
+            gb_select_bin(H, false, above, ulong(k), L);
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        prefix |= H.sel_bin[0] << shift;
+        above = H.sel_above[0];
+        mask |= 0xFFu << shift;
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    return prefix;
+}
+
+// The largest key t of the kept set (key >= Kk) whose mass of keys >= t reaches target
+// (target > 0): radix select on mass. Elements of zero weight never decide it (their
+// key's mass equals that of the next key up), so only positive weights are added.
+template <int KIND>
+inline uint gb_topp_threshold(device const typename gb_io<KIND>::elem* row, uint vocab, gb_processor P, uint Kk,
+                              gb_weights W, ulong target, gb_thread_ids L, gb_bins H) {
+    uint prefix = 0u;
+    uint mask = 0u;
+    ulong above = 0ul;
+    for (uint level = 0u; level < 4u; ++level) {
+        uint shift = 24u - 8u * level;
+        gb_clear_bins(H, true, L);
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        for (uint i = L.tid; i < vocab; i += L.T) {
+            float x = gb_processed(gb_io<KIND>::load1(row + i), i, P);
+            uint key = gb_orderkey(x);
+            if (key < Kk || (key & mask) != prefix) {
+                continue;
+            }
+            ulong q = gb_fixed(gb_weight(x, W), W.F);
+            if (q != 0ul) {
+                uint b = (key >> shift) & 0xFFu;
+                gb_bin_add_u64(&H.lo[b], &H.hi[b], q);
+            }
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        if (L.sg == 0u) {
+            gb_select_bin(H, true, above, target, L);
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        prefix |= H.sel_bin[0] << shift;
+        above = H.sel_above[0];
+        mask |= 0xFFu << shift;
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    return prefix;
+}
+
+// The key cut of the top-k and top-p filters, max(Kk, Kp) (0: both off).
+template <int KIND>
+inline uint gb_categorical_cut(device const typename gb_io<KIND>::elem* row, uint vocab, gb_processor P,
+                               thread const gb_row_params& p, gb_weights W, uint max_key, gb_thread_ids L,
+                               gb_categorical_scratch tg) {
+    uint Kk = 0u;
+    if (p.top_k > 0u && p.top_k < vocab) {
+        Kk = gb_topk_threshold<KIND>(row, vocab, P, p.top_k, L, tg.bins);
+    }
+    uint Kp = 0u;
+    if (p.top_p > 0.0f && p.top_p < 1.0f) {
+        // Z, the mass of the top-k set, and target = (Z * P) >> 32.
+        ulong z = 0ul;
+        for (uint i = L.tid; i < vocab; i += L.T) {
+            float x = gb_processed(gb_io<KIND>::load1(row + i), i, P);
+            if (gb_orderkey(x) >= Kk) {
+                z += gb_fixed(gb_weight(x, W), W.F);
+            }
+        }
+        z = gb_block_sum_u64(z, L, tg.u64s);
+        float pscaled = p.top_p * 4294967296.0f;
+        ulong P32 = ulong(uint(pscaled));
+        ulong target = (z >> 32) * P32 + (((z & 0xFFFFFFFFul) * P32) >> 32);
+        if (target == 0ul) {
+            Kp = max_key;  // every present key reaches a zero target; take the largest
+        } else {
+            Kp = gb_topp_threshold<KIND>(row, vocab, P, Kk, W, target, L, tg.bins);
+        }
+    }
+    return max(Kk, Kp);
+}
+
+// The first index whose processed logit equals m (the greedy answer of the categorical
+// path), returned to every thread.
+template <int KIND>
+inline uint gb_first_index_of(device const typename gb_io<KIND>::elem* row, uint vocab, gb_processor P, float m,
+                              gb_thread_ids L, gb_categorical_scratch tg) {
+    ulong best = 0ul;
+    uint unused = 0u;
+    for (uint i = L.tid; i < vocab; i += L.T) {
+        if (gb_processed(gb_io<KIND>::load1(row + i), i, P) == m) {
+            best = gb_max_u64(best, ulong(0xFFFFFFFFu - i));
+        }
+    }
+    gb_block_max_or(best, unused, L, tg.u64s, tg.u32s);
+    return 0xFFFFFFFFu - uint(best);
+}
+
+// ln(S_kept * 2^-F): the scaling by a power of two is exact, so only the conversion and
+// the logarithm round.
+inline float gb_log_kept_mass(ulong total, uint F) {
+    float t = float(total);
+    float scaled = t * as_type<float>((127u - F) << 23);
+    return precise::log(scaled);
+}
+
+// The record of a greedy row's token tok with raw logit x: the processed distribution is
+// softmax(x') at temperature 1, whose log-sum-exp is proc_set.
+inline float4 gb_greedy_record(float x, uint tok, gb_processor P, float2 raw, float2 proc_set, float lse_raw) {
+    float xp = gb_processed(x, tok, P);
+    return float4(gb_lse_logprob(x, raw), gb_lse_logprob(xp, proc_set), lse_raw, gb_lse_value(proc_set));
+}
+
+// The record of a drawn token with raw logit x0 and processed logit x, of a kept set
+// of mass total.
+inline float4 gb_categorical_record(float x0, float x, gb_weights W, ulong total, float2 raw, float lse_raw) {
+    float d = x - W.m;
+    float a = d * W.invT;
+    float ln_kept = gb_log_kept_mass(total, W.F);
+    float mt = W.m * W.invT;
+    return float4(gb_lse_logprob(x0, raw), a - ln_kept, lse_raw, mt + ln_kept);
+}
+
+// Step 1: the largest key of x' (so the largest processed logit m), the row's
+// observations and, for the record, the raw log-sum-exp (and with proc_lse the
+// processed one at temperature 1), reduced over the threadgroup.
+template <int KIND>
+inline void gb_categorical_scan(device const typename gb_io<KIND>::elem* row, uint vocab, gb_processor P, bool want_lp,
+                                bool proc_lse, gb_thread_ids L, gb_categorical_scratch tg, thread ulong& kmax,
+                                thread uint& seen, thread float2& raw, thread float2& proc) {
+    for (uint i = L.tid; i < vocab; i += L.T) {
+        float x0 = gb_io<KIND>::load1(row + i);
+        if (want_lp) {
+            gb_lse_add(raw, x0);
+        }
+        float x = gb_process_seen(x0, i, P, seen);
+        if (proc_lse) {
+            gb_lse_add(proc, x);
+        }
+        if (!isnan(x)) {
+            kmax = gb_max_u64(kmax, ulong(gb_orderkey(x)));
+        }
+    }
+    gb_block_max_or(kmax, seen, L, tg.u64s, tg.u32s);
+    if (want_lp) {
+        gb_block_lse(raw, proc, L, tg.lse);
+    }
+}
+
+// The kept mass of this thread's SIMD-group's segment [seg_begin, seg_end) of the row
+// (part), of the segments before it (offset) and of the row (total), each SIMD-group's
+// lanes reading consecutive elements.
+template <int KIND>
+inline void gb_segment_sums(device const typename gb_io<KIND>::elem* row, gb_processor P, gb_weights W, gb_filters f,
+                            uint seg_begin, uint seg_end, gb_thread_ids L, gb_categorical_scratch tg,
+                            thread ulong& part, thread ulong& offset, thread ulong& total) {
+    part = 0ul;
+    for (uint i = seg_begin + L.lane; i < seg_end; i += L.width) {
+        part += gb_kept_weight(gb_processed(gb_io<KIND>::load1(row + i), i, P), W, f);
+    }
+    part = gb_simd_sum_u64(part, L.width);
+    if (L.lane == 0u) {
+        tg.u64s[L.sg] = part;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    offset = 0ul;
+    total = 0ul;
+    for (uint g = 0u; g < L.nsg; ++g) {
+        ulong v = tg.u64s[g];
+        if (g < L.sg) {
+            offset += v;
+        }
+        total += v;
+    }
+}
+
+// Walks the segment that holds target, one element per lane at a time, with a prefix
+// sum over the lanes, until the running sum (from offset) exceeds target. Returns true
+// in the one lane that holds the token, with its index and processed logit.
+template <int KIND>
+inline bool gb_categorical_walk(device const typename gb_io<KIND>::elem* row, gb_processor P, gb_weights W,
+                                gb_filters f, uint seg_begin, uint seg_end, ulong offset, ulong target,
+                                gb_thread_ids L, thread uint& tok, thread float& tok_x) {
+    ulong running = offset;
+    for (uint base = seg_begin; base < seg_end; base += L.width) {
+        uint i = base + L.lane;
+        ulong q = 0ul;
+        float x = -INFINITY;
+        if (i < seg_end) {
+            x = gb_processed(gb_io<KIND>::load1(row + i), i, P);
+            q = gb_kept_weight(x, W, f);
+        }
+        ulong incl = gb_simd_inclusive_sum_u64(q, L.lane, L.width);
+        bool crossed = running + incl > target;
+        uint first = gb_simd_min_u32(crossed ? L.lane : L.width, L.width);
+        if (first < L.width) {
+            tok = i;
+            tok_x = x;
+            return L.lane == first;
+        }
+        uint2 last = simd_shuffle(uint2(uint(incl), uint(incl >> 32)), ushort(L.width - 1u));
+        running += gb_join_u64(last.x, last.y);
+    }
+    return false;
+}
+
+// One threadgroup per row and draw: the row's maximum and observations, the top-k and
+// top-p key thresholds, then the draw. SIMD-group g owns the g-th contiguous segment of
+// the row and sums its kept weights; every thread then knows each segment's offset and
+// the total S, and the SIMD-group whose segment holds target = (u * S) >> 64 walks it
+// again. The lane that finds the token writes the draw's slot and does the row's
+// end-of-draws work.
+template <int KIND>
+inline void gb_categorical(device const typename gb_io<KIND>::elem* logits, gb_buffers B, uint3 group, uint3 groups,
+                           gb_thread_ids L, gb_categorical_scratch tg) {
+    const uint by = group.y;
+    const uint bz = group.z;
+    const uint n = groups.y;
+    const uint draws = groups.z;
+    if (draws > uint(GB_MAX_DRAWS)) {
+        return;  // not a launch the kernels serve (ABI.md): nothing is written
+    }
+    // A copy: ADVANCE rewrites the step in params once every threadgroup is past it.
+    const gb_row_params p = B.params[by];
+    if ((p.flags & GB_FLAG_ROUTED) != 0u && (p.flags & GB_FLAG_CATEGORICAL) == 0u) {
+        return;  // the gumbel_argmax kernel's row
+    }
+    const ulong o = ulong(p.row) * ulong(draws) + ulong(bz);
+    const float temp = p.temperature;
+    const uint vocab = B.vocab;
+    if (gb_bad_row(temp, vocab) || gb_bad_flags(p.flags)) {
+        if (L.tid == 0u) {
+            gb_finish(B, p.flags, o, -1, GB_STATUS_BAD_PARAMS, float4(0.0f));
+        }
+        return;
+    }
+    const bool want_lp = (p.flags & GB_FLAG_LOGPROBS) != 0u;
+    const bool greedy = temp == 0.0f;
+    const gb_processor P = gb_processor_of(p, B.bias, B.counts, B.mask, vocab);
+    device const typename gb_io<KIND>::elem* row = logits + ulong(p.row) * B.row_stride;
+
+    // 1. m and the observations.
+    ulong kmax = 0ul;
+    uint seen = 0u;
+    float2 raw = gb_lse_empty();
+    float2 proc = gb_lse_empty();
+    const bool proc_lse = want_lp && greedy && (p.flags & GB_FLAGS_PROCESSORS) != 0u;
+    gb_categorical_scan<KIND>(row, vocab, P, want_lp, proc_lse, L, tg, kmax, seen, raw, proc);
+    const int st = gb_seen_status(seen);
+    if (st != GB_STATUS_OK) {
+        if (L.tid == 0u) {
+            gb_finish(B, p.flags, o, -1, st, float4(0.0f));
+            gb_row_done(B, p, by, n, draws);
+        }
+        return;
+    }
+    const uint max_key = uint(kmax);
+    const float m = gb_orderkey_inverse(max_key);
+    const float lse_raw = want_lp ? gb_lse_value(raw) : 0.0f;
+    if (greedy) {
+        // Temperature 0 is greedy on every path: the first index of the largest x'.
+        uint tok = gb_first_index_of<KIND>(row, vocab, P, m, L, tg);
+        if (L.tid == 0u) {
+            float4 rec = float4(0.0f);
+            if (want_lp) {
+                rec = gb_greedy_record(gb_io<KIND>::load1(row + tok), tok, P, raw, proc_lse ? proc : raw, lse_raw);
+            }
+            gb_finish(B, p.flags, o, int(tok), GB_STATUS_OK, rec);
+            gb_row_done(B, p, by, n, draws);
+        }
+        return;
+    }
+    const float invT = gb_recip_rn(temp);
+    const uint F = 63u - (32u - clz(vocab));
+    const float f_ln2 = float(F) * 0.6931472f;
+    const float cutoff = -(f_ln2 + 1.0f);
+    const gb_weights W = {m, invT, F, cutoff};
+
+    // 2, 3. The top-k and top-p thresholds; min-p.
+    const uint cut = gb_categorical_cut<KIND>(row, vocab, P, p, W, max_key, L, tg);
+    const gb_filters f = {cut, p.min_p > 0.0f && p.min_p <= 1.0f, p.min_p};
+
+    // 4. Segment sums of kept weights, one segment per SIMD-group.
+    const uint seg = ((vocab + L.nsg - 1u) / L.nsg + L.width - 1u) / L.width * L.width;
+    const uint seg_begin = min(vocab, L.sg * seg);
+    const uint seg_end = min(vocab, seg_begin + seg);
+    ulong part, offset, total;
+    gb_segment_sums<KIND>(row, P, W, f, seg_begin, seg_end, L, tg, part, offset, total);
+    if (total == 0ul) {
+        // Unreachable: the largest logit is always kept with q = 2^F. Answer as the Go
+        // edition does.
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+        uint tok = gb_first_index_of<KIND>(row, vocab, P, m, L, tg);
+        if (L.tid == 0u) {
+            gb_finish(B, p.flags, o, int(tok), GB_STATUS_OK, float4(NAN));
+            gb_row_done(B, p, by, n, draws);
+        }
+        return;
+    }
+    const ulong target = gb_mul_hi64(gb_categorical_uniform(gb_stream_of(p, bz)), total);
+    if (part == 0ul || target < offset || target - offset >= part) {
+        return;  // another SIMD-group's segment holds the draw
+    }
+
+    // 5. The walk.
+    uint tok;
+    float x;
+    if (gb_categorical_walk<KIND>(row, P, W, f, seg_begin, seg_end, offset, target, L, tok, x)) {
+        float4 rec = float4(0.0f);
+        if (want_lp) {
+            rec = gb_categorical_record(gb_io<KIND>::load1(row + tok), x, W, total, raw, lse_raw);
+        }
+        gb_finish(B, p.flags, o, int(tok), GB_STATUS_OK, rec);
+        gb_row_done(B, p, by, n, draws);
+    }
+}
