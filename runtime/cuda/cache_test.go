@@ -4,7 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/fakegpu"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -144,4 +147,51 @@ func TestMemoryCache(t *testing.T) {
 	c.forget()
 	_, ok = c.get(k)
 	assert.False(t, ok)
+}
+
+// caseLoadCache loads a program cold (NVRTC), warm from disk and warm from memory, and
+// then from a corrupted disk entry, which must be recompiled.
+func caseLoadCache(t *testing.T, d *Device) {
+	dir := t.TempDir()
+	t.Setenv(EnvCacheDir, dir)
+	memoryCache.forget()
+	p := &runtime.Program{Name: "cache_test", CUDA: fakegpu.Source + "\n// " + t.Name() + "\n"}
+	load := func(want LoadSource) LoadStats {
+		t.Helper()
+		m, err := d.Load(p)
+		require.NoError(t, err)
+		k, err := m.Kernel("add_one")
+		require.NoError(t, err)
+		assert.Equal(t, "add_one", k.Name())
+		require.NoError(t, m.Close())
+		st := d.LastLoad()
+		assert.Equal(t, want, st.Source)
+		assert.Equal(t, "cache_test", st.Program)
+		assert.Equal(t, d.Target(), st.Target)
+		return st
+	}
+	cold := load(Compiled)
+	require.NoError(t, cold.CacheErr)
+	assert.Positive(t, cold.Compile)
+	memoryCache.forget()
+	disk := load(DiskCache)
+	require.NoError(t, disk.CacheErr)
+	assert.Zero(t, disk.Compile)
+	warm := load(MemoryCache)
+	assert.Equal(t, cold.Key, warm.Key)
+	t.Logf("Load of %s for %s: cold (NVRTC %v) %v, disk cache %v, memory cache %v",
+		p.Name, cold.Target, cold.Compile.Round(time.Microsecond), cold.Total.Round(time.Microsecond),
+		disk.Total.Round(time.Microsecond), warm.Total.Round(time.Microsecond))
+
+	// Corrupt the one entry: it must be recompiled and rewritten, never loaded.
+	matches := glob(dir + "/cuda/*.bin")
+	require.Len(t, matches, 1)
+	corruptFile(t, matches[0])
+	memoryCache.forget()
+	again := load(Compiled)
+	require.Error(t, again.CacheErr)
+	assert.Contains(t, again.CacheErr.Error(), "checksum")
+	memoryCache.forget()
+	load(DiskCache)
+	assert.Empty(t, glob(dir+"/cuda/*.tmp"), "no temporary files are left behind")
 }

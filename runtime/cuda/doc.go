@@ -11,6 +11,10 @@
 // every driver call runs with the goroutine locked to its thread and the device's context
 // made current on it first. The per-step calls (Launch, the copies, Record, Synchronize)
 // make their driver calls through function pointers looked up once and allocate nothing.
+// That code, from the device down to kernel launches, is shared with the HIP backend,
+// whose runtime copies the driver API call for call; this package binds libcuda for it
+// and adds what is CUDA's alone: the primary context, NVRTC's targets and the module
+// cache, and graph capture.
 //
 // Environment:
 //   - GUMBEL_CUDA_LIBRARY: path of libcuda (nvcuda.dll); nothing else is tried when set.

@@ -34,118 +34,110 @@ const (
 	ErrorCompatNotSupported   Result = 804
 )
 
-// resultNamer turns a Result into its name and description; the loaded driver installs
-// one backed by cuGetErrorName and cuGetErrorString.
-var resultNamer gpurt.Namer[Result]
+// results describes Result: its C name, the driver's words for it (installed by the
+// loaded driver from cuGetErrorName and cuGetErrorString) and the codes behind each of
+// the runtime's sentinel errors.
+var results = &gpurt.Codes[Result]{CType: "CUresult", Sentinels: map[error][]Result{
+	runtime.ErrOutOfMemory:     {ErrorOutOfMemory},
+	runtime.ErrInvalidArgument: {ErrorInvalidValue},
+	runtime.ErrClosed:          {ErrorContextIsDestroyed, ErrorDeinitialized},
+	runtime.ErrUnavailable: {ErrorNoDevice, ErrorInvalidDevice, ErrorStubLibrary, ErrorInsufficientDriver,
+		ErrorDeviceUnavailable, ErrorNotInitialized, ErrorSystemDriverMismatch, ErrorCompatNotSupported},
+}}
 
 // Error returns the driver's name and description of r, e.g.
 // "CUDA_ERROR_OUT_OF_MEMORY: out of memory", or the bare number when no driver can name
 // it.
-func (r Result) Error() string { return resultNamer.Describe(r, "CUresult") }
+func (r Result) Error() string { return results.Error(r) }
 
 // Is maps driver statuses onto the runtime's sentinel errors, so callers can test
 // errors.Is(err, runtime.ErrOutOfMemory) whatever the backend.
-func (r Result) Is(target error) bool {
-	switch target {
-	case runtime.ErrOutOfMemory:
-		return r == ErrorOutOfMemory
-	case runtime.ErrInvalidArgument:
-		return r == ErrorInvalidValue
-	case runtime.ErrClosed:
-		return r == ErrorContextIsDestroyed || r == ErrorDeinitialized
-	case runtime.ErrUnavailable:
-		switch r {
-		case ErrorNoDevice, ErrorInvalidDevice, ErrorStubLibrary, ErrorInsufficientDriver, ErrorDeviceUnavailable,
-			ErrorNotInitialized, ErrorSystemDriverMismatch, ErrorCompatNotSupported:
-			return true
-		}
-	}
-	return false
-}
+func (r Result) Is(target error) bool { return results.Is(r, target) }
 
 // failed wraps a non-success status with the call that returned it, e.g.
 // "cuMemAlloc_v2(1048576): CUDA_ERROR_OUT_OF_MEMORY: out of memory".
 func failed(call string, r Result) error { return backend.Failed(call, int32(r)) }
 
-// backend names the package to the code it shares with the HIP backend.
-var backend = &gpurt.Backend{Pkg: "cuda", Brand: "CUDA", Status: func(code int32) error { return Result(code) }}
+// backend names the package to the code it shares with the HIP backend, and says how
+// the CUDA driver differs from HIP's.
+var backend = &gpurt.Backend{Pkg: "cuda", Brand: "CUDA", Status: gpurt.ErrorOf[Result],
+	KernelNotFound: []int32{int32(ErrorNotFound)},
+	Owner:          func(ctx uintptr) string { return fmt.Sprintf("context %#x", ctx) }}
 
-// CUDA driver constants (cuda.h).
+// The constants of the calls gumbel makes (cuda.h).
 const (
-	devAttrMaxThreadsPerBlock = 1
-	devAttrMaxBlockDimX       = 2
-	devAttrMaxGridDimX        = 5
-	devAttrWarpSize           = 10
-	devAttrMultiprocessors    = 16
-	devAttrCCMajor            = 75
-	devAttrCCMinor            = 76
+	devAttrCCMajor = 75
+	devAttrCCMinor = 76
 
-	funcAttrMaxThreadsPerBlock = 0
-
-	streamNonBlocking    = 0x1
-	eventDefault         = 0x0
-	memHostAllocPortable = 0x1
+	// captureModeRelaxed is CU_STREAM_CAPTURE_MODE_RELAXED: the capture does not
+	// forbid other threads' unsafe calls, which the per-call thread locking of this
+	// package could otherwise trip over (a goroutine's calls may come from different
+	// OS threads).
+	captureModeRelaxed = 2
 )
 
-// driver is libcuda: its path, version and the function pointers gumbel calls.
+// apiConstants are the numbers the shared calls take (cuda.h).
+var apiConstants = gpurt.API{
+	HostAllocFlags: gpurt.Flag{Value: 0x1, Name: "CU_MEMHOSTALLOC_PORTABLE"},
+	StreamFlags:    gpurt.Flag{Value: 0x1, Name: "CU_STREAM_NON_BLOCKING"},
+	EventFlags:     gpurt.Flag{Value: 0x0, Name: "CU_EVENT_DEFAULT"},
+	FuncMaxThreads: gpurt.Flag{Value: 0, Name: "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"},
+	Attrs:          gpurt.DeviceAttrs{MaxThreads: 1, MaxBlockX: 2, MaxGridX: 5, WarpSize: 10, Multiprocessors: 16},
+}
+
+// driver is libcuda: its path, version and the function pointers gumbel calls, those of
+// the code shared with HIP in api.
 type driver struct {
 	path    string
 	version int
+	api     gpurt.API
 
-	cuInit, cuDriverGetVersion, cuGetErrorName, cuGetErrorString                uintptr
-	cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute        uintptr
-	cuDeviceTotalMem, cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease       uintptr
-	cuCtxSetCurrent                                                             uintptr
-	cuMemAlloc, cuMemFree, cuMemHostAlloc, cuMemFreeHost, cuMemGetAddressRange  uintptr
-	cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuMemsetD8Async                       uintptr
-	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamGetCtx        uintptr
-	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventSynchronize            uintptr
-	cuEventElapsedTime                                                          uintptr
-	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuFuncGetAttribute   uintptr
-	cuFuncGetParamInfo, cuFuncGetParamCount, cuLaunchKernel                     uintptr
-	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate, cuGraphLaunch uintptr
-	cuGraphExecDestroy, cuGraphDestroy                                          uintptr
+	cuInit, cuDriverGetVersion, cuGetErrorName, cuGetErrorString uintptr
+	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease          uintptr
+	cuFuncGetParamInfo, cuFuncGetParamCount                      uintptr
+	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiate uintptr
+	cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy            uintptr
 }
 
 // symbols lists the driver functions gumbel binds. The _v2 names are the ones cuda.h
 // maps the plain names to since CUDA 3.2/4.0/11.0; optional ones only refine errors and
 // checks.
 func (d *driver) symbols() []dynlib.Func {
-	req, opt := dynlib.Required, dynlib.Optional
+	req, opt, a := dynlib.Required, dynlib.Optional, &d.api
 	return []dynlib.Func{
 		req(&d.cuInit, "cuInit"),
 		req(&d.cuDriverGetVersion, "cuDriverGetVersion"),
 		opt(&d.cuGetErrorName, "cuGetErrorName"),
 		opt(&d.cuGetErrorString, "cuGetErrorString"),
-		req(&d.cuDeviceGetCount, "cuDeviceGetCount"),
-		req(&d.cuDeviceGet, "cuDeviceGet"),
-		req(&d.cuDeviceGetName, "cuDeviceGetName"),
-		req(&d.cuDeviceGetAttribute, "cuDeviceGetAttribute"),
-		req(&d.cuDeviceTotalMem, "cuDeviceTotalMem_v2"),
+		a.DeviceCount.Required("cuDeviceGetCount"),
+		a.DeviceGet.Required("cuDeviceGet"),
+		a.DeviceName.Required("cuDeviceGetName"),
+		a.DeviceAttribute.Required("cuDeviceGetAttribute"),
+		a.DeviceTotalMem.Required("cuDeviceTotalMem_v2"),
 		req(&d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
 		req(&d.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"),
-		req(&d.cuCtxSetCurrent, "cuCtxSetCurrent"),
-		req(&d.cuMemAlloc, "cuMemAlloc_v2"),
-		req(&d.cuMemFree, "cuMemFree_v2"),
-		req(&d.cuMemHostAlloc, "cuMemHostAlloc"),
-		req(&d.cuMemFreeHost, "cuMemFreeHost"),
-		req(&d.cuMemGetAddressRange, "cuMemGetAddressRange_v2"),
-		req(&d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
-		req(&d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
-		req(&d.cuMemsetD8Async, "cuMemsetD8Async"),
-		req(&d.cuStreamCreate, "cuStreamCreate"),
-		req(&d.cuStreamDestroy, "cuStreamDestroy_v2"),
-		req(&d.cuStreamSynchronize, "cuStreamSynchronize"),
-		opt(&d.cuStreamGetCtx, "cuStreamGetCtx"),
-		req(&d.cuEventCreate, "cuEventCreate"),
-		req(&d.cuEventDestroy, "cuEventDestroy_v2"),
-		req(&d.cuEventRecord, "cuEventRecord"),
-		req(&d.cuEventSynchronize, "cuEventSynchronize"),
-		req(&d.cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime"),
-		req(&d.cuModuleLoadData, "cuModuleLoadData"),
-		req(&d.cuModuleUnload, "cuModuleUnload"),
-		req(&d.cuModuleGetFunction, "cuModuleGetFunction"),
-		req(&d.cuFuncGetAttribute, "cuFuncGetAttribute"),
+		a.SetCurrent.Required("cuCtxSetCurrent"),
+		a.MemAlloc.Required("cuMemAlloc_v2"),
+		a.MemFree.Required("cuMemFree_v2"),
+		a.HostAlloc.Required("cuMemHostAlloc"),
+		a.HostFree.Required("cuMemFreeHost"),
+		a.AddressRange.Required("cuMemGetAddressRange_v2"),
+		a.CopyHtoD.Required("cuMemcpyHtoDAsync_v2"),
+		a.CopyDtoH.Required("cuMemcpyDtoHAsync_v2"),
+		a.Memset.Required("cuMemsetD8Async"),
+		a.StreamCreate.Required("cuStreamCreate"),
+		a.StreamDestroy.Required("cuStreamDestroy_v2"),
+		a.StreamSync.Required("cuStreamSynchronize"),
+		a.StreamOwner.Optional("cuStreamGetCtx"),
+		a.EventCreate.Required("cuEventCreate"),
+		a.EventDestroy.Required("cuEventDestroy_v2"),
+		a.EventRecord.Required("cuEventRecord"),
+		a.EventSync.Required("cuEventSynchronize"),
+		a.EventElapsed.Required("cuEventElapsedTime_v2", "cuEventElapsedTime"),
+		a.ModuleLoad.Required("cuModuleLoadData"),
+		a.ModuleUnload.Required("cuModuleUnload"),
+		a.GetFunction.Required("cuModuleGetFunction"),
+		a.FuncAttribute.Required("cuFuncGetAttribute"),
 		opt(&d.cuFuncGetParamInfo, "cuFuncGetParamInfo"),
 		opt(&d.cuFuncGetParamCount, "cuFuncGetParamCount"),
 		opt(&d.cuStreamBeginCapture, "cuStreamBeginCapture_v2"),
@@ -154,7 +146,7 @@ func (d *driver) symbols() []dynlib.Func {
 		opt(&d.cuGraphLaunch, "cuGraphLaunch"),
 		opt(&d.cuGraphExecDestroy, "cuGraphExecDestroy"),
 		opt(&d.cuGraphDestroy, "cuGraphDestroy"),
-		req(&d.cuLaunchKernel, "cuLaunchKernel"),
+		a.Launch.Required("cuLaunchKernel"),
 	}
 }
 
@@ -164,11 +156,19 @@ func loadDriver(s runtime.LibrarySearch) (*driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &driver{path: path}
-	if err := dynlib.Bind(path, func(n string) uintptr { return lookupSymbol(h, n) }, d.symbols()); err != nil {
+	return newDriver(path, func(name string) uintptr { return dynlib.Symbol(h, name) })
+}
+
+// newDriver binds the driver at path through lookup, makes Result.Error ask it for names
+// and initialises it.
+func newDriver(path string, lookup func(name string) uintptr) (*driver, error) {
+	d := &driver{path: path, api: apiConstants}
+	if err := dynlib.Bind(path, lookup, d.symbols()); err != nil {
 		return nil, err
 	}
-	d.installNamer()
+	results.Use(func(code int32) (string, string) {
+		return gpurt.StringOut(d.cuGetErrorName, code), gpurt.StringOut(d.cuGetErrorString, code)
+	})
 	if r := Result(gpurt.CallN(d.cuInit, 0)); r != Success {
 		err := failed("cuInit(0)", r)
 		if r == ErrorStubLibrary {
@@ -182,24 +182,6 @@ func loadDriver(s runtime.LibrarySearch) (*driver, error) {
 	}
 	d.version = int(v)
 	return d, nil
-}
-
-// installNamer makes Result.Error ask this driver for names and descriptions.
-func (d *driver) installNamer() {
-	f := func(r Result) (name, text string) {
-		ask := func(fn uintptr) string {
-			if fn == 0 {
-				return ""
-			}
-			var p uintptr // a static C string
-			if Result(gpurt.CallN(fn, uintptr(r), uintptr(unsafe.Pointer(&p)))) != Success {
-				return ""
-			}
-			return gpurt.GoString(p, 512)
-		}
-		return ask(d.cuGetErrorName), ask(d.cuGetErrorString)
-	}
-	resultNamer.Store(&f)
 }
 
 // versionString formats a CUDA version number (1000·major + 10·minor), e.g. "13.0".

@@ -11,13 +11,13 @@ import (
 
 // withResultNamer installs a namer for the test's duration.
 func withResultNamer(t *testing.T, f func(Result) (string, string)) {
-	prev := resultNamer.Load()
+	prev := results.Load()
 	if f == nil {
-		resultNamer.Store(nil)
+		results.Store(nil)
 	} else {
-		resultNamer.Store(&f)
+		results.Store(&f)
 	}
-	t.Cleanup(func() { resultNamer.Store(prev) })
+	t.Cleanup(func() { results.Store(prev) })
 }
 
 func TestResultError(t *testing.T) {
@@ -83,10 +83,10 @@ func TestResultIs(t *testing.T) {
 }
 
 func TestNVRTCResult(t *testing.T) {
-	prev := nvrtcNamer.Load()
-	t.Cleanup(func() { nvrtcNamer.Store(prev) })
+	prev := nvrtcResults.Load()
+	t.Cleanup(func() { nvrtcResults.Store(prev) })
 
-	nvrtcNamer.Store(nil)
+	nvrtcResults.Store(nil)
 	assert.Equal(t, "nvrtcResult(6)", NVRTCErrorCompilation.Error())
 
 	f := func(r NVRTCResult) (string, string) {
@@ -95,7 +95,7 @@ func TestNVRTCResult(t *testing.T) {
 		}
 		return "", ""
 	}
-	nvrtcNamer.Store(&f)
+	nvrtcResults.Store(&f)
 	assert.Equal(t, "NVRTC_ERROR_COMPILATION", NVRTCErrorCompilation.Error())
 	assert.Equal(t, "nvrtcResult(42)", NVRTCResult(42).Error())
 	assert.ErrorIs(t, fmt.Errorf("x: %w", NVRTCErrorCompilation), runtime.ErrCompile)

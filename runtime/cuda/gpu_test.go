@@ -15,6 +15,8 @@ import (
 	"github.com/gumbel-go/gumbel/kernelsrc"
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
+	"github.com/gumbel-go/gumbel/runtime/internal/gputest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -54,25 +56,12 @@ func TestGPUDeviceInfo(t *testing.T) {
 	t.Logf("probe: %d devices, libraries %v", len(res.Devices), res.Libraries)
 }
 
-func TestGPUAllocCopyZero(t *testing.T) { caseAllocCopyZero(t, openGPU(t)) }
-func TestGPULaunch(t *testing.T)        { caseLaunch(t, openGPU(t)) }
-func TestGPULaunchErrors(t *testing.T)  { caseLaunchErrors(t, openGPU(t)) }
-func TestGPUCompileError(t *testing.T)  { caseCompileError(t, openGPU(t)) }
-func TestGPUEvents(t *testing.T)        { caseEvents(t, openGPU(t)) }
-func TestGPUWrap(t *testing.T)          { caseWrap(t, openGPU(t)) }
-func TestGPULoadCache(t *testing.T)     { caseLoadCache(t, openGPU(t)) }
-
-func TestGPUHotPathAllocs(t *testing.T) {
-	d := openGPU(t)
-	m, _, _ := loadKernels(t, d)
-	caseHotPathAllocs(t, d, m)
+// TestGPU runs the cases every backend shares on device 0.
+func TestGPU(t *testing.T) {
+	gputest.Run(t, func(t testing.TB) gputest.Target { return target(openGPU(t)) })
 }
 
-func TestGPUGoroutineHopping(t *testing.T) {
-	d := openGPU(t)
-	m, _, _ := loadKernels(t, d)
-	caseGoroutineHopping(t, d, m, 16, 200)
-}
+func TestGPULoadCache(t *testing.T) { caseLoadCache(t, openGPU(t)) }
 
 // TestGPUTwoDevicesShareContext: two Opens of one ordinal share the primary context and
 // closing one leaves the other working.
@@ -86,7 +75,7 @@ func TestGPUTwoDevicesShareContext(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Close())
 	assert.NoError(t, buf.Free(), "released by Close already")
-	caseAllocCopyZero(t, a)
+	gputest.Memory(t, target(a))
 }
 
 // TestGPUSamplingProgramCompiles compiles the real kernel set with this package's NVRTC
@@ -109,7 +98,7 @@ func TestGPUSamplingProgramCompiles(t *testing.T) {
 			require.NoError(t, err)
 			t.Logf("%s: max %d threads per block", k.Name(), k.MaxThreadsPerBlock())
 			assert.Equal(t, 1024, k.MaxThreadsPerBlock(), "%s should allow 1024-thread blocks", k.Name())
-			assert.Equal(t, abiParamSizes, k.(*kernel).core.ParamSizes, "%s parameters (ABI.md, version 2)", k.Name())
+			assert.Equal(t, abiParamSizes, k.(*gpurt.Kernel).ParamSizes, "%s parameters (ABI.md, version 2)", k.Name())
 		}
 	}
 }
@@ -148,7 +137,7 @@ func BenchmarkGPULaunch(b *testing.B) {
 // back, synchronize.
 func BenchmarkGPUStep(b *testing.B) {
 	d := openGPU(b)
-	m, err := d.Load(testProgram())
+	m, err := d.Load(gputest.Program())
 	require.NoError(b, err)
 	defer m.Close()
 	k, err := m.Kernel("add_one")

@@ -13,10 +13,11 @@ import (
 // Graph capture is CUDA's alone: the HIP backend does not bind HIP's graph API, so its
 // streams are no runtime.GraphCapturer, and none of this is shared with it.
 
-// captureModeRelaxed is CU_STREAM_CAPTURE_MODE_RELAXED: the capture does not forbid
-// other threads' unsafe calls, which the per-call thread locking of this package could
-// otherwise trip over (a goroutine's calls may come from different OS threads).
-const captureModeRelaxed = 2
+// stream is a shared stream with CUDA's graph capture.
+type stream struct {
+	*gpurt.Stream
+	dev *Device
+}
 
 var _ runtime.GraphCapturer = (*stream)(nil)
 
@@ -31,7 +32,7 @@ func (s *stream) BeginCapture() error {
 		drv.cuGraphLaunch == 0 || drv.cuGraphExecDestroy == 0 || drv.cuGraphDestroy == 0 {
 		return errNoGraphs
 	}
-	return s.core.CallOn("BeginCapture", gpurt.Entry{Fn: drv.cuStreamBeginCapture, Name: "cuStreamBeginCapture_v2"}, s.core.Handle, captureModeRelaxed)
+	return s.CallOn("BeginCapture", gpurt.Entry{Fn: drv.cuStreamBeginCapture, Name: "cuStreamBeginCapture_v2"}, s.Handle(), captureModeRelaxed)
 }
 
 // EndCapture stops recording and instantiates the graph.
@@ -41,8 +42,8 @@ func (s *stream) EndCapture() (runtime.Graph, error) {
 		return nil, errNoGraphs
 	}
 	g := &graph{dev: s.dev}
-	err := s.dev.own(func() (resource, error) {
-		if r := Result(gpurt.CallN(drv.cuStreamEndCapture, s.core.Handle, uintptr(unsafe.Pointer(&g.graph)))); r != Success {
+	err := s.dev.core.Own(func() (gpurt.Resource, error) {
+		if r := Result(gpurt.CallN(drv.cuStreamEndCapture, s.Handle(), uintptr(unsafe.Pointer(&g.graph)))); r != Success {
 			return nil, failed("cuStreamEndCapture", r)
 		}
 		if r := Result(gpurt.CallN(drv.cuGraphInstantiate, uintptr(unsafe.Pointer(&g.exec)), g.graph, 0)); r != Success {
@@ -74,13 +75,14 @@ func (g *graph) Launch(st runtime.Stream) error {
 	if g.closed.Load() {
 		return fmt.Errorf("cuda graph: Launch: %w", runtime.ErrClosed)
 	}
-	return s.core.CallOn("graph Launch", gpurt.Entry{Fn: g.dev.drv.cuGraphLaunch, Name: "cuGraphLaunch"}, g.exec, s.core.Handle)
+	return s.CallOn("graph Launch", gpurt.Entry{Fn: g.dev.drv.cuGraphLaunch, Name: "cuGraphLaunch"}, g.exec, s.Handle())
 }
 
 // Close releases the graph. A second Close does nothing.
-func (g *graph) Close() error { return g.dev.disown(g) }
+func (g *graph) Close() error { return g.dev.core.Disown(g) }
 
-func (g *graph) release() error {
+// Release destroys the graph; the context is current.
+func (g *graph) Release() error {
 	g.closed.Store(true)
 	var err error
 	if r := Result(gpurt.CallN(g.dev.drv.cuGraphExecDestroy, g.exec)); r != Success {

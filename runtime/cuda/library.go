@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
 )
 
 // Environment variables that name the libraries explicitly.
@@ -151,13 +152,13 @@ func versionOf(name string) []int {
 // really mapped (found through probe, one of its functions), refusing a stub library that
 // a bare soname resolved to.
 func openFound(s runtime.LibrarySearch, probe string) (handle uintptr, path string, err error) {
-	h, candidate, err := s.Find(openLibrary)
+	h, candidate, err := s.Find(dynlib.Open)
 	if err != nil {
 		return 0, "", err
 	}
 	path = candidate
-	if p := lookupSymbol(h, probe); p != 0 {
-		if real := loadedPath(p); real != "" {
+	if p := dynlib.Symbol(h, probe); p != 0 {
+		if real := dynlib.LoadedPath(p); real != "" {
 			path = real
 		}
 	}
@@ -179,8 +180,8 @@ var process struct {
 // libraries loads and initialises libcuda and libnvrtc once.
 func libraries() (*driver, *nvrtc, error) {
 	process.once.Do(func() {
-		if platformErr != nil {
-			process.err = platformErr
+		if err := dynlib.Unsupported("CUDA"); err != nil {
+			process.err = err
 			return
 		}
 		drv, err := loadDriver(driverSearch())

@@ -113,7 +113,7 @@ func TestSymbolListsBind(t *testing.T) {
 	// The symbol lists bind completely against a library that has everything.
 	all := func(string) uintptr { return 1 }
 	assert.NoError(t, dynlib.Bind("libcuda", all, (&driver{}).symbols()))
-	assert.NoError(t, dynlib.Bind("libnvrtc", all, (&nvrtc{}).symbols()))
+	assert.NoError(t, dynlib.Bind("libnvrtc", all, (&nvrtc{}).extra()))
 }
 
 func TestLoadMissingLibrary(t *testing.T) {

@@ -136,23 +136,14 @@ func (d *Device) Load(p *runtime.Program) (runtime.Module, error) {
 	}
 	start := time.Now()
 	opts := compileOptions(d.target)
-	key := newCacheKey(p.CUDA, p.CUDAHeaders, opts, d.target.arch, d.rtc.version())
+	key := newCacheKey(p.CUDA, p.CUDAHeaders, opts, d.target.arch, d.rtc.VersionString())
 	stats := LoadStats{Program: p.Name, Target: d.target.arch, Key: key.String()}
 	img, err := d.image(p, key, opts, &stats)
 	if err != nil {
 		return nil, err
 	}
-	m := &module{core: gpurt.Module{Dev: &d.core, Name: p.Name}, dev: d}
-	if !img.ptx {
-		m.cubin = img.data
-	}
 	loadStart := time.Now()
-	err = d.own(func() (resource, error) {
-		if r := Result(gpurt.CallN(d.drv.cuModuleLoadData, uintptr(unsafe.Pointer(&m.core.Handle)), uintptr(unsafe.Pointer(&img.data[0])))); r != Success {
-			return nil, failed(fmt.Sprintf("cuModuleLoadData(%s, %s)", p.Name, d.target.arch), r)
-		}
-		return m, nil
-	})
+	m, err := d.core.LoadModule(p.Name, d.target.arch, img.data, d.kernelParams)
 	if err != nil {
 		return nil, err
 	}
@@ -210,53 +201,15 @@ func (d *Device) image(p *runtime.Program, key cacheKey, opts []string, stats *L
 	return img, nil
 }
 
-// module is a loaded CUmodule.
-type module struct {
-	core gpurt.Module // Handle is the CUmodule
-	dev  *Device
-	// cubin is the module's CUBIN (nil for PTX), read for its kernels' parameter
-	// counts.
-	cubin []byte
-}
-
-// kernel is one CUfunction of a module. Its ParamSizes are nil when the driver cannot
-// describe parameters (before CUDA 12.4).
-type kernel struct {
-	core gpurt.Kernel // Fn is the CUfunction
-}
-
-// Name returns the kernel's name.
-func (k *kernel) Name() string { return k.core.Name }
-
-// MaxThreadsPerBlock is the largest block this kernel can run with.
-func (k *kernel) MaxThreadsPerBlock() int { return k.core.MaxThreads }
-
-// Kernel returns the kernel of that name (an extern "C" __global__ function), or an
-// error wrapping runtime.ErrNoKernel.
-func (m *module) Kernel(name string) (runtime.Kernel, error) {
-	return m.core.Lookup(name, func() (runtime.Kernel, error) {
-		k := &kernel{core: gpurt.Kernel{Module: &m.core, Name: name}}
-		drv := m.dev.drv
-		cname := gpurt.CString(name)
-		if r := Result(gpurt.CallN(drv.cuModuleGetFunction, uintptr(unsafe.Pointer(&k.core.Fn)), m.core.Handle, uintptr(unsafe.Pointer(&cname[0])))); r != Success {
-			err := failed(fmt.Sprintf("cuModuleGetFunction(%s)", name), r)
-			if r == ErrorNotFound {
-				return nil, m.core.NoKernel(name, err)
-			}
-			return nil, err
-		}
-		var v int32
-		if r := Result(gpurt.CallN(drv.cuFuncGetAttribute, uintptr(unsafe.Pointer(&v)), funcAttrMaxThreadsPerBlock, k.core.Fn)); r != Success {
-			return nil, failed(fmt.Sprintf("cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, %s)", name), r)
-		}
-		k.core.MaxThreads = int(v)
-		count, ok := cubinParamCount(m.cubin, name)
-		if !ok {
-			count = -1
-		}
-		k.core.ParamSizes = paramSizes(drv, k.core.Fn, count)
-		return k, nil
-	})
+// kernelParams describes a kernel's parameters for checking launches: their sizes, nil
+// when the driver cannot describe them (before CUDA 12.4). The count comes from the
+// module's CUBIN when it is one.
+func (d *Device) kernelParams(k *gpurt.Kernel) []int {
+	count, ok := cubinParamCount(k.Module.Image, k.Name())
+	if !ok {
+		count = -1
+	}
+	return paramSizes(d.drv, k.Fn, count)
 }
 
 // paramSizes asks the driver for the size of each of a kernel's parameters; nil when it
@@ -293,17 +246,4 @@ func paramSizes(drv *driver, fn uintptr, count int) []int {
 	}
 	// More parameters than a launch can carry: every launch will be refused by count.
 	return sizes
-}
-
-// Close unloads the module; its kernels can no longer be launched. A second Close does
-// nothing.
-func (m *module) Close() error { return m.dev.disown(m) }
-
-func (m *module) release() error {
-	return m.core.Release(func() error {
-		if r := Result(gpurt.CallN(m.dev.drv.cuModuleUnload, m.core.Handle)); r != Success {
-			return failed("cuModuleUnload", r)
-		}
-		return nil
-	})
 }

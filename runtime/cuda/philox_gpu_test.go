@@ -10,6 +10,7 @@ import (
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/philox"
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -107,24 +108,24 @@ func TestGPUCubinParamCounts(t *testing.T) {
 	d := openGPU(t)
 	mod, err := d.Load(kernelsrc.Sampling())
 	require.NoError(t, err)
-	m := mod.(*module)
-	require.NotNil(t, m.cubin, "the H200 target compiles to a CUBIN")
+	m := mod.(*gpurt.Module)
+	require.True(t, d.target.cubin, "the H200 target compiles to a CUBIN")
 	for _, base := range []string{abi.GumbelArgmax, abi.Categorical, abi.TopN} {
 		for _, suffix := range abi.Suffixes {
 			name := base + suffix
 			kk, err := mod.Kernel(name)
 			require.NoError(t, err)
-			k := kk.(*kernel)
-			n, ok := cubinParamCount(m.cubin, name)
+			k := kk.(*gpurt.Kernel)
+			n, ok := cubinParamCount(m.Image, name)
 			require.True(t, ok, name)
 			assert.Equal(t, len(abiParamSizes), n, name)
 			var probed []int
 			require.NoError(t, d.core.WithDevice(func() error {
-				probed = paramSizes(d.drv, k.core.Fn, -1)
+				probed = paramSizes(d.drv, k.Fn, -1)
 				return nil
 			}))
-			assert.Equal(t, probed, k.core.ParamSizes, name)
-			assert.Equal(t, abiParamSizes, k.core.ParamSizes, name)
+			assert.Equal(t, probed, k.ParamSizes, name)
+			assert.Equal(t, abiParamSizes, k.ParamSizes, name)
 		}
 	}
 }

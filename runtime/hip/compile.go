@@ -105,7 +105,7 @@ func (c *compiler) compileCached(p *runtime.Program, target string) ([]byte, err
 		source:   sourceHash(source, p.CUDAHeaders),
 		target:   target,
 		options:  strings.Join(opts, "\x00"),
-		compiler: c.path + "@" + c.version(),
+		compiler: c.Path + "@" + c.VersionString(),
 	}
 	codeCache.Lock()
 	if codeCache.m == nil {
@@ -124,7 +124,7 @@ func (c *compiler) compileCached(p *runtime.Program, target string) ([]byte, err
 
 	code, log, err := c.compile(p.Name, source, p.CUDAHeaders, opts)
 	if err != nil {
-		e.err = &runtime.CompileError{Backend: runtime.HIP, Program: p.Name + " for " + target + " (hiprtc " + c.version() + ")", Log: log, Err: err}
+		e.err = &runtime.CompileError{Backend: runtime.HIP, Program: p.Name + " for " + target + " (hiprtc " + c.VersionString() + ")", Log: log, Err: err}
 		// A failure is not kept: the next caller compiles again and gets a fresh log.
 		codeCache.Lock()
 		delete(codeCache.m, key)

@@ -11,6 +11,7 @@ import (
 	"github.com/gumbel-go/gumbel/kernelsrc"
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/gputest"
 )
 
 // EnvRequireHIPRTC set to 1 turns a missing hiprtc from a skip into a failure; CI sets it
@@ -107,6 +108,19 @@ func TestCompileSamplingKernels(t *testing.T) {
 					assert.Contains(t, kernels, base+suffix, "kernel %s%s in the %s code object", base, suffix, tc.target)
 				}
 			}
+		})
+	}
+}
+
+// TestCompileSharedKernels: the kernels of the cases every backend shares
+// (runtime/internal/gputest, run on HIP devices by the gpu-tagged tests) compile for HIP.
+func TestCompileSharedKernels(t *testing.T) {
+	needHIPRTC(t)
+	for _, tc := range ciTargets {
+		t.Run(tc.target, func(t *testing.T) {
+			kernels := compileAndRead(t, gputest.Program(), tc.target, tc.mach, tc.wave)
+			assert.Contains(t, kernels, "add_one")
+			assert.Contains(t, kernels, "scale")
 		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/gumbel-go/gumbel/runtime"
@@ -21,54 +20,20 @@ type Device struct {
 	drv *driver
 	rtc *compiler
 
-	// core is what the code shared with the CUDA backend reads: the ordinal, the
-	// description, the launch limits, whether the device is closed.
-	core          gpurt.Device
-	props         deviceProps
-	setDevice     string // "hipSetDevice(ordinal)", for errors
-	defaultStream *stream
-	pinned        pinnedSet
-	closing       atomic.Bool
-}
-
-// deviceProps is what the runtime tells about a device.
-type deviceProps struct {
-	name string
+	// core is the device as the code shared with the CUDA backend sees it: its limits,
+	// runtime calls, streams and the objects it made.
+	core gpurt.Device
 	// archName is gcnArchName, the processor with its feature settings, e.g.
 	// "gfx90a:sramecc+:xnack-".
-	archName        string
-	multiprocessors int
-	maxThreads      int
-	warpSize        int
-	maxBlock        [3]int
-	maxGrid         [3]int
-	totalMemory     uint64
+	archName string
 }
 
-// target is the processor code is compiled for: gcnArchName without its feature
-// settings, so the code object says "any" for xnack and sramecc and loads whichever
-// mode the device runs in.
-func (p deviceProps) target() string { return processorOf(p.archName) }
-
 // processorOf returns the processor of a target id: "gfx90a" for
-// "gfx90a:sramecc+:xnack-".
+// "gfx90a:sramecc+:xnack-". Code is compiled for the processor alone, so the code object
+// says "any" for xnack and sramecc and loads whichever mode the device runs in.
 func processorOf(target string) string {
 	p, _, _ := strings.Cut(target, ":")
 	return p
-}
-
-// info is the runtime.DeviceInfo of a device with these properties.
-func (p deviceProps) info(libraries []string) runtime.DeviceInfo {
-	return runtime.DeviceInfo{
-		Backend:            runtime.HIP,
-		Name:               p.name,
-		Arch:               p.target(),
-		Multiprocessors:    p.multiprocessors,
-		MaxThreadsPerBlock: p.maxThreads,
-		WarpSize:           p.warpSize,
-		TotalMemory:        p.totalMemory,
-		Libraries:          libraries,
-	}
 }
 
 // Open opens HIP device number ordinal. It returns an error wrapping
@@ -91,88 +56,25 @@ func Open(ordinal int) (runtime.Device, error) {
 }
 
 func open(drv *driver, rtc *compiler, ordinal int) (*Device, error) {
-	count, err := drv.deviceCount()
-	if err != nil {
+	if err := backend.CheckOrdinal(&drv.api, ordinal); err != nil {
 		return nil, err
 	}
-	if ordinal < 0 || ordinal >= count {
-		return nil, fmt.Errorf("%w: no HIP device %d (%d present)", runtime.ErrUnavailable, ordinal, count)
-	}
-	props, err := drv.deviceProps(ordinal)
+	props, err := backend.ReadProps(&drv.api, ordinal)
 	if err != nil {
 		return nil, err
-	}
-	d := &Device{drv: drv, rtc: rtc, props: props, setDevice: fmt.Sprintf("hipSetDevice(%d)", ordinal)}
-	d.core = gpurt.Device{Backend: backend, Ordinal: ordinal, Info: props.info([]string{drv.path, rtc.path}),
-		MaxBlock: props.maxBlock, MaxGrid: props.maxGrid, MaxWorkItems: maxGridWorkItems,
-		Bind: d.binding, AsBuffer: asBuffer, AsEvent: asEvent}
-	err = d.core.WithDevice(func() error {
-		s, err := d.newStreamLocked()
-		if err != nil {
-			return err
-		}
-		s.core.IsDefault = true
-		d.defaultStream = s
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return d, nil
-}
-
-// deviceCount returns the number of HIP devices.
-func (drv *driver) deviceCount() (int, error) {
-	var n int32
-	if r := Result(gpurt.CallN(drv.hipGetDeviceCount, uintptr(unsafe.Pointer(&n)))); r != Success {
-		err := failed("hipGetDeviceCount", r)
-		if r == ErrorNoDevice {
-			err = fmt.Errorf("%w: %w", runtime.ErrUnavailable, err)
-		}
-		return 0, err
-	}
-	return int(n), nil
-}
-
-// deviceProps asks the runtime about device ordinal.
-func (drv *driver) deviceProps(ordinal int) (deviceProps, error) {
-	var p deviceProps
-	var dev int32 // hipDevice_t
-	if r := Result(gpurt.CallN(drv.hipDeviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(ordinal))); r != Success {
-		return p, failed(fmt.Sprintf("hipDeviceGet(%d)", ordinal), r)
-	}
-	var name [256]byte
-	if r := Result(gpurt.CallN(drv.hipDeviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(dev))); r != Success {
-		return p, failed("hipDeviceGetName", r)
-	}
-	p.name = string(gpurt.TrimNUL(name[:]))
-	attrs := []gpurt.Attribute{
-		{ID: attrMultiprocessorCount, Dst: &p.multiprocessors},
-		{ID: attrMaxThreadsPerBlock, Dst: &p.maxThreads},
-		{ID: attrWarpSize, Dst: &p.warpSize},
-		{ID: attrMaxBlockDimX, Dst: &p.maxBlock[0]},
-		{ID: attrMaxBlockDimX + 1, Dst: &p.maxBlock[1]},
-		{ID: attrMaxBlockDimX + 2, Dst: &p.maxBlock[2]},
-		{ID: attrMaxGridDimX, Dst: &p.maxGrid[0]},
-		{ID: attrMaxGridDimX + 1, Dst: &p.maxGrid[1]},
-		{ID: attrMaxGridDimX + 2, Dst: &p.maxGrid[2]},
-	}
-	if err := backend.ReadAttributes(gpurt.Entry{Fn: drv.hipDeviceGetAttribute, Name: "hipDeviceGetAttribute"}, uintptr(ordinal), ordinal, attrs); err != nil {
-		return p, err
-	}
-	if drv.hipDeviceTotalMem != 0 {
-		var total uintptr
-		if r := Result(gpurt.CallN(drv.hipDeviceTotalMem, uintptr(unsafe.Pointer(&total)), uintptr(dev))); r != Success {
-			return p, failed("hipDeviceTotalMem", r)
-		}
-		p.totalMemory = uint64(total)
 	}
 	arch, err := drv.archName(ordinal)
 	if err != nil {
-		return p, err
+		return nil, err
 	}
-	p.archName = arch
-	return p, nil
+	d := &Device{drv: drv, rtc: rtc, archName: arch}
+	d.core = gpurt.Device{Backend: backend, API: &drv.api, Ordinal: ordinal, Props: props,
+		Info: props.Info(runtime.HIP, processorOf(arch), []string{drv.path, rtc.Path}), MaxWorkItems: maxGridWorkItems,
+		Current: uintptr(ordinal), CurrentCall: fmt.Sprintf("hipSetDevice(%d)", ordinal)}
+	if err := d.core.Start(); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // archName reads gcnArchName from the device properties. hipDeviceGetAttribute cannot
@@ -205,7 +107,7 @@ func probe() runtime.ProbeResult {
 	}
 	res.Libraries = append(res.Libraries, drv.path+" (HIP "+versionString(drv.version)+")")
 	if rtc, err := loadedCompiler(); err == nil {
-		res.Libraries = append(res.Libraries, rtc.path+" (hiprtc "+rtc.version()+")")
+		res.Libraries = append(res.Libraries, rtc.Path+" (hiprtc "+rtc.VersionString()+")")
 	} else {
 		res.Err = err
 	}
@@ -213,9 +115,13 @@ func probe() runtime.ProbeResult {
 		res.Err = errors.Join(res.Err, err)
 		return res
 	}
-	gpurt.ProbeDevices(&res, drv.deviceCount, func(ordinal int) (runtime.DeviceInfo, error) {
-		p, err := drv.deviceProps(ordinal)
-		return p.info([]string{drv.path}), err
+	gpurt.ProbeDevices(&res, func() (int, error) { return backend.DeviceCount(&drv.api) }, func(ordinal int) (runtime.DeviceInfo, error) {
+		p, err := backend.ReadProps(&drv.api, ordinal)
+		if err != nil {
+			return runtime.DeviceInfo{}, err
+		}
+		arch, err := drv.archName(ordinal)
+		return p.Info(runtime.HIP, processorOf(arch), []string{drv.path}), err
 	}, "the HIP runtime reports no device")
 	return res
 }
@@ -225,12 +131,6 @@ func probe() runtime.ProbeResult {
 // has no such limit.
 const maxGridWorkItems = 1<<32 - 1
 
-// binding makes the device current on a thread, for the shared code. HIP has no
-// context to hand around: hipSetDevice takes the ordinal.
-func (d *Device) binding() gpurt.Binding {
-	return gpurt.Binding{Fn: d.drv.hipSetDevice, Arg: uintptr(d.core.Ordinal), Call: d.setDevice}
-}
-
 // Info describes the device.
 func (d *Device) Info() runtime.DeviceInfo { return d.core.InfoCopy() }
 
@@ -238,31 +138,67 @@ func (d *Device) Info() runtime.DeviceInfo { return d.core.InfoCopy() }
 func (d *Device) Ordinal() int { return d.core.Ordinal }
 
 // Target returns the processor programs are compiled for, e.g. "gfx90a".
-func (d *Device) Target() string { return d.props.target() }
+func (d *Device) Target() string { return processorOf(d.archName) }
 
 // ArchName returns the device's gcnArchName: the processor with its feature settings,
 // e.g. "gfx90a:sramecc+:xnack-".
-func (d *Device) ArchName() string { return d.props.archName }
+func (d *Device) ArchName() string { return d.archName }
 
 // RuntimeVersion returns the HIP runtime's version, e.g. "6.2.41133".
 func (d *Device) RuntimeVersion() string { return versionString(d.drv.version) }
 
 // HIPRTCVersion returns the version hiprtc reports, e.g. "6.2".
-func (d *Device) HIPRTCVersion() string { return d.rtc.version() }
+func (d *Device) HIPRTCVersion() string { return d.rtc.VersionString() }
+
+// Alloc returns size bytes of uninitialised device memory. Alloc(0) returns an empty
+// buffer whose DevicePtr is 0.
+func (d *Device) Alloc(size int) (runtime.Buffer, error) { return d.core.Alloc(size) }
+
+// AllocHost returns size bytes of pinned host memory (hipHostMalloc), which streams copy
+// to and from asynchronously.
+func (d *Device) AllocHost(size int) (runtime.HostBuffer, error) { return d.core.AllocHost(size) }
+
+// NewStream returns a new non-blocking stream (it does not serialise with the NULL
+// stream). A copy with a HostBuffer is asynchronous; one with other memory (Go memory,
+// which HIP may still be reading or writing after hipMemcpy*Async returns) is complete
+// when the copy call returns.
+func (d *Device) NewStream() (runtime.Stream, error) { return d.core.NewStream() }
 
 // DefaultStream returns the device's own stream: a non-blocking stream the device
 // created, so it does not serialise with the NULL stream. Its Close does nothing; the
 // device closes it.
-func (d *Device) DefaultStream() runtime.Stream { return d.defaultStream }
+func (d *Device) DefaultStream() runtime.Stream { return d.core.DefaultStream() }
 
-// Close releases the default stream. Buffers, streams, events and modules must not be
-// used after it, but their Free and Close still release them. A second Close does
-// nothing.
-func (d *Device) Close() error {
-	if !d.closing.CompareAndSwap(false, true) {
-		return nil
+// NewEvent returns an event that can be recorded on a stream and timed.
+func (d *Device) NewEvent() (runtime.Event, error) { return d.core.NewEvent() }
+
+// Close releases every object of the device still open (memory, streams, events,
+// modules); later Free and Close calls on them do nothing, and other calls fail with
+// runtime.ErrClosed. A second Close does nothing.
+func (d *Device) Close() error { return d.core.Close(nil) }
+
+// WrapDevicePointer makes a runtime.Buffer of bytes bytes of device memory at ptr that
+// the caller owns (an engine's logits, say); Free does not release it. dev must be a
+// device of this package, and the first and the last byte must be device memory the HIP
+// runtime knows (hipMalloc, hipMallocAsync, managed and virtual memory). Only the two
+// ends are checked: the runtime describes each physical segment of virtual memory
+// separately, so one tensor may span several.
+func WrapDevicePointer(dev runtime.Device, ptr uintptr, bytes int) (runtime.Buffer, error) {
+	d, err := gpurt.AsDevice[*Device](backend, "WrapDevicePointer", dev)
+	if err != nil {
+		return nil, err
 	}
-	err := d.core.OnThread(d.defaultStream.release)
-	d.core.Closed.Store(true)
-	return err
+	return d.core.WrapPointer(ptr, bytes)
+}
+
+// WrapStream makes a runtime.Stream of a hipStream_t the caller owns (an engine's
+// stream), so sampling is ordered with the engine's work without a synchronisation;
+// Close does not destroy it. The stream must belong to dev; where the runtime can tell
+// (hipStreamGetDevice, ROCm 6 and later) that is checked.
+func WrapStream(dev runtime.Device, handle uintptr) (runtime.Stream, error) {
+	d, err := gpurt.AsDevice[*Device](backend, "WrapStream", dev)
+	if err != nil {
+		return nil, err
+	}
+	return d.core.WrapStream(handle)
 }

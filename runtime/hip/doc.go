@@ -12,8 +12,10 @@
 // The current device is per OS thread in HIP while goroutines move between threads, so
 // every runtime call runs with the goroutine locked to its thread and hipSetDevice made
 // first. The per-step calls (Launch, the copies, Zero, Record, Synchronize) go through
-// function pointers looked up once and allocate nothing. The wavefront size is read from
-// the device (32 on RDNA, 64 on CDNA) and reported in DeviceInfo.WarpSize.
+// function pointers looked up once and allocate nothing. That code, from the device down
+// to kernel launches, is shared with the CUDA backend, whose driver API HIP copies call
+// for call; this package binds libamdhip64 and hiprtc for it. The wavefront size is read
+// from the device (32 on RDNA, 64 on CDNA) and reported in DeviceInfo.WarpSize.
 //
 // The properties struct of hipGetDeviceProperties changed layout in ROCm 6; the package
 // reads scalar properties with hipDeviceGetAttribute and only gcnArchName from the

@@ -14,6 +14,7 @@ import (
 	"github.com/gumbel-go/gumbel/kernelsrc"
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/gputest"
 )
 
 // envRequireHIP set to 1 makes a missing HIP device a failure: an AMD runner sets it, so
@@ -33,6 +34,11 @@ func gpuDevice(t testing.TB) *Device {
 	}
 	t.Cleanup(func() { assert.NoError(t, d.Close()) })
 	return d.(*Device)
+}
+
+// TestGPU runs the cases every backend shares on device 0.
+func TestGPU(t *testing.T) {
+	gputest.Run(t, func(t testing.TB) gputest.Target { return target(gpuDevice(t)) })
 }
 
 func TestGPUDeviceInfo(t *testing.T) {

@@ -29,57 +29,49 @@ const (
 	ErrorContextIsDestroyed    Result = 709
 )
 
-// resultNamer turns a Result into its name and description; the loaded runtime installs
-// one backed by hipGetErrorName and hipGetErrorString.
-var resultNamer gpurt.Namer[Result]
+// results describes Result: its C name, the runtime's words for it (installed by the
+// loaded runtime from hipGetErrorName and hipGetErrorString) and the codes behind each
+// of the runtime's sentinel errors.
+var results = &gpurt.Codes[Result]{CType: "hipError_t", Sentinels: map[error][]Result{
+	runtime.ErrOutOfMemory:     {ErrorOutOfMemory},
+	runtime.ErrInvalidArgument: {ErrorInvalidValue},
+	runtime.ErrClosed:          {ErrorDeinitialized, ErrorContextIsDestroyed},
+	runtime.ErrUnavailable:     {ErrorNoDevice, ErrorInvalidDevice, ErrorInsufficientDriver, ErrorNotInitialized},
+}}
 
 // Error returns the runtime's name and description of r, e.g.
 // "hipErrorOutOfMemory: out of memory", or the bare number when no runtime can name it.
-func (r Result) Error() string { return resultNamer.Describe(r, "hipError_t") }
+func (r Result) Error() string { return results.Error(r) }
 
 // Is maps HIP statuses onto the runtime's sentinel errors, so callers can test
 // errors.Is(err, runtime.ErrOutOfMemory) whatever the backend.
-func (r Result) Is(target error) bool {
-	switch target {
-	case runtime.ErrOutOfMemory:
-		return r == ErrorOutOfMemory
-	case runtime.ErrInvalidArgument:
-		return r == ErrorInvalidValue
-	case runtime.ErrClosed:
-		return r == ErrorDeinitialized || r == ErrorContextIsDestroyed
-	case runtime.ErrUnavailable:
-		switch r {
-		case ErrorNoDevice, ErrorInvalidDevice, ErrorInsufficientDriver, ErrorNotInitialized:
-			return true
-		}
-	}
-	return false
-}
+func (r Result) Is(target error) bool { return results.Is(r, target) }
 
 // failed wraps a non-success status with the call that returned it, e.g.
 // "hipMalloc(1048576): hipErrorOutOfMemory: out of memory".
 func failed(call string, r Result) error { return backend.Failed(call, int32(r)) }
 
-// backend names the package to the code it shares with the CUDA backend.
-var backend = &gpurt.Backend{Pkg: "hip", Brand: "HIP", Status: func(code int32) error { return Result(code) }}
+// backend names the package to the code it shares with the CUDA backend, and says how
+// the HIP runtime differs from CUDA's driver.
+var backend = &gpurt.Backend{Pkg: "hip", Brand: "HIP", Status: gpurt.ErrorOf[Result],
+	KernelNotFound: []int32{int32(ErrorNotFound), int32(ErrorInvalidDeviceFunction)},
+	SyncPageable:   true,
+	Owner:          func(device uintptr) string { return fmt.Sprintf("HIP device %d", device) }}
 
-// HIP constants (hip_runtime_api.h). The attribute numbers are the same from ROCm 5.0
-// through 7.
+// apiConstants are the numbers the shared calls take (hip_runtime_api.h). The attribute
+// numbers are the same from ROCm 5.0 through 7.
+var apiConstants = gpurt.API{
+	HostAllocFlags: gpurt.Flag{Value: 0, Name: "hipHostMallocDefault"},
+	StreamFlags:    gpurt.Flag{Value: 1, Name: "hipStreamNonBlocking"},
+	EventFlags:     gpurt.Flag{Value: 0, Name: "hipEventDefault"},
+	FuncMaxThreads: gpurt.Flag{Value: 0, Name: "HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"},
+	Attrs:          gpurt.DeviceAttrs{MaxBlockX: 26, MaxGridX: 29, MaxThreads: 56, Multiprocessors: 63, WarpSize: 87},
+}
+
+// Where gcnArchName (char[256]) sits in hipDeviceProp_t: ROCm 6 and later export
+// hipGetDevicePropertiesR0600 with the 1472-byte R0600 layout; ROCm 5 exports only
+// hipGetDeviceProperties with the 792-byte R0000 layout.
 const (
-	attrMaxThreadsPerBlock   = 56
-	attrMaxBlockDimX         = 26
-	attrMaxGridDimX          = 29
-	attrMaxGridDimY          = 30
-	attrMaxGridDimZ          = 31
-	attrMultiprocessorCount  = 63
-	attrWarpSize             = 87
-	funcAttrMaxThreadsPerBlk = 0 // HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
-	hostMallocDefault        = 0
-	streamNonBlocking        = 1
-
-	// Where gcnArchName (char[256]) sits in hipDeviceProp_t: ROCm 6 and later export
-	// hipGetDevicePropertiesR0600 with the 1472-byte R0600 layout; ROCm 5 exports only
-	// hipGetDeviceProperties with the 792-byte R0000 layout.
 	gcnArchNameOffsetR0600 = 1160
 	gcnArchNameOffsetR0000 = 396
 	gcnArchNameSize        = 256
@@ -88,96 +80,94 @@ const (
 	devicePropBufferSize = 8192
 )
 
-// driver is libamdhip64: its path, version and the function pointers gumbel calls.
+// driver is libamdhip64: its path, version and the function pointers gumbel calls, those
+// of the code shared with CUDA in api.
 type driver struct {
 	path    string
 	lib     uintptr
 	version int
+	api     gpurt.API
 
-	hipInit, hipRuntimeGetVersion, hipGetErrorName, hipGetErrorString     uintptr
-	hipGetDeviceCount, hipDeviceGet, hipSetDevice, hipDeviceGetName       uintptr
-	hipDeviceGetAttribute, hipDeviceTotalMem                              uintptr
-	hipGetDevicePropertiesR0600, hipGetDeviceProperties                   uintptr
-	hipMalloc, hipFree, hipHostMalloc, hipHostFree, hipMemGetAddressRange uintptr
-	hipMemcpyHtoDAsync, hipMemcpyDtoHAsync, hipMemsetD8Async              uintptr
-	hipStreamCreateWithFlags, hipStreamDestroy, hipStreamSynchronize      uintptr
-	hipEventCreate, hipEventDestroy, hipEventRecord, hipEventSynchronize  uintptr
-	hipEventElapsedTime                                                   uintptr
-	hipModuleLoadData, hipModuleUnload, hipModuleGetFunction              uintptr
-	hipModuleLaunchKernel, hipFuncGetAttribute, hipStreamGetDevice        uintptr
+	hipInit, hipRuntimeGetVersion, hipGetErrorName, hipGetErrorString uintptr
+	hipGetDevicePropertiesR0600, hipGetDeviceProperties               uintptr
 }
 
 // symbols lists the runtime functions gumbel binds; optional ones only refine what a
 // device reports.
 func (d *driver) symbols() []dynlib.Func {
-	req, opt := dynlib.Required, dynlib.Optional
+	req, opt, a := dynlib.Required, dynlib.Optional, &d.api
 	return []dynlib.Func{
 		req(&d.hipInit, "hipInit"),
 		req(&d.hipRuntimeGetVersion, "hipRuntimeGetVersion"),
 		req(&d.hipGetErrorName, "hipGetErrorName"),
 		req(&d.hipGetErrorString, "hipGetErrorString"),
-		req(&d.hipGetDeviceCount, "hipGetDeviceCount"),
-		req(&d.hipDeviceGet, "hipDeviceGet"),
-		req(&d.hipSetDevice, "hipSetDevice"),
-		req(&d.hipDeviceGetName, "hipDeviceGetName"),
-		req(&d.hipDeviceGetAttribute, "hipDeviceGetAttribute"),
-		opt(&d.hipDeviceTotalMem, "hipDeviceTotalMem"),
+		a.DeviceCount.Required("hipGetDeviceCount"),
+		a.DeviceGet.Required("hipDeviceGet"),
+		a.SetCurrent.Required("hipSetDevice"),
+		a.DeviceName.Required("hipDeviceGetName"),
+		a.DeviceAttribute.Required("hipDeviceGetAttribute"),
+		a.DeviceTotalMem.Optional("hipDeviceTotalMem"),
 		opt(&d.hipGetDevicePropertiesR0600, "hipGetDevicePropertiesR0600"),
 		opt(&d.hipGetDeviceProperties, "hipGetDeviceProperties"),
-		req(&d.hipMalloc, "hipMalloc"),
-		req(&d.hipFree, "hipFree"),
-		req(&d.hipHostMalloc, "hipHostMalloc"),
-		req(&d.hipHostFree, "hipHostFree"),
-		req(&d.hipMemGetAddressRange, "hipMemGetAddressRange"),
-		req(&d.hipMemcpyHtoDAsync, "hipMemcpyHtoDAsync"),
-		req(&d.hipMemcpyDtoHAsync, "hipMemcpyDtoHAsync"),
-		req(&d.hipMemsetD8Async, "hipMemsetD8Async"),
-		req(&d.hipStreamCreateWithFlags, "hipStreamCreateWithFlags"),
-		req(&d.hipStreamDestroy, "hipStreamDestroy"),
-		req(&d.hipStreamSynchronize, "hipStreamSynchronize"),
-		req(&d.hipEventCreate, "hipEventCreate"),
-		req(&d.hipEventDestroy, "hipEventDestroy"),
-		req(&d.hipEventRecord, "hipEventRecord"),
-		req(&d.hipEventSynchronize, "hipEventSynchronize"),
-		req(&d.hipEventElapsedTime, "hipEventElapsedTime"),
-		req(&d.hipModuleLoadData, "hipModuleLoadData"),
-		req(&d.hipModuleUnload, "hipModuleUnload"),
-		req(&d.hipModuleGetFunction, "hipModuleGetFunction"),
-		req(&d.hipModuleLaunchKernel, "hipModuleLaunchKernel"),
-		opt(&d.hipFuncGetAttribute, "hipFuncGetAttribute"),
-		opt(&d.hipStreamGetDevice, "hipStreamGetDevice"),
+		a.MemAlloc.Required("hipMalloc"),
+		a.MemFree.Required("hipFree"),
+		a.HostAlloc.Required("hipHostMalloc"),
+		a.HostFree.Required("hipHostFree"),
+		a.AddressRange.Required("hipMemGetAddressRange"),
+		a.CopyHtoD.Required("hipMemcpyHtoDAsync"),
+		a.CopyDtoH.Required("hipMemcpyDtoHAsync"),
+		a.Memset.Required("hipMemsetD8Async"),
+		a.StreamCreate.Required("hipStreamCreateWithFlags"),
+		a.StreamDestroy.Required("hipStreamDestroy"),
+		a.StreamSync.Required("hipStreamSynchronize"),
+		a.StreamOwner.Optional("hipStreamGetDevice"),
+		a.EventCreate.Required("hipEventCreateWithFlags"),
+		a.EventDestroy.Required("hipEventDestroy"),
+		a.EventRecord.Required("hipEventRecord"),
+		a.EventSync.Required("hipEventSynchronize"),
+		a.EventElapsed.Required("hipEventElapsedTime"),
+		a.ModuleLoad.Required("hipModuleLoadData"),
+		a.ModuleUnload.Required("hipModuleUnload"),
+		a.GetFunction.Required("hipModuleGetFunction"),
+		a.FuncAttribute.Optional("hipFuncGetAttribute"),
+		a.Launch.Required("hipModuleLaunchKernel"),
 	}
 }
 
 // loadDriver finds libamdhip64 and binds its functions. It does not initialise HIP, so
 // hiprtc can borrow the library on a machine without a GPU.
 func loadDriver(s runtime.LibrarySearch) (*driver, error) {
-	lib, path, err := s.Find(openLibrary)
+	lib, path, err := s.Find(dynlib.Open)
 	if err != nil {
 		return nil, err
 	}
-	d := &driver{path: path, lib: lib}
-	if err := bindSymbols(lib, path, d.symbols()); err != nil {
+	d, err := newDriver(path, func(name string) uintptr { return dynlib.Symbol(lib, name) })
+	if err != nil {
+		return nil, err
+	}
+	d.lib = lib
+	return d, nil
+}
+
+// newDriver binds the HIP runtime at path through lookup, makes Result.Error ask it for
+// names and descriptions and asks its version.
+func newDriver(path string, lookup func(name string) uintptr) (*driver, error) {
+	d := &driver{path: path, api: apiConstants}
+	if err := dynlib.Bind(path, lookup, d.symbols()); err != nil {
 		return nil, err
 	}
 	if d.hipGetDevicePropertiesR0600 == 0 && d.hipGetDeviceProperties == 0 {
 		return nil, fmt.Errorf("%w: %s lacks hipGetDeviceProperties", runtime.ErrUnavailable, path)
 	}
-	d.installNamer()
+	results.Use(func(code int32) (string, string) {
+		return gpurt.StringOf(d.hipGetErrorName, code), gpurt.StringOf(d.hipGetErrorString, code)
+	})
 	var v int32
 	if r := Result(gpurt.CallN(d.hipRuntimeGetVersion, uintptr(unsafe.Pointer(&v)))); r != Success {
 		return nil, failed("hipRuntimeGetVersion", r)
 	}
 	d.version = int(v)
 	return d, nil
-}
-
-// installNamer makes Result.Error ask this runtime for names and descriptions.
-func (d *driver) installNamer() {
-	f := func(r Result) (name, text string) {
-		return gpurt.GoString(gpurt.CallN(d.hipGetErrorName, uintptr(r)), 512), gpurt.GoString(gpurt.CallN(d.hipGetErrorString, uintptr(r)), 512)
-	}
-	resultNamer.Store(&f)
 }
 
 // versionString formats a HIP version number (10⁷·major + 10⁵·minor + patch), e.g.
@@ -201,8 +191,8 @@ var process struct {
 // loadedDriver loads libamdhip64 once, without initialising it.
 func loadedDriver() (*driver, error) {
 	process.loadOnce.Do(func() {
-		if platformErr != nil {
-			process.loadErr = platformErr
+		if err := dynlib.Unsupported("HIP"); err != nil {
+			process.loadErr = err
 			return
 		}
 		process.drv, process.loadErr = loadDriver(hipSearch())

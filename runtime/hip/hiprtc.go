@@ -3,10 +3,8 @@ package hip
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
-	"unsafe"
 
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
@@ -23,58 +21,30 @@ const (
 	RTCErrorCompilation RTCResult = 6
 )
 
-// rtcNamer turns an RTCResult into its description (as the name, the second word
-// unused); the loaded hiprtc installs one backed by hiprtcGetErrorString.
-var rtcNamer gpurt.Namer[RTCResult]
+// rtcResults describes RTCResult; the loaded hiprtc names its codes through
+// hiprtcGetErrorString.
+var rtcResults = gpurt.RTCCodes[RTCResult]("hiprtcResult")
 
 // Error returns hiprtc's description of r, e.g. "HIPRTC_ERROR_COMPILATION", or the bare
 // number when no hiprtc can name it.
-func (r RTCResult) Error() string { return rtcNamer.Describe(r, "hiprtcResult") }
+func (r RTCResult) Error() string { return rtcResults.Error(r) }
 
 // Is maps hiprtc statuses onto the runtime's sentinel errors.
-func (r RTCResult) Is(target error) bool {
-	switch target {
-	case runtime.ErrOutOfMemory:
-		return r == RTCErrorOutOfMemory
-	case runtime.ErrCompile:
-		return r == RTCErrorCompilation
-	}
-	return false
-}
+func (r RTCResult) Is(target error) bool { return rtcResults.Is(r, target) }
 
-// compiler is hiprtc: where its functions came from, its version and the function
-// pointers.
+// compiler is hiprtc: the functions it shares with NVRTC, and the one for its code.
+// Path is the library the functions came from: libhiprtc, or libamdhip64 on ROCm before
+// 5.3, which had no libhiprtc.
 type compiler struct {
-	// path is the library the functions came from: libhiprtc, or libamdhip64 on ROCm
-	// before 5.3, which had no libhiprtc.
-	path         string
-	major, minor int
-
-	hiprtcGetErrorString, hiprtcVersion, hiprtcCreateProgram, hiprtcDestroyProgram uintptr
-	hiprtcCompileProgram, hiprtcGetProgramLogSize, hiprtcGetProgramLog             uintptr
-	hiprtcGetCodeSize, hiprtcGetCode                                               uintptr
-}
-
-func (c *compiler) symbols() []dynlib.Func {
-	req := dynlib.Required
-	return []dynlib.Func{
-		req(&c.hiprtcGetErrorString, "hiprtcGetErrorString"),
-		req(&c.hiprtcVersion, "hiprtcVersion"),
-		req(&c.hiprtcCreateProgram, "hiprtcCreateProgram"),
-		req(&c.hiprtcDestroyProgram, "hiprtcDestroyProgram"),
-		req(&c.hiprtcCompileProgram, "hiprtcCompileProgram"),
-		req(&c.hiprtcGetProgramLogSize, "hiprtcGetProgramLogSize"),
-		req(&c.hiprtcGetProgramLog, "hiprtcGetProgramLog"),
-		req(&c.hiprtcGetCodeSize, "hiprtcGetCodeSize"),
-		req(&c.hiprtcGetCode, "hiprtcGetCode"),
-	}
+	gpurt.RTC
+	hiprtcGetCodeSize, hiprtcGetCode uintptr
 }
 
 // loadCompiler finds hiprtc and binds its functions. When s finds no libhiprtc (and names
 // no explicit path), the functions are looked up in the HIP runtime that hipRuntime
 // loads, where ROCm kept them before 5.3.
 func loadCompiler(s runtime.LibrarySearch, hipRuntime func() (*driver, error)) (*compiler, error) {
-	lib, path, err := s.Find(openLibrary)
+	lib, path, err := s.Find(dynlib.Open)
 	if err != nil {
 		if s.EnvVar != "" && strings.TrimSpace(os.Getenv(s.EnvVar)) != "" {
 			return nil, err
@@ -85,31 +55,28 @@ func loadCompiler(s runtime.LibrarySearch, hipRuntime func() (*driver, error)) (
 		}
 		lib, path = drv.lib, drv.path
 	}
-	c := &compiler{path: path}
-	if berr := bindSymbols(lib, path, c.symbols()); berr != nil {
+	c, berr := newCompiler(path, func(name string) uintptr { return dynlib.Symbol(lib, name) })
+	if berr != nil {
 		if err != nil {
 			return nil, fmt.Errorf("%w; %w", err, berr)
 		}
 		return nil, berr
 	}
-	c.installNamer()
-	var major, minor int32
-	if r := RTCResult(gpurt.CallN(c.hiprtcVersion, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor)))); r != RTCSuccess {
-		return nil, fmt.Errorf("%w: hiprtcVersion: %w", runtime.ErrUnavailable, r)
-	}
-	c.major, c.minor = int(major), int(minor)
 	return c, nil
 }
 
-func (c *compiler) installNamer() {
-	f := func(r RTCResult) (string, string) {
-		return gpurt.GoString(gpurt.CallN(c.hiprtcGetErrorString, uintptr(r)), 512), ""
+// newCompiler binds the hiprtc at path through lookup, makes RTCResult.Error ask it for
+// descriptions and asks its version.
+func newCompiler(path string, lookup func(name string) uintptr) (*compiler, error) {
+	c := &compiler{RTC: gpurt.RTC{Prefix: "hiprtc", Path: path, Status: gpurt.ErrorOf[RTCResult]}}
+	err := c.Bind(lookup, rtcResults.Use,
+		dynlib.Required(&c.hiprtcGetCodeSize, "hiprtcGetCodeSize"),
+		dynlib.Required(&c.hiprtcGetCode, "hiprtcGetCode"))
+	if err != nil {
+		return nil, err
 	}
-	rtcNamer.Store(&f)
+	return c, nil
 }
-
-// version returns "major.minor" as hiprtc reports it.
-func (c *compiler) version() string { return strconv.Itoa(c.major) + "." + strconv.Itoa(c.minor) }
 
 // hiprtc is loaded once per process, apart from the HIP runtime: compiling needs no
 // device, and CI compiles on machines without one.
@@ -125,8 +92,8 @@ var hiprtc struct {
 // loadedCompiler loads hiprtc once.
 func loadedCompiler() (*compiler, error) {
 	hiprtc.once.Do(func() {
-		if platformErr != nil {
-			hiprtc.err = platformErr
+		if err := dynlib.Unsupported("HIP"); err != nil {
+			hiprtc.err = err
 			return
 		}
 		hiprtc.c, hiprtc.err = loadCompiler(hiprtcSearch(), loadedDriver)
@@ -141,7 +108,7 @@ func HIPRTCVersion() (version, library string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	return c.version(), c.path, nil
+	return c.VersionString(), c.Path, nil
 }
 
 // compile compiles HIP C++ source with its headers (by include name) and the given
@@ -151,13 +118,5 @@ func HIPRTCVersion() (version, library string, err error) {
 func (c *compiler) compile(name, source string, headers map[string]string, options []string) (image []byte, log string, err error) {
 	hiprtc.mu.Lock()
 	defer hiprtc.mu.Unlock()
-	rtc := gpurt.RTC{Prefix: "hiprtc", Create: c.hiprtcCreateProgram, Destroy: c.hiprtcDestroyProgram,
-		Compile: c.hiprtcCompileProgram, LogSize: c.hiprtcGetProgramLogSize, Log: c.hiprtcGetProgramLog,
-		Status: func(r uintptr) error {
-			if s := RTCResult(r); s != RTCSuccess {
-				return s
-			}
-			return nil
-		}}
-	return rtc.Program(name+".hip", source, headers, options, gpurt.Output{Size: c.hiprtcGetCodeSize, Get: c.hiprtcGetCode, What: "Code"})
+	return c.Program(name+".hip", source, headers, options, gpurt.Output{Size: c.hiprtcGetCodeSize, Get: c.hiprtcGetCode, What: "Code"})
 }

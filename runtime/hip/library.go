@@ -7,7 +7,6 @@ import (
 	"sort"
 
 	"github.com/gumbel-go/gumbel/runtime"
-	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
 )
 
 // Environment variables that name the libraries explicitly; when one is set, nothing else
@@ -30,7 +29,7 @@ func hipSearch() runtime.LibrarySearch {
 }
 
 // hiprtcSearch says where hiprtc lives. Before ROCm 5.3 it had no library of its own: its
-// functions were exported by libamdhip64, which loadHIPRTC falls back to.
+// functions were exported by libamdhip64, which loadCompiler falls back to.
 func hiprtcSearch() runtime.LibrarySearch {
 	s := runtime.LibrarySearch{What: "the HIP run-time compiler (libhiprtc)", EnvVar: EnvHIPRTCLibrary, Dirs: libraryDirs()}
 	switch goruntime.GOOS {
@@ -84,9 +83,4 @@ func globDescending(pattern string) []string {
 	}
 	sort.Sort(sort.Reverse(sort.StringSlice(m)))
 	return m
-}
-
-// bindSymbols resolves every function of funcs in lib, which what names in errors.
-func bindSymbols(lib uintptr, what string, funcs []dynlib.Func) error {
-	return dynlib.Bind(what, func(name string) uintptr { return lookupSymbol(lib, name) }, funcs)
 }

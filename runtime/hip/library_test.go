@@ -82,7 +82,7 @@ func TestCompilerFallsBackToTheRuntimeLibrary(t *testing.T) {
 		return
 	}
 	require.NoError(t, err)
-	assert.Equal(t, drv.path, c.path, "hiprtc taken from the HIP runtime")
+	assert.Equal(t, drv.path, c.Path, "hiprtc taken from the HIP runtime")
 }
 
 func TestResultErrors(t *testing.T) {
@@ -112,22 +112,22 @@ func TestResultErrors(t *testing.T) {
 }
 
 func TestResultNamesFallBackToNumbers(t *testing.T) {
-	saved, savedRTC := resultNamer.Load(), rtcNamer.Load()
-	defer func() { resultNamer.Store(saved); rtcNamer.Store(savedRTC) }()
+	saved, savedRTC := results.Load(), rtcResults.Load()
+	defer func() { results.Store(saved); rtcResults.Store(savedRTC) }()
 
-	resultNamer.Store(nil)
-	rtcNamer.Store(nil)
+	results.Store(nil)
+	rtcResults.Store(nil)
 	assert.Equal(t, "hipError_t(2)", ErrorOutOfMemory.Error())
 	assert.Equal(t, "hiprtcResult(6)", RTCErrorCompilation.Error())
 
 	named := func(r Result) (string, string) { return "hipErrorOutOfMemory", "out of memory" }
-	resultNamer.Store(&named)
+	results.Store(&named)
 	assert.Equal(t, "hipErrorOutOfMemory: out of memory", ErrorOutOfMemory.Error())
 	onlyText := func(r Result) (string, string) { return "", "something odd" }
-	resultNamer.Store(&onlyText)
+	results.Store(&onlyText)
 	assert.Equal(t, "hipError_t(999): something odd", Result(999).Error())
 	rtcName := func(r RTCResult) (string, string) { return "HIPRTC_ERROR_COMPILATION", "" }
-	rtcNamer.Store(&rtcName)
+	rtcResults.Store(&rtcName)
 	assert.Equal(t, "HIPRTC_ERROR_COMPILATION", RTCErrorCompilation.Error())
 }
 

@@ -8,10 +8,12 @@ import (
 )
 
 // Func is one C function to bind: the first of Names that the library exports goes to
-// Dst. An Optional function may be missing; Dst then stays 0.
+// Dst, and its name to Bound when that is not nil. An Optional function may be missing;
+// Dst then stays 0.
 type Func struct {
 	Names    []string
 	Dst      *uintptr
+	Bound    *string
 	Optional bool
 }
 
@@ -33,6 +35,9 @@ func Bind(what string, lookup func(name string) uintptr, funcs []Func) error {
 		for _, n := range f.Names {
 			if p := lookup(n); p != 0 {
 				*f.Dst = p
+				if f.Bound != nil {
+					*f.Bound = n
+				}
 				break
 			}
 		}

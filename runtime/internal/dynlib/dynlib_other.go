@@ -4,7 +4,10 @@ package dynlib
 
 import (
 	"errors"
+	"fmt"
 	goruntime "runtime"
+
+	"github.com/gumbel-go/gumbel/runtime"
 )
 
 // Open never loads anything here.
@@ -17,3 +20,9 @@ func Symbol(uintptr, string) uintptr { return 0 }
 
 // LoadedPath is empty here.
 func LoadedPath(uintptr) string { return "" }
+
+// Unsupported says why the vendor's libraries cannot run here: neither NVIDIA nor AMD
+// ships a driver for this OS.
+func Unsupported(vendor string) error {
+	return fmt.Errorf("%w: %s does not run on %s", runtime.ErrUnavailable, vendor, goruntime.GOOS)
+}

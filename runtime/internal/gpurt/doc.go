@@ -1,13 +1,16 @@
-// Package gpurt is the logic gumbel's CUDA and HIP backends share: calling C through
-// purego without allocating on the per-step paths, naming C status codes, packing kernel
-// arguments, checking launch shapes and byte ranges, and the bookkeeping of devices,
-// buffers, streams, events and kernels that the two driver APIs make alike.
+// Package gpurt is the code gumbel's CUDA and HIP backends share. HIP's runtime copies
+// the CUDA driver API call for call, and hiprtc copies NVRTC, so one implementation of
+// the runtime's devices, buffers, pinned memory, streams, events, modules and kernels
+// serves both: it calls the driver through an [API], a table of entry points each
+// backend binds from its own library, and compiles through an [RTC]. It also holds what
+// that needs: calling C through purego without allocating on the per-step paths, typed
+// status codes ([Codes]), kernel argument packing, launch-shape and byte-range checks,
+// and the bookkeeping that lets a device's Close release whatever its owners did not.
 //
-// The backends stay the owners of everything that differs: their bindings (one file per
-// C library), their typed status codes and sentinel mapping, how a device is made
-// current on a thread (cuCtxSetCurrent or hipSetDevice), what each object costs to make
-// and release, and their exported API. The shared code takes the C entry points as
-// arguments at each call, reads the backend's names for its messages from a [Backend],
-// and turns C status codes into the backend's own error type through it, so every error
-// still names the C call that failed and unwraps to the backend's status.
+// The backends keep what differs: their bindings (one file per C library), their typed
+// status codes and which of them mean which runtime sentinel, what makes a device
+// current (a context or an ordinal), how they compile and cache programs, CUDA's graph
+// capture, and their exported API. A [Backend] carries their names for messages and the
+// few ways their drivers behave differently; every error names the C call that failed
+// and unwraps to the backend's own status type.
 package gpurt

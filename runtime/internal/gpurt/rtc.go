@@ -4,16 +4,29 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"unsafe"
+
+	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
 )
 
-// RTC is a run-time compiler with NVRTC's interface, which hiprtc copies call for call:
-// create a program from source and in-memory headers, compile it with options, read its
-// log and its code, destroy it. The backends fill in the function pointers.
+// RTC is a run-time compiler with NVRTC's interface, which hiprtc copies call for call
+// and name for name: create a program from source and in-memory headers, compile it
+// with options, read its log and its code, destroy it. Bind binds the functions they
+// share and the backend's others, those for its kinds of code.
 type RTC struct {
-	// Prefix names the library's functions in errors: "nvrtc", "hiprtc".
+	// Prefix starts the library's function names: "nvrtc", "hiprtc".
 	Prefix string
+	// Path is the library the functions came from.
+	Path         string
+	Major, Minor int
+	// Status turns a non-zero status into the backend's typed error.
+	Status func(code int32) error
+
+	// ErrorString(status) and Version(major*, minor*).
+	ErrorString, Version uintptr
 	// Create(prog*, src, name, numHeaders, headers, includeNames).
 	Create uintptr
 	// Destroy(prog*).
@@ -22,8 +35,44 @@ type RTC struct {
 	Compile uintptr
 	// LogSize(prog, size*) and Log(prog, buf).
 	LogSize, Log uintptr
-	// Status turns a result word into the backend's typed error (nil for success).
-	Status func(r uintptr) error
+}
+
+// Bind binds the compiler's functions, those every compiler of this interface exports
+// and extra, through lookup, installs its words for its statuses through names
+// (Codes.Use of the backend's status type) and asks its version. A compiler that cannot
+// say its version is unusable.
+func (c *RTC) Bind(lookup func(name string) uintptr, names func(words func(code int32) (name, text string)), extra ...dynlib.Func) error {
+	req := dynlib.Required
+	funcs := append([]dynlib.Func{
+		req(&c.ErrorString, c.Prefix+"GetErrorString"),
+		req(&c.Version, c.Prefix+"Version"),
+		req(&c.Create, c.Prefix+"CreateProgram"),
+		req(&c.Destroy, c.Prefix+"DestroyProgram"),
+		req(&c.Compile, c.Prefix+"CompileProgram"),
+		req(&c.LogSize, c.Prefix+"GetProgramLogSize"),
+		req(&c.Log, c.Prefix+"GetProgramLog"),
+	}, extra...)
+	if err := dynlib.Bind(c.Path, lookup, funcs); err != nil {
+		return err
+	}
+	names(func(code int32) (string, string) { return StringOf(c.ErrorString, code), "" })
+	var major, minor int32
+	if err := c.status(CallN(c.Version, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor)))); err != nil {
+		return fmt.Errorf("%w: %sVersion: %w", runtime.ErrUnavailable, c.Prefix, err)
+	}
+	c.Major, c.Minor = int(major), int(minor)
+	return nil
+}
+
+// VersionString returns "major.minor".
+func (c *RTC) VersionString() string { return strconv.Itoa(c.Major) + "." + strconv.Itoa(c.Minor) }
+
+// status is Status of a result word; 0 is success.
+func (c *RTC) status(r uintptr) error {
+	if int32(r) == 0 {
+		return nil
+	}
+	return c.Status(int32(r))
 }
 
 // Output is one kind of compiled code: its size and copy functions, (prog, size*) and
@@ -66,26 +115,26 @@ func (c *RTC) Program(file, source string, headers map[string]string, options []
 	pin.Pin(&opts[0])
 
 	var prog uintptr
-	if err := c.Status(CallN(c.Create, uintptr(unsafe.Pointer(&prog)), cstr(source), cstr(file),
+	if err := c.status(CallN(c.Create, uintptr(unsafe.Pointer(&prog)), cstr(source), cstr(file),
 		uintptr(len(names)), uintptr(unsafe.Pointer(&hdrs[0])), uintptr(unsafe.Pointer(&incs[0])))); err != nil {
 		return nil, "", fmt.Errorf("%sCreateProgram(%s): %w", c.Prefix, file, err)
 	}
 	defer CallN(c.Destroy, uintptr(unsafe.Pointer(&prog)))
 
-	err = c.Status(CallN(c.Compile, prog, uintptr(len(options)), uintptr(unsafe.Pointer(&opts[0]))))
+	err = c.status(CallN(c.Compile, prog, uintptr(len(options)), uintptr(unsafe.Pointer(&opts[0]))))
 	log = c.programLog(prog)
 	if err != nil {
 		return nil, log, fmt.Errorf("%sCompileProgram(%s): %w", c.Prefix, strings.Join(options, " "), err)
 	}
 	var size uintptr
-	if err := c.Status(CallN(out.Size, prog, uintptr(unsafe.Pointer(&size)))); err != nil {
+	if err := c.status(CallN(out.Size, prog, uintptr(unsafe.Pointer(&size)))); err != nil {
 		return nil, log, fmt.Errorf("%sGet%sSize: %w", c.Prefix, out.What, err)
 	}
 	if size == 0 {
 		return nil, log, fmt.Errorf("%sGet%sSize: the compiler produced no code", c.Prefix, out.What)
 	}
 	image = make([]byte, size)
-	if err := c.Status(CallN(out.Get, prog, uintptr(unsafe.Pointer(&image[0])))); err != nil {
+	if err := c.status(CallN(out.Get, prog, uintptr(unsafe.Pointer(&image[0])))); err != nil {
 		return nil, log, fmt.Errorf("%sGet%s: %w", c.Prefix, out.What, err)
 	}
 	return image, log, nil
@@ -94,11 +143,11 @@ func (c *RTC) Program(file, source string, headers map[string]string, options []
 // programLog returns the compiler's log, without the trailing NUL.
 func (c *RTC) programLog(prog uintptr) string {
 	var size uintptr
-	if c.Status(CallN(c.LogSize, prog, uintptr(unsafe.Pointer(&size)))) != nil || size <= 1 {
+	if c.status(CallN(c.LogSize, prog, uintptr(unsafe.Pointer(&size)))) != nil || size <= 1 {
 		return ""
 	}
 	buf := make([]byte, size)
-	if c.Status(CallN(c.Log, prog, uintptr(unsafe.Pointer(&buf[0])))) != nil {
+	if c.status(CallN(c.Log, prog, uintptr(unsafe.Pointer(&buf[0])))) != nil {
 		return ""
 	}
 	return strings.TrimSpace(string(TrimNUL(buf)))

@@ -1,6 +1,6 @@
 //go:build !race
 
-package cuda
+package gputest
 
 // raceEnabled: the race detector instruments code with allocations of its own, so
 // allocation counts mean nothing under it.
