@@ -33,14 +33,31 @@ func TestMatrixOnCPU(t *testing.T) {
 	assert.Contains(t, md, "categorical / gumbel")
 }
 
-func TestSplitSweepOnCPU(t *testing.T) {
+// A small sweep on the CPU device: every split measures, and the table lists each
+// split's time and the fastest one.
+func TestSweepOnCPU(t *testing.T) {
 	dev, err := cpu.Open()
 	require.NoError(t, err)
 	defer dev.Close()
-	pts, err := SplitSweep(dev, sampler.Float32, []int{8192}, []int{2}, []int{1, 4}, Config{Groups: 2, Repeats: 2, HostCalls: 2, Warmup: 1})
+	sw := Sweep{DType: sampler.Float32, Vocabs: []int{8192}, Batches: []int{1, 2}, Splits: []int{1, 4}}
+	done := 0
+	ms, err := sw.Run(dev, Config{Groups: 2, Repeats: 2, HostCalls: 2, Warmup: 1}, func(d, total int, m Measurement) {
+		done = d
+		assert.Equal(t, 4, total)
+	})
 	require.NoError(t, err)
-	require.Len(t, pts, 2)
-	for _, p := range pts {
-		assert.Greater(t, p.DeviceUs, 0.0)
+	require.Len(t, ms, 4)
+	assert.Equal(t, 4, done)
+	for i, m := range ms {
+		assert.Greater(t, m.DeviceUs, 0.0, "%+v", m)
+		assert.Equal(t, GumbelSplit, m.Route)
+		assert.Equal(t, sw.Splits[i%2], m.BlocksPerRow)
+		assert.True(t, m.Token >= 0 && int(m.Token) < m.Vocab, "%+v", m)
 	}
+	for i := 0; i < len(ms); i += 2 {
+		assert.Equal(t, ms[i].Token, ms[i+1].Token, "tokens never depend on the split")
+	}
+	md := SweepMarkdown(ms)
+	assert.Contains(t, md, "| vocab | batch | S=1 | S=4 | best |")
+	assert.Regexp(t, `\| 8192 \| 2 \| [0-9.]+ \| [0-9.]+ \| S=[14] \|`, md)
 }

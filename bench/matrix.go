@@ -150,33 +150,3 @@ func ratio(c map[Route]Measurement, num, den Route, of func(Measurement) float64
 	}
 	return fmt.Sprintf("%.2fx", of(a)/of(b))
 }
-
-// SweepPoint is the device time of gumbel_argmax at one split.
-type SweepPoint struct {
-	Vocab, Batch, BlocksPerRow int
-	DeviceUs                   float64
-}
-
-// SplitSweep times the Gumbel route at every blocks-per-row value, for choosing the
-// split policy's thresholds from measurements.
-func SplitSweep(dev runtime.Device, dt sampler.DType, vocabs, batches, splits []int, cfg Config) ([]SweepPoint, error) {
-	var out []SweepPoint
-	for _, v := range vocabs {
-		for _, b := range batches {
-			buf, err := Upload(dev, LLMLogits(b, v, uint64(v+b)), dt)
-			if err != nil {
-				return out, err
-			}
-			for _, s := range splits {
-				m, err := Measure(dev, Point{Route: GumbelSplit, DType: dt, Vocab: v, Batch: b, BlocksPerRow: s}, buf, cfg)
-				if err != nil {
-					buf.Free()
-					return out, err
-				}
-				out = append(out, SweepPoint{v, b, s, m.DeviceUs})
-			}
-			buf.Free()
-		}
-	}
-	return out, nil
-}

@@ -12,14 +12,14 @@
 // contract of package philox: never on the batch it shares, its position, or the
 // switches that choose launch shapes.
 //
-// Serving features (kernel ABI version 2): a row can ask for the log-probability of its
-// token (Params.Logprobs) and its top raw log-probabilities (Params.TopLogprobs), computed
-// beside the sampling pass; logit processors ([Sampler.SetLogitBias],
-// [Sampler.SetAllowedTokens], [Sampler.SetBannedTokens], and penalties from the token
-// counts [Sampler.TrackTokens] keeps on the device) change the distribution a row is
-// sampled from, exactly; [Sampler.SampleN] draws several tokens per row with replacement
-// and [Sampler.SampleDistinct] without; a [Batch] keeps its row parameters on the device
-// and advances their steps there, so its Launch can be captured in a CUDA graph and
+// Serving features: a row can ask for the log-probability of its token (Params.Logprobs)
+// and its top raw log-probabilities (Params.TopLogprobs), computed beside the sampling
+// pass; logit processors ([Sampler.SetLogitBias], [Sampler.SetAllowedTokens],
+// [Sampler.SetBannedTokens], and penalties from the token counts [Sampler.TrackTokens]
+// keeps on the device) change the distribution a row is sampled from, exactly;
+// [Sampler.SampleN] draws several tokens per row with replacement and
+// [Sampler.SampleDistinct] without; a [Batch] keeps its row parameters on the device and
+// advances their steps there, so its Launch can be captured in a CUDA graph and
 // replayed.
 package sampler
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/runtime/cpu"
 	"github.com/gumbel-go/gumbel/sampler"
 )
@@ -46,4 +47,160 @@ func Example() {
 	// row 0: greedy      token 1, err <nil>
 	// row 1: gumbel      token 1, err <nil>
 	// row 2: categorical token 5, err <nil>
+}
+
+// newCPUSampler opens the CPU device and a sampler on it for the examples.
+func newCPUSampler() (runtime.Device, *sampler.Sampler) {
+	dev, err := cpu.Open()
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := sampler.New(dev, sampler.Options{Seed: 2024})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return dev, s
+}
+
+// Log-probabilities come out of the sampling pass itself: the token's log-probability
+// under the raw logits and under the distribution it was drawn from (here the logits
+// over the temperature), and, on request, the most likely raw tokens.
+func Example_logprobs() {
+	dev, s := newCPUSampler()
+	defer dev.Close()
+	defer s.Close()
+
+	logits := []float32{2, 1, 0, -1, 3, 0.5}
+	params := []sampler.Params{{Temperature: 0.5, Seed: 7, HasSeed: true, Logprobs: true, TopLogprobs: 3}}
+	var res sampler.Result
+	if err := s.SampleFloat32(logits, len(logits), params, &res); err != nil {
+		log.Fatal(err)
+	}
+	lp := res.Logprobs[0]
+	fmt.Printf("token %d: raw %.3f, at temperature 0.5 %.3f\n", res.Tokens[0], lp.Raw, lp.Processed)
+	top := res.Top[0]
+	for j := range top.Count {
+		fmt.Printf("top %d: token %d %.3f\n", j, top.Tokens[j], top.Logprobs[j])
+	}
+	// Output:
+	// token 4: raw -0.503, at temperature 0.5 -0.151
+	// top 0: token 4 -0.503
+	// top 1: token 0 -1.503
+	// top 2: token 1 -2.503
+}
+
+// Logit processors live on the device, per logits row: a bias list, banned (or
+// allowed) tokens, and token counts for repetition, frequency and presence penalties.
+// A tracked row's counts are updated by the device after each draw.
+func Example_processors() {
+	dev, s := newCPUSampler()
+	defer dev.Close()
+	defer s.Close()
+
+	const vocab = 6
+	logits := []float32{3, 2.9, 1, 0, 0, 0}
+	// Row 0: token 0 is banned and token 5 gets +4.
+	if err := s.SetBannedTokens(0, vocab, []int32{0}); err != nil {
+		log.Fatal(err)
+	}
+	if err := s.SetLogitBias(0, vocab, []int32{5}, []float32{4}); err != nil {
+		log.Fatal(err)
+	}
+	// Row 0 also counts its tokens: a frequency penalty of 2 pushes a sampled token down.
+	if err := s.TrackTokens(0, vocab, nil); err != nil {
+		log.Fatal(err)
+	}
+	params := []sampler.Params{{Temperature: 0, FrequencyPenalty: 2}}
+	var res sampler.Result
+	for step := range 3 {
+		params[0].Step = uint64(step)
+		if err := s.SampleFloat32(logits, vocab, params, &res); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("step %d: token %d\n", step, res.Tokens[0])
+	}
+	counts := make([]uint32, vocab)
+	if err := s.TokenCounts(0, counts); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("counts:", counts)
+	// Output:
+	// step 0: token 5
+	// step 1: token 1
+	// step 2: token 5
+	// counts: [0 1 0 0 0 2]
+}
+
+// SampleN draws with replacement (each draw is the token a separate call at step+z
+// would give); SampleDistinct draws without replacement (Gumbel-top-k: the first is
+// the token Sample gives, the next ones are drawn from what is left).
+func Example_draws() {
+	dev, s := newCPUSampler()
+	defer dev.Close()
+	defer s.Close()
+
+	logits := []float32{1, 1, 1, 1}
+	params := []sampler.Params{{Temperature: 1, Seed: 3, HasSeed: true}}
+	var with, without sampler.Result
+	if err := s.SampleNFloat32(logits, len(logits), params, 4, &with); err != nil {
+		log.Fatal(err)
+	}
+	if err := s.SampleDistinctFloat32(logits, len(logits), params, 4, &without); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("with replacement:   ", with.Tokens)
+	fmt.Println("without replacement:", without.Tokens)
+	// Output:
+	// with replacement:    [0 0 2 2]
+	// without replacement: [0 2 1 3]
+}
+
+// A Batch keeps every row's parameters on the device and advances each row's step
+// there, so Launch queues kernels and nothing else: an engine can capture it in a CUDA
+// graph (runtime.GraphCapturer) together with its decode step and replay it.
+func ExampleBatch() {
+	dev, s := newCPUSampler()
+	defer dev.Close()
+	defer s.Close()
+
+	const rows, vocab = 2, 5
+	host := []float32{
+		0, 1, 2, 3, 4,
+		4, 3, 2, 1, 0,
+	}
+	buf, err := dev.Alloc(4 * len(host))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer buf.Free()
+	st := s.Stream()
+	if err := st.CopyToDevice(buf, 0, runtime.BytesOf(host)); err != nil {
+		log.Fatal(err)
+	}
+	b, err := s.NewBatch(rows, vocab, sampler.Float32, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.SetRow(0, sampler.Params{Temperature: 0}); err != nil {
+		log.Fatal(err)
+	}
+	if err := b.SetRow(1, sampler.Params{Temperature: 2, TopK: 3, Seed: 11, HasSeed: true}); err != nil {
+		log.Fatal(err)
+	}
+	lg := sampler.Logits{Data: buf, DType: sampler.Float32, Rows: rows, Vocab: vocab}
+	var res sampler.Result
+	for step := range 3 {
+		if err := b.Launch(lg); err != nil { // steps 0, 1, 2: advanced on the device
+			log.Fatal(err)
+		}
+		if err := b.Read(&res); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("launch %d: %v\n", step, res.Tokens)
+	}
+	// Output:
+	// launch 0: [4 0]
+	// launch 1: [4 0]
+	// launch 2: [4 2]
 }

@@ -28,8 +28,8 @@ const MaxProcessorRows = 1 << 16
 // contents, and processors turned off, take effect without it (turning one off writes
 // neutral values: zero bias, every token allowed, zero counts).
 
-// countSeen marks a prompt token in a row's counts (ABI version 2); the low 31 bits count
-// the times the row sampled the token.
+// countSeen marks a prompt token in a row's counts (ABI.md, "Processed logits"); the
+// low 31 bits count the times the row sampled the token.
 const countSeen = 1 << 31
 
 // rowProcessors is the host's view of one row's processor state.
@@ -120,7 +120,7 @@ func (p *processors) flags(i int, q Params) abi.Flags {
 	return f
 }
 
-// appendArgs appends the bias, counts and mask arguments (ABI version 2, 9 to 11),
+// appendArgs appends the bias, counts and mask arguments (ABI arguments 9 to 11),
 // unused where no buffer exists yet (then no row has that processor).
 func (p *processors) appendArgs(a *runtime.Args, unused runtime.Buffer) {
 	for _, d := range [...]*deviceScratch{&p.bias, &p.counts, &p.mask} {

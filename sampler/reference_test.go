@@ -167,3 +167,151 @@ func refSample(row []float32, p Params, r Route, samplerSeed uint64) (int32, uin
 	}
 	return refCategorical(row, p.Temperature, topK, p.TopP, p.MinP, seed, p.Step)
 }
+
+// Processed logits, log-probability records, top-n lists and Gumbel-top-k.
+
+// refProcessors is one row's processor state as the reference applies it: nil slices
+// are off.
+type refProcessors struct {
+	bias    []float32 // vocab entries
+	counts  []uint32  // vocab entries: bit 31 prompt, low bits output count
+	allowed []bool    // vocab entries
+}
+
+// refProcess returns row's processed logits x' (ABI "Processed logits"), every operation
+// rounded to float32 on its own.
+func refProcess(row []float32, pr refProcessors, p Params) []float32 {
+	rep := p.RepetitionPenalty
+	if rep == 0 {
+		rep = 1
+	}
+	out := make([]float32, len(row))
+	for i, x := range row {
+		if pr.bias != nil {
+			x = float32(x + pr.bias[i])
+		}
+		if pr.counts != nil {
+			c := pr.counts[i]
+			if c != 0 && rep != 1 {
+				if x > 0 {
+					x = float32(x / rep)
+				} else {
+					x = float32(x * rep)
+				}
+			}
+			if o := c & 0x7FFFFFFF; o > 0 {
+				x = float32(x - float32(p.FrequencyPenalty*float32(o)))
+				x = float32(x - p.PresencePenalty)
+			}
+		}
+		if pr.allowed != nil && !pr.allowed[i] {
+			x = float32(math.Inf(-1))
+		}
+		out[i] = x
+	}
+	return out
+}
+
+// refLSE is the float64 log-sum-exp of xs; -Inf when every member is -Inf.
+func refLSE(xs []float64) float64 {
+	m := math.Inf(-1)
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	if math.IsInf(m, -1) {
+		return m
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += math.Exp(x - m)
+	}
+	return m + math.Log(sum)
+}
+
+// widen converts float32 values to float64, each optionally scaled by invT in float32
+// first (the ABI's fl(x * invT)).
+func widen(xs []float32, invT float32, scale bool) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		if scale {
+			x = float32(x * invT)
+		}
+		out[i] = float64(x)
+	}
+	return out
+}
+
+// refRecord is the log-probability record of token tok of a row whose raw logits are raw
+// and processed logits proc, drawn by route r with params p (ABI "The log-probability
+// record"). Categorical rows need the sampler seed to find the kept sum.
+func refRecord(raw, proc []float32, tok int32, r Route, p Params, seed uint64) Logprob {
+	rawLSE := refLSE(widen(raw, 1, false))
+	rec := Logprob{Raw: float32(float64(raw[tok]) - rawLSE), RawLSE: float32(rawLSE)}
+	switch r {
+	case RouteGreedy:
+		lse := refLSE(widen(proc, 1, false))
+		rec.Processed, rec.ProcessedLSE = float32(float64(proc[tok])-lse), float32(lse)
+	case RouteGumbel:
+		invT := float32(1 / p.Temperature)
+		lse := refLSE(widen(proc, invT, true))
+		rec.Processed, rec.ProcessedLSE = float32(float64(float32(proc[tok]*invT))-lse), float32(lse)
+	case RouteCategorical:
+		topK := p.TopK
+		if topK >= len(raw) {
+			topK = 0
+		}
+		_, _, kept := refCategoricalKept(proc, p.Temperature, topK, p.TopP, p.MinP, seed, p.Step)
+		m := float32(math.Inf(-1))
+		for _, x := range proc {
+			m = max(m, x)
+		}
+		invT := float32(1 / p.Temperature)
+		lnS := math.Log(float64(kept)) - float64(63-bits.Len(uint(len(raw))))*math.Ln2
+		rec.Processed = float32(float64(float32(float32(proc[tok]-m)*invT)) - lnS)
+		rec.ProcessedLSE = float32(float64(m)*float64(invT) + lnS)
+	}
+	return rec
+}
+
+// refTop returns the n largest raw logits' tokens and raw log-probabilities, largest
+// first, ties to the lowest index, -Inf logits left out.
+func refTop(raw []float32, n int) ([]int32, []float32) {
+	lse := refLSE(widen(raw, 1, false))
+	order := make([]int, 0, len(raw))
+	for i, x := range raw {
+		if !math.IsInf(float64(x), -1) {
+			order = append(order, i)
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool { return raw[order[a]] > raw[order[b]] })
+	order = order[:min(n, len(order))]
+	tokens, values := make([]int32, len(order)), make([]float32, len(order))
+	for j, i := range order {
+		tokens[j], values[j] = int32(i), float32(float64(raw[i])-lse)
+	}
+	return tokens, values
+}
+
+// refGumbelTopK returns the n largest Gumbel scores' tokens of a processed row at
+// (seed, step), largest first (greedy rows rank x' itself): the ABI's perturbed topn.
+func refGumbelTopK(proc []float32, temperature float32, seed, step uint64, n int) []int32 {
+	keys := make([]uint64, 0, len(proc))
+	invT := float32(1 / temperature)
+	for i, x := range proc {
+		if math.IsInf(float64(x), -1) {
+			continue
+		}
+		score := x
+		if temperature != 0 {
+			score = philox.Score(x, invT, philox.ElementGumbel(seed, step, uint32(i)))
+		}
+		keys = append(keys, refPack(score, i))
+	}
+	sort.Slice(keys, func(a, b int) bool { return keys[a] > keys[b] })
+	keys = keys[:min(n, len(keys))]
+	out := make([]int32, len(keys))
+	for j, k := range keys {
+		out[j] = int32(0xFFFFFFFF - uint32(k))
+	}
+	return out
+}

@@ -47,8 +47,8 @@ type Sampler struct {
 	stream  runtime.Stream
 	module  runtime.Module
 	kernels [numDTypes][numKernels]launchKernel
-	// topnErr says why the module has no topn kernels (an edition older than ABI
-	// version 2); calls that need them report it.
+	// topnErr says why the module has no topn kernels (an edition without them);
+	// calls that need them report it.
 	topnErr error
 	set     Settings
 	args    runtime.Args

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime/debug"
 	"slices"
 	"testing"
 
@@ -698,103 +697,6 @@ func TestBatchLargerThanOneGrid(t *testing.T) {
 	for _, i := range []int{1, 7, 9, 98, 65534, 65535, 65536, 66000, rows - 1} {
 		want, _ := refSample(logits[i*vocab:(i+1)*vocab], params[i], res.Routes[i], 6)
 		assert.Equal(t, want, res.Tokens[i], "row %d", i)
-	}
-}
-
-// steadyAllocs is the heap allocations per call of f in steady state: the fewest of
-// three AllocsPerRun windows. A cost that recurs on every call shows in every window;
-// a one-off refill (a sync.Pool that a kernel keeps its working memory in, emptied by a
-// collection or missed on a busy P) lands in one window and not the others.
-func steadyAllocs(f func()) float64 {
-	least := math.Inf(1)
-	for range 3 {
-		least = min(least, testing.AllocsPerRun(10, f))
-	}
-	return least
-}
-
-// allocationBatches are the batches the allocation tests sample: every route alone,
-// and mixed.
-func allocationBatches(rows int) map[string][]Params {
-	return map[string][]Params{
-		"greedy":      slices.Repeat([]Params{{}}, rows),
-		"gumbel":      slices.Repeat([]Params{{Temperature: 0.8, Seed: 1, HasSeed: true}}, rows),
-		"categorical": slices.Repeat([]Params{{Temperature: 0.8, TopK: 40, TopP: 0.9}}, rows),
-		"mixed":       mixedParams(rows, 2),
-		"serving":     batchParams(rows),
-	}
-}
-
-func TestSteadyStateAllocatesNothing(t *testing.T) {
-	if raceEnabled {
-		// TestSamplerItselfNeverAllocates still covers the sampler's own path.
-		t.Skip("the race detector's sync.Pool drops items on purpose: the Go kernels' pooled scratch reallocates")
-	}
-	// Collections are held off: one landing mid-window empties the kernels' pools.
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	dev := openCPU(t)
-	const vocab, rows = 5000, 6
-	rng := rand.New(rand.NewPCG(14, 14))
-	logits := randomLogits(rng, rows, vocab, 1)
-	buf := upload(t, dev, runtime.BytesOf(logits))
-	bits := make([]uint16, len(logits))
-	for i, x := range logits {
-		bits[i] = half.BFloat16(x)
-	}
-	for name, params := range allocationBatches(rows) {
-		for _, pol := range []*SplitPolicy{nil, &forcedSplit} {
-			t.Run(fmt.Sprintf("%s split=%v", name, pol != nil), func(t *testing.T) {
-				s := newSampler(t, dev, Options{Policy: pol})
-				var res Result
-				calls := map[string]func(){
-					"Sample": func() {
-						_ = s.Sample(Logits{Data: buf, Rows: rows, Vocab: vocab}, params, &res)
-					},
-					"SampleFloat32": func() { _ = s.SampleFloat32(logits, vocab, params, &res) },
-					"SampleBits":    func() { _ = s.SampleBits(bits, BFloat16, vocab, params, &res) },
-				}
-				for _, f := range calls {
-					f()
-					for i := range rows {
-						require.NoError(t, res.Errs[i])
-					}
-				}
-				for call, f := range calls {
-					assert.Zero(t, steadyAllocs(f), "%s allocates", call)
-				}
-			})
-		}
-	}
-}
-
-// inertStream queues nothing: launches return at once. With it, an allocation test sees
-// the sampler's own work alone (routing, parameters, scratch, copies), strictly.
-type inertStream struct{ runtime.Stream }
-
-func (inertStream) Launch(runtime.Kernel, runtime.Dim3, runtime.Dim3, *runtime.Args) error {
-	return nil
-}
-
-func TestSamplerItselfNeverAllocates(t *testing.T) {
-	dev := openCPU(t)
-	const vocab, rows = 300, 5
-	logits := make([]float32, rows*vocab)
-	buf := upload(t, dev, runtime.BytesOf(logits))
-	for name, params := range allocationBatches(rows) {
-		t.Run(name, func(t *testing.T) {
-			s := newSampler(t, dev, Options{Stream: inertStream{dev.DefaultStream()}, Policy: &forcedSplit})
-			var res Result
-			calls := map[string]func(){
-				"Sample": func() {
-					_ = s.Sample(Logits{Data: buf, Rows: rows, Vocab: vocab}, params, &res)
-				},
-				"SampleFloat32": func() { _ = s.SampleFloat32(logits, vocab, params, &res) },
-			}
-			for call, f := range calls {
-				f()
-				assert.Zero(t, testing.AllocsPerRun(20, f), "%s allocates", call)
-			}
-		})
 	}
 }
 

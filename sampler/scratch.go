@@ -109,7 +109,7 @@ type scratch struct {
 	// logits stages host logits for SampleFloat32 and SampleBits.
 	logits deviceScratch
 	// unused is the 8-byte buffer passed for the buffer arguments of features no
-	// row of a launch uses (ABI version 2: never read or written).
+	// row of a launch uses (ABI.md: never read or written).
 	unused deviceScratch
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -23,10 +24,25 @@ type benchConfig struct {
 	asJSON bool
 	// features measures the serving features against the plain Gumbel step.
 	features bool
+	// sweep, when set, is the split sweep to run instead of the matrix.
+	sweep *bench.Sweep
 	// compare names a peer's measurements (bench/peers/torch_peers.py --out) to set
 	// against this run's; chart names an image of both.
 	compare, chart string
-	device         deviceFlags
+	// out is a folder to write the results to (NAME.json and NAME.md), or "".
+	out    string
+	device deviceFlags
+}
+
+// name names the measurement set: the files --out writes are NAME.json and NAME.md.
+func (c benchConfig) name() string {
+	switch {
+	case c.sweep != nil:
+		return "split-sweep"
+	case c.features:
+		return "features"
+	}
+	return "matrix"
 }
 
 // cpuBenchConfig sizes measurements on the CPU device, where one step at V = 151936
@@ -46,9 +62,12 @@ func parseBenchFlags(args []string, w io.Writer) (benchConfig, error) {
 	fs.IntVar(&c.timing.HostCalls, "calls", 0, fmt.Sprintf("Sample calls timed one by one per point (0: %d on a GPU, %d on the CPU)", bench.DefaultConfig.HostCalls, cpuBenchConfig.HostCalls))
 	fs.IntVar(&c.timing.Warmup, "warmup", -1, fmt.Sprintf("untimed calls first (-1: %d on a GPU, %d on the CPU)", bench.DefaultConfig.Warmup, cpuBenchConfig.Warmup))
 	fs.BoolVar(&c.features, "features", false, fmt.Sprintf("measure the serving features (log-probabilities, processors, draws, batch launches) against the plain Gumbel step: routes default to %s, vocab to %s, batch to %s", joinRoutes(bench.FeatureMatrix.Routes), joinInts(bench.FeatureMatrix.Vocabs), joinInts(bench.FeatureMatrix.Batches)))
+	sweep := fs.Bool("split-sweep", false, fmt.Sprintf("time the Gumbel route at every blocks-per-row value of --splits, the measurements the split policy is chosen from: dtype defaults to %s, vocab to %s, batch to %s; on a GPU %d groups of %d launches per point", bench.DefaultSweep.DType, joinInts(bench.DefaultSweep.Vocabs), joinInts(bench.DefaultSweep.Batches), bench.SweepConfig.Groups, bench.SweepConfig.Repeats))
+	splits := fs.String("splits", joinInts(bench.DefaultSweep.Splits), "blocks per row of --split-sweep, comma-separated")
 	fs.BoolVar(&c.asJSON, "json", false, "print the measurements as JSON instead of markdown tables")
 	fs.StringVar(&c.compare, "compare", "", "peer measurements (JSON from bench/peers/torch_peers.py) to compare with this run's")
 	fs.StringVar(&c.chart, "chart", "", "write a chart of device time against vocabulary size to this file (.svg, .png, .pdf)")
+	fs.StringVar(&c.out, "out", "", "also write the results to this folder: NAME.json (what --json prints) and NAME.md (the tables), NAME being matrix, features or split-sweep")
 	c.device.register(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -57,10 +76,33 @@ func parseBenchFlags(args []string, w io.Writer) (benchConfig, error) {
 	if len(pos) > 0 {
 		return c, usagef("unexpected argument %q", pos[0])
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if c.features && *sweep {
+		return c, usagef("--features and --split-sweep: choose one")
+	}
+	if given["splits"] && !*sweep {
+		return c, usagef("--splits needs --split-sweep")
+	}
+	if *sweep {
+		for _, f := range []string{"route", "compare", "chart"} {
+			if given[f] {
+				return c, usagef("--%s does not apply to --split-sweep, which times the %s route alone", f, bench.GumbelSplit)
+			}
+		}
+		// The sweep's defaults, for the list flags not given.
+		if !given["dtype"] {
+			*dtypes = bench.DefaultSweep.DType.String()
+		}
+		if !given["vocab"] {
+			*vocabs = joinInts(bench.DefaultSweep.Vocabs)
+		}
+		if !given["batch"] {
+			*batches = joinInts(bench.DefaultSweep.Batches)
+		}
+	}
 	if c.features {
 		// The feature matrix's defaults, for the list flags not given.
-		given := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 		if !given["route"] {
 			*routes = joinRoutes(bench.FeatureMatrix.Routes)
 		}
@@ -83,6 +125,16 @@ func parseBenchFlags(args []string, w io.Writer) (benchConfig, error) {
 	if c.matrix.Batches, err = parseInts("--batch", *batches, 1, 1<<16); err != nil {
 		return c, err
 	}
+	if *sweep {
+		if len(c.matrix.DTypes) != 1 {
+			return c, usagef("--split-sweep takes one --dtype, not %d", len(c.matrix.DTypes))
+		}
+		sw := bench.Sweep{DType: c.matrix.DTypes[0], Vocabs: c.matrix.Vocabs, Batches: c.matrix.Batches}
+		if sw.Splits, err = parseInts("--splits", *splits, 1, 1<<16); err != nil {
+			return c, err
+		}
+		c.sweep, c.matrix = &sw, bench.Matrix{}
+	}
 	for _, f := range []struct {
 		name string
 		v    int
@@ -99,9 +151,9 @@ func parseBenchFlags(args []string, w io.Writer) (benchConfig, error) {
 }
 
 // timingFor fills the zero (and, for Warmup, negative) fields of t from the device's
-// default.
-func timingFor(t bench.Config, info runtime.DeviceInfo) bench.Config {
-	def := bench.DefaultConfig
+// default: gpu on a GPU, cpuBenchConfig on the CPU device.
+func timingFor(t bench.Config, info runtime.DeviceInfo, gpu bench.Config) bench.Config {
+	def := gpu
 	if info.Backend == runtime.CPU {
 		def = cpuBenchConfig
 	}
@@ -122,6 +174,8 @@ func timingFor(t bench.Config, info runtime.DeviceInfo) bench.Config {
 
 // benchReport is what `gumbel bench --json` prints.
 type benchReport struct {
+	// Mode is matrix, features or split-sweep.
+	Mode            string              `json:"mode"`
 	Backend         string              `json:"backend"`
 	Device          string              `json:"device"`
 	Arch            string              `json:"arch"`
@@ -150,18 +204,14 @@ func runBench(e env, args []string) error {
 	}
 	defer dev.Close()
 	info := dev.Info()
-	timing := timingFor(cfg.timing, info)
+	gpuTiming := bench.DefaultConfig
+	if cfg.sweep != nil {
+		gpuTiming = bench.SweepConfig
+	}
+	timing := timingFor(cfg.timing, info, gpuTiming)
 	fmt.Fprintln(e.stderr, cfg.device.choice(dev))
 
-	mx := cfg.matrix
-	total := len(mx.Routes) * len(mx.DTypes) * len(mx.Vocabs) * len(mx.Batches)
-	prog := newProgress(e.stderr, int64(total))
-	ms, err := mx.Run(dev, timing, func(done, total int, m bench.Measurement) {
-		prog.start(done-1, total, fmt.Sprintf("%s %s V=%d B=%d", m.Route, m.DTypeName, m.Vocab, m.Batch))
-		prog.set(int64(done))
-		prog.finished(fmt.Sprintf("device %s, host %s", formatMicros(m.DeviceUs), formatMicros(m.HostUs)))
-	})
-	prog.close()
+	ms, err := measure(e, dev, cfg, timing)
 	if err != nil {
 		return err
 	}
@@ -171,25 +221,79 @@ func runBench(e env, args []string) error {
 		}
 		fmt.Fprintf(e.stderr, "wrote %s\n", cfg.chart)
 	}
-	if cfg.asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(benchReport{
-			Backend: string(info.Backend), Device: info.Name, Arch: info.Arch, Multiprocessors: info.Multiprocessors,
-			Config: timing, Measurements: ms, Peers: peers,
-		})
+	report := benchReport{
+		Mode: cfg.name(), Backend: string(info.Backend), Device: info.Name, Arch: info.Arch, Multiprocessors: info.Multiprocessors,
+		Config: timing, Measurements: ms, Peers: peers,
 	}
-	fmt.Fprintf(e.stdout, "Device: %s (%s, %s, %d SMs); %d groups of %d launches, %d host calls, %d warm-up calls per point\n",
-		info.Name, info.Backend, info.Arch, info.Multiprocessors, timing.Groups, timing.Repeats, timing.HostCalls, timing.Warmup)
-	table := bench.Markdown(ms)
-	if cfg.features {
-		table = bench.FeatureMarkdown(ms)
-	}
-	if _, err = io.WriteString(e.stdout, table+"\n"); err != nil || cfg.compare == "" {
+	js, err := json.MarshalIndent(report, "", "  ")
+	if err != nil {
 		return err
 	}
-	_, err = io.WriteString(e.stdout, "\n"+bench.Compare(ms, peers)+"\n")
+	js = append(js, '\n')
+	md := fmt.Sprintf("Device: %s (%s, %s, %d SMs); %d groups of %d launches, %d host calls, %d warm-up calls per point\n",
+		info.Name, info.Backend, info.Arch, info.Multiprocessors, timing.Groups, timing.Repeats, timing.HostCalls, timing.Warmup)
+	switch {
+	case cfg.sweep != nil:
+		md += bench.SweepMarkdown(ms) + "\n"
+	case cfg.features:
+		md += bench.FeatureMarkdown(ms) + "\n"
+	default:
+		md += bench.Markdown(ms) + "\n"
+	}
+	if cfg.compare != "" {
+		md += "\n" + bench.Compare(ms, peers) + "\n"
+	}
+	if cfg.out != "" {
+		if err := writeResults(cfg.out, cfg.name(), js, md); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "wrote %s and %s\n", filepath.Join(cfg.out, cfg.name()+".json"), filepath.Join(cfg.out, cfg.name()+".md"))
+	}
+	if cfg.asJSON {
+		_, err = e.stdout.Write(js)
+		return err
+	}
+	_, err = io.WriteString(e.stdout, md)
 	return err
+}
+
+// measure runs the matrix or the sweep of cfg on dev, showing progress on e.stderr.
+func measure(e env, dev runtime.Device, cfg benchConfig, timing bench.Config) ([]bench.Measurement, error) {
+	mx := cfg.matrix
+	total := len(mx.Routes) * len(mx.DTypes) * len(mx.Vocabs) * len(mx.Batches)
+	if cfg.sweep != nil {
+		total = len(cfg.sweep.Vocabs) * len(cfg.sweep.Batches) * len(cfg.sweep.Splits)
+	}
+	prog := newProgress(e.stderr, int64(total))
+	defer prog.close()
+	show := func(done, total int, m bench.Measurement) {
+		label := fmt.Sprintf("%s %s V=%d B=%d", m.Route, m.DTypeName, m.Vocab, m.Batch)
+		if cfg.sweep != nil {
+			label += fmt.Sprintf(" S=%d", m.BlocksPerRow)
+		}
+		prog.start(done-1, total, label)
+		prog.set(int64(done))
+		prog.finished(fmt.Sprintf("device %s, host %s", formatMicros(m.DeviceUs), formatMicros(m.HostUs)))
+	}
+	if cfg.sweep != nil {
+		return cfg.sweep.Run(dev, timing, show)
+	}
+	return mx.Run(dev, timing, show)
+}
+
+// writeResults writes a run's JSON report and markdown tables to dir/name.json and
+// dir/name.md, making dir if needed.
+func writeResults(dir, name string, js []byte, md string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".json"), js, 0o644); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".md"), []byte(md), 0o644); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	return nil
 }
 
 func parseRoutes(s string) ([]bench.Route, error) {

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -18,10 +20,12 @@ func TestParseBenchFlags(t *testing.T) {
 		name   string
 		args   []string
 		matrix bench.Matrix
+		// sweep is the split sweep, nil for a matrix.
+		sweep  *bench.Sweep
 		timing bench.Config
-		// compare and chart are the --compare and --chart files.
-		compare, chart string
-		wantErr        string
+		// compare and chart are the --compare and --chart files; out the --out folder.
+		compare, chart, out string
+		wantErr             string
 	}{
 		{name: "defaults: the full matrix, the device's timing", matrix: bench.FullMatrix, timing: bench.Config{Warmup: -1}},
 		{
@@ -33,6 +37,18 @@ func TestParseBenchFlags(t *testing.T) {
 		},
 		{name: "compare and chart", args: []string{"--compare", "peers.json", "--chart", "out.svg"},
 			matrix: bench.FullMatrix, timing: bench.Config{Warmup: -1}, compare: "peers.json", chart: "out.svg"},
+		{name: "features: the feature matrix", args: []string{"--features", "--out", "results"},
+			matrix: bench.Matrix{Routes: bench.FeatureMatrix.Routes, DTypes: bench.FullMatrix.DTypes, Vocabs: bench.FeatureMatrix.Vocabs, Batches: bench.FeatureMatrix.Batches},
+			timing: bench.Config{Warmup: -1}, out: "results"},
+		{name: "split sweep: its own defaults", args: []string{"--split-sweep"}, sweep: &bench.DefaultSweep, timing: bench.Config{Warmup: -1}},
+		{name: "split sweep, every list given", args: []string{"--split-sweep", "--dtype", "bfloat16", "--vocab", "4096", "--batch", "1,2", "--splits", "1,8"},
+			sweep: &bench.Sweep{DType: sampler.BFloat16, Vocabs: []int{4096}, Batches: []int{1, 2}, Splits: []int{1, 8}}, timing: bench.Config{Warmup: -1}},
+		{name: "split sweep and features", args: []string{"--split-sweep", "--features"}, wantErr: "--features and --split-sweep: choose one"},
+		{name: "split sweep of two dtypes", args: []string{"--split-sweep", "--dtype", "float32,bfloat16"}, wantErr: "--split-sweep takes one --dtype, not 2"},
+		{name: "split sweep of a route", args: []string{"--split-sweep", "--route", "greedy"}, wantErr: "--route does not apply to --split-sweep"},
+		{name: "split sweep compared", args: []string{"--split-sweep", "--compare", "peers.json"}, wantErr: "--compare does not apply to --split-sweep"},
+		{name: "splits without the sweep", args: []string{"--splits", "4"}, wantErr: "--splits needs --split-sweep"},
+		{name: "zero splits", args: []string{"--split-sweep", "--splits", "0"}, wantErr: `--splits "0"`},
 		{name: "chart without extension", args: []string{"--chart", "out"}, wantErr: `--chart "out": no file extension`},
 		{name: "unknown route", args: []string{"--route", "greedy,fast"}, wantErr: `--route "fast": not one of greedy,categorical`},
 		{name: "unknown dtype", args: []string{"--dtype", "float8"}, wantErr: `--dtype "float8": not one of float32,float16,bfloat16`},
@@ -55,9 +71,11 @@ func TestParseBenchFlags(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tc.matrix, got.matrix)
+			assert.Equal(t, tc.sweep, got.sweep)
 			assert.Equal(t, tc.timing, got.timing)
 			assert.Equal(t, tc.compare, got.compare)
 			assert.Equal(t, tc.chart, got.chart)
+			assert.Equal(t, tc.out, got.out)
 		})
 	}
 }
@@ -65,10 +83,12 @@ func TestParseBenchFlags(t *testing.T) {
 func TestTimingFor(t *testing.T) {
 	cpu := runtime.DeviceInfo{Backend: runtime.CPU}
 	gpu := runtime.DeviceInfo{Backend: runtime.CUDA}
-	assert.Equal(t, cpuBenchConfig, timingFor(bench.Config{Warmup: -1}, cpu))
-	assert.Equal(t, bench.DefaultConfig, timingFor(bench.Config{Warmup: -1}, gpu))
+	assert.Equal(t, cpuBenchConfig, timingFor(bench.Config{Warmup: -1}, cpu, bench.DefaultConfig))
+	assert.Equal(t, cpuBenchConfig, timingFor(bench.Config{Warmup: -1}, cpu, bench.SweepConfig))
+	assert.Equal(t, bench.DefaultConfig, timingFor(bench.Config{Warmup: -1}, gpu, bench.DefaultConfig))
+	assert.Equal(t, bench.SweepConfig, timingFor(bench.Config{Warmup: -1}, gpu, bench.SweepConfig))
 	assert.Equal(t, bench.Config{Groups: 7, Repeats: bench.DefaultConfig.Repeats, HostCalls: bench.DefaultConfig.HostCalls, Warmup: 0},
-		timingFor(bench.Config{Groups: 7, Warmup: 0}, gpu), "set fields are kept")
+		timingFor(bench.Config{Groups: 7, Warmup: 0}, gpu, bench.DefaultConfig), "set fields are kept")
 }
 
 // tinyBench is a matrix small enough for the CPU device in a unit test.
@@ -113,4 +133,43 @@ func TestBenchJSONOnCPU(t *testing.T) {
 		assert.True(t, m.Token >= 0 && m.Token < 2048, "%+v", m)
 		assert.Equal(t, 2048, m.Vocab)
 	}
+}
+
+// The split sweep on the CPU device: a table of each split's time with the fastest
+// split, and with --out the same tables and the JSON report written to a folder.
+func TestBenchSplitSweepOnCPU(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "results")
+	code, stdout, stderr := runCLI("bench", "--backend", "cpu", "--split-sweep", "--vocab", "4096", "--batch", "1,2", "--splits", "1,2",
+		"--groups", "2", "--repeats", "2", "--calls", "1", "--warmup", "1", "--out", dir)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stdout, "| vocab | batch | S=1 | S=2 | best |")
+	assert.Regexp(t, `\| 4096 \| 2 \| [0-9.]+ \| [0-9.]+ \| S=[12] \|`, stdout)
+	assert.Contains(t, stderr, "[4/4] gumbel-split float32 V=4096 B=2 S=2 ... device ")
+	md, err := os.ReadFile(filepath.Join(dir, "split-sweep.md"))
+	require.NoError(t, err)
+	assert.Equal(t, stdout, string(md), "the markdown file holds what was printed")
+	js, err := os.ReadFile(filepath.Join(dir, "split-sweep.json"))
+	require.NoError(t, err)
+	var rep benchReport
+	require.NoError(t, json.Unmarshal(js, &rep))
+	assert.Equal(t, "split-sweep", rep.Mode)
+	require.Len(t, rep.Measurements, 4)
+	for i, m := range rep.Measurements {
+		assert.Equal(t, 1+i%2, m.BlocksPerRow, "%+v", m)
+		assert.Positive(t, m.DeviceUs, "%+v", m)
+	}
+}
+
+// --out writes what --json prints, whichever of the two stdout shows.
+func TestBenchOutOnCPU(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, stderr := runCLI(append(tinyBench, "--json", "--out", dir)...)
+	require.Equal(t, exitOK, code, stderr)
+	js, err := os.ReadFile(filepath.Join(dir, "matrix.json"))
+	require.NoError(t, err)
+	assert.JSONEq(t, stdout, string(js))
+	md, err := os.ReadFile(filepath.Join(dir, "matrix.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "| dtype | vocab | batch | greedy | gumbel-split | topk50-topp0.9 |")
+	assert.Contains(t, stderr, "wrote "+filepath.Join(dir, "matrix.json"))
 }

@@ -7,6 +7,7 @@
 //	gumbel sample FILE.npy   sample tokens from logits saved by NumPy ([V] or [B, V])
 //	gumbel selftest          run the statistical suite on a device; exit status 1 on any failure
 //	gumbel bench             device and host time of a sampling step over routes x dtypes x vocabularies x batches
+//	                         (--features: each serving feature's cost; --split-sweep: every blocks-per-row value)
 //
 // Every command takes -h for its flags. --backend picks cpu, cuda, hip, metal or auto;
 // without it $GUMBEL_BACKEND decides, then auto (a GPU if one opens, else the CPU).

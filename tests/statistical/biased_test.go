@@ -371,3 +371,189 @@ func TestTieBiasDrawCount(t *testing.T) {
 	// rarer and the non-centrality 65536 times smaller: invisible at any count here.
 	assert.Less(t, tieBiasNoncentrality(LargeVocab, 32)*FullFlatLargeDraws, 0.01)
 }
+
+// TestTemperatureCasesHaveTeeth shows that every unfiltered small-vocabulary case of the
+// CI suite at a temperature other than 1 (where the temperature is the case's own job)
+// catches, with probability at least 0.99, a sampler whose temperature is 10% off either
+// way. The flat shape is left out: no temperature changes its law.
+func TestTemperatureCasesHaveTeeth(t *testing.T) {
+	tested := 0
+	for _, c := range Cases(Config{Size: SizeCI}) {
+		if c.Vocab() != SmallVocab || c.Temperature == 1 || c.Shape == Flat || c.Processors != nil || c.Mode != ModeSample ||
+			(Filter{TopK: c.TopK, TopP: c.TopP, MinP: c.MinP}) != (Filter{}) {
+			continue
+		}
+		want := expected(t, c)
+		possible := 0
+		for _, q := range want {
+			if q > 0 {
+				possible++
+			}
+		}
+		need := DetectableNoncentrality(max(1, possible-1), c.Alpha, 0.99)
+		lambda := float64(c.Draws) * temperatureNoncentrality(&c, want, 0.1)
+		assert.Greater(t, lambda, need, "%s (%d draws)", c.Name, c.Draws)
+		tested++
+	}
+	assert.Equal(t, 12, tested, "three shapes at two temperatures on two routes")
+}
+
+// TestFlatLargeCaseCatchesALostBlock shows that the flat decile case of the CI suite
+// catches, with probability at least 0.99, a split phase that drops one block of the
+// row, for a row cut into up to eight blocks (the CPU device cuts one into as many as
+// it has workers).
+func TestFlatLargeCaseCatchesALostBlock(t *testing.T) {
+	c := findCase(t, Cases(Config{Size: SizeCI}), "flat/V151936/T1.0/gumbel/deciles")
+	want := expected(t, c)
+	deciles := func(p []float64) []float64 {
+		d := make([]float64, 10)
+		for i, q := range p {
+			d[i*10/len(p)] += q
+		}
+		return d
+	}
+	need := DetectableNoncentrality(9, c.Alpha, 0.99)
+	for blocks := 2; blocks <= 8; blocks++ {
+		for k := range blocks {
+			lo, hi := k*len(want)/blocks, (k+1)*len(want)/blocks
+			got := append([]float64(nil), want...)
+			kept := 0.0
+			for i := range got {
+				if i >= lo && i < hi {
+					got[i] = 0
+				}
+				kept += got[i]
+			}
+			for i := range got {
+				got[i] /= kept
+			}
+			lambda := float64(c.Draws) * Noncentrality(deciles(want), deciles(got))
+			assert.Greater(t, lambda, need, "block %d of %d lost", k, blocks)
+		}
+	}
+}
+
+// processorBug is a misimplementation of the processors whose law a case must reject.
+type processorBug struct {
+	name    string
+	applies func(c *Case) bool
+	logits  func(c *Case) ([]float32, error)
+}
+
+// processorBugs are the ways a kernel could get the processors wrong.
+var processorBugs = []processorBug{
+	{"processors skipped", func(c *Case) bool { return true }, func(c *Case) ([]float32, error) { return c.Logits, nil }},
+	{"negative logits divided by the repetition penalty too",
+		func(c *Case) bool { return c.Processors.Repetition > 1 },
+		func(c *Case) ([]float32, error) {
+			p := *c.Processors
+			x, err := ProcessedLogits(c.Logits, Processors{BiasTokens: p.BiasTokens, BiasValues: p.BiasValues})
+			if err != nil {
+				return nil, err
+			}
+			for _, t := range p.Prompt {
+				x[t] /= p.Repetition
+			}
+			return ProcessedLogits(x, Processors{Allowed: p.Allowed, Banned: p.Banned})
+		}},
+	{"penalties before the bias",
+		func(c *Case) bool { return c.Processors.Repetition > 1 && c.Processors.BiasTokens != nil },
+		func(c *Case) ([]float32, error) {
+			p := *c.Processors
+			x, err := ProcessedLogits(c.Logits, Processors{Prompt: p.Prompt, Repetition: p.Repetition})
+			if err != nil {
+				return nil, err
+			}
+			return ProcessedLogits(x, Processors{BiasTokens: p.BiasTokens, BiasValues: p.BiasValues, Allowed: p.Allowed, Banned: p.Banned})
+		}},
+	{"banned tokens ignored",
+		func(c *Case) bool { return c.Processors.Banned != nil },
+		func(c *Case) ([]float32, error) {
+			p := *c.Processors
+			p.Banned = nil
+			return ProcessedLogits(c.Logits, p)
+		}},
+}
+
+// TestProcessorCasesHaveTeeth shows that every processor case of the CI suite catches,
+// with probability at least 0.99, a sampler that gets its processor wrong in a plausible
+// way: a law that puts mass on an impossible token fails outright, and any other has a
+// non-centrality above what p < Alpha needs at 99% power on the case's degrees of
+// freedom (taken as the number of possible tokens, an upper bound on the bins).
+func TestProcessorCasesHaveTeeth(t *testing.T) {
+	tested := 0
+	for _, c := range Cases(Config{Size: SizeCI}) {
+		if c.Processors == nil {
+			continue
+		}
+		want, err := Expected(&c)
+		require.NoError(t, err, c.Name)
+		possible := 0
+		for _, q := range want {
+			if q > 0 {
+				possible++
+			}
+		}
+		need := DetectableNoncentrality(max(1, possible-1), c.Alpha, 0.99)
+		for _, bug := range processorBugs {
+			if !bug.applies(&c) {
+				continue
+			}
+			x, err := bug.logits(&c)
+			require.NoError(t, err, "%s: %s", c.Name, bug.name)
+			got, err := Probabilities(x, c.Temperature, Filter{TopK: c.TopK, TopP: c.TopP, MinP: c.MinP})
+			require.NoError(t, err, "%s: %s", c.Name, bug.name)
+			lambda := float64(c.Draws) * Noncentrality(want, got)
+			assert.Greater(t, lambda, need, "%s: %s", c.Name, bug.name)
+			t.Logf("%s, %s: non-centrality %.3g (needs %.0f)", c.Name, bug.name, lambda, need)
+			tested++
+		}
+	}
+	assert.GreaterOrEqual(t, tested, 2*len(processorSpecs)+6)
+}
+
+// copyDrawer draws pairs of independent draws from p, except that with probability eps
+// the second copies the first.
+type copyDrawer struct{ *aliasDrawer }
+
+func newCopyDrawer(p []float64, eps float64, seed uint64) copyDrawer {
+	v := len(p)
+	law := make([]float64, v*v)
+	for a := range p {
+		for b := range p {
+			law[a*v+b] = (1 - eps) * p[a] * p[b]
+		}
+		law[a*v+a] += eps * p[a]
+	}
+	return copyDrawer{newAliasDrawer(law, seed)}
+}
+
+func TestPairCasesCatchBiasedSamplers(t *testing.T) {
+	cases := Cases(Config{Size: SizeCI})
+	pairs := findCase(t, cases, "spread/V8/T1.0/gumbel/pairs")
+	distinct := findCase(t, cases, "spread/V8/T1.0/gumbel/distinct")
+	law := func(c Case) []float64 {
+		p, err := Probabilities(c.Logits, c.Temperature, Filter{})
+		require.NoError(t, err)
+		return p
+	}
+	tests := []struct {
+		name   string
+		c      Case
+		drawer Drawer
+		fails  bool
+	}{
+		{"independent pairs", pairs, newAliasDrawer(expected(t, pairs), 1), false},
+		{"second draw copies the first 2% of the time", pairs, newCopyDrawer(law(pairs), 0.02, 2), true},
+		{"successive sampling", distinct, newAliasDrawer(expected(t, distinct), 3), false},
+		{"independent draws, repeats rejected", distinct, newAliasDrawer(rejectionLaw(law(distinct)), 4), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := RunDrawer(tt.drawer, tt.c, nil)
+			require.Equal(t, tt.c.Draws, out.Draws, out.Message)
+			assert.Equal(t, !tt.fails, out.Pass, "%s: %s", tt.c.Name, out.Message)
+			t.Logf("%s: %s", tt.c.Name, out.Message)
+		})
+	}
+}

@@ -29,8 +29,8 @@ type Size uint8
 // Sizes.
 const (
 	// SizeCI is the CPU suite of `go test`: a million draws for the small-vocabulary
-	// cases, a few thousand for the large ones, a reduced temperature grid for the
-	// filtered cases.
+	// Gumbel-max cases at T = 1, fewer for the others, a few thousand for the large
+	// ones, a reduced temperature grid for the filtered cases.
 	SizeCI Size = iota
 	// SizeFull is the GPU suite: every shape at every temperature, at least a million
 	// draws per case.
@@ -45,26 +45,34 @@ func (s Size) String() string {
 	return "ci"
 }
 
-// Draw counts of each size. The CI figures are planned from the CPU device's measured
-// cost on a two-core machine (CPU time, not wall time, since the device spreads rows
-// over both cores): a Gumbel-max draw of a 128-token row costs about 3.3 µs (26 ns per
-// element), a categorical one 4 to 5 µs, a filtered one 5 to 9 µs (top-k on a flat row
-// is the slowest); one draw of a 151936-token row costs about 2.5 ms on the Gumbel path
-// and 4.4 ms on the categorical path. With these counts the CI suite needs about 90
-// CPU-seconds.
+// Draw counts of each size. The CI figures keep `go test` on the CPU device short
+// (BenchmarkDraw measures a draw of each kind): a million draws where they buy the
+// suite's resolution, fewer where a case's own job needs fewer, and a few thousand for
+// the 151936-token rows, one draw of which costs about a thousand of a 128-token row.
 const (
-	// CISmallDraws is the draw count of the small-vocabulary Gumbel-max cases in
-	// SizeCI, the path this module is about.
+	// CISmallDraws is the draw count of the small-vocabulary Gumbel-max cases at T = 1
+	// in SizeCI, the path this module is about.
 	CISmallDraws = 1_000_000
+	// CISmallTemperatureDraws is the draw count of the small-vocabulary Gumbel-max
+	// cases at the other temperatures in SizeCI. What they share with their shape's
+	// T = 1 case (the noise, the arg-max, ties, masked tokens) that case checks with a
+	// million draws; their own job is the temperature, and a quarter of the draws still
+	// catches a temperature 10% off with probability 0.99
+	// (TestTemperatureCasesHaveTeeth).
+	CISmallTemperatureDraws = 250_000
 	// CISmallCategoricalDraws is the draw count of the small-vocabulary categorical and
 	// filtered cases in SizeCI: a quarter of the Gumbel cases', which halves the
 	// smallest shift of a token's probability they can see.
 	CISmallCategoricalDraws = 250_000
-	// CILargeDraws is the draw count of the large-vocabulary Gumbel-max cases in SizeCI.
-	CILargeDraws = 4_096
+	// CILargeDraws is the draw count of the large-vocabulary Gumbel-max cases in
+	// SizeCI: enough for the flat decile case to catch a split phase that drops one
+	// block of the row with probability 0.99 (TestFlatLargeCaseCatchesALostBlock); the
+	// subtle biases of the large rows need the full size whatever the CI count (see
+	// their Detects).
+	CILargeDraws = 2_048
 	// CILargeCategoricalDraws is the draw count of the large-vocabulary categorical
 	// case in SizeCI.
-	CILargeCategoricalDraws = 2_048
+	CILargeCategoricalDraws = 1_024
 	// FullDraws is the draw count of every case of SizeFull but one.
 	FullDraws = 1_000_000
 	// FullFlatLargeDraws is the draw count of the flat large-vocabulary Gumbel-max case
@@ -197,8 +205,8 @@ type Case struct {
 	// Detects says, for cases drawn too few times to catch every bias the suite is
 	// about, what they can still catch. Empty otherwise.
 	Detects string
-	// Processors, when not nil, are the row's logit processors (ABI version 2): the
-	// case samples, and is tested against, the processed logits.
+	// Processors, when not nil, are the row's logit processors: the case samples, and
+	// is tested against, the processed logits.
 	Processors *Processors
 	// Mode is how the case draws: one token per Sample row, or ordered pairs.
 	Mode Mode
@@ -328,7 +336,12 @@ func Cases(cfg Config) []Case {
 	}
 	for _, shape := range small {
 		for _, t := range Temperatures {
-			add(shape, SmallVocab, t, pathGumbel, BinTokens, smallDraws, "")
+			if full || t == 1 {
+				add(shape, SmallVocab, t, pathGumbel, BinTokens, smallDraws, "")
+			} else {
+				add(shape, SmallVocab, t, pathGumbel, BinTokens, CISmallTemperatureDraws, "")
+				out[len(out)-1].Detects = detectsTemperature(&out[len(out)-1])
+			}
 			add(shape, SmallVocab, t, pathCategorical, BinTokens, categoricalDraws, "")
 		}
 	}
@@ -349,7 +362,8 @@ func Cases(cfg Config) []Case {
 			}
 		}
 	}
-	out = append(out, v2Cases(cfg, seed, alpha, draws)...)
+	out = append(out, processorCases(cfg, seed, alpha, draws)...)
+	out = append(out, pairCases(cfg, seed, alpha, draws)...)
 
 	if full {
 		add(Flat, LargeVocab, 1, pathGumbel, BinDeciles, FullFlatLargeDraws, "")
@@ -370,6 +384,54 @@ func Cases(cfg Config) []Case {
 		}
 	}
 	return out
+}
+
+// detectsTemperature states the smallest relative error of the temperature, either way,
+// that a case catches half the time, and its resolution on a token that holds 1% of the
+// mass.
+func detectsTemperature(c *Case) string {
+	probs, err := Expected(c)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	bins := 0
+	for _, p := range probs {
+		if p > 0 {
+			bins++
+		}
+	}
+	lambda := DetectableNoncentrality(max(1, bins-1), c.Alpha, 0.5)
+	n := float64(c.Draws)
+	shift := math.Sqrt(DetectableNoncentrality(1, c.Alpha, 0.5) / (n * 0.01))
+	tokens := fmt.Sprintf("a relative error of %.0f%% in a token that holds 1%% of the mass; the T = 1 case of this shape draws %d times as many",
+		shift*100, CISmallDraws/CISmallTemperatureDraws)
+	if n*temperatureNoncentrality(c, probs, 1) < lambda {
+		return fmt.Sprintf("%d draws catch (with probability 1/2) %s; no temperature changes this row's law", c.Draws, tokens)
+	}
+	lo, hi := 0.0, 1.0
+	for range 40 {
+		if mid := (lo + hi) / 2; n*temperatureNoncentrality(c, probs, mid) >= lambda {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return fmt.Sprintf("%d draws catch (with probability 1/2) a temperature %.1f%% off, or %s", c.Draws, hi*100, tokens)
+}
+
+// temperatureNoncentrality is the smaller per-draw non-centrality of a sampler of case c
+// (whose law is probs) that uses the temperature T·(1+delta) or T/(1+delta).
+func temperatureNoncentrality(c *Case, probs []float64, delta float64) float64 {
+	f := Filter{TopK: c.TopK, TopP: c.TopP, MinP: c.MinP}
+	least := math.Inf(1)
+	for _, t := range []float32{c.Temperature * float32(1+delta), c.Temperature / float32(1+delta)} {
+		got, err := Probabilities(c.Logits, t, f)
+		if err != nil {
+			return math.Inf(1)
+		}
+		least = min(least, Noncentrality(probs, got))
+	}
+	return least
 }
 
 // detectsDeciles states the smallest decile-mass shift a flat decile case of n draws
@@ -406,6 +468,14 @@ func detectsTail(c *Case, alpha float64) string {
 	return fmt.Sprintf("%d draws catch (with probability 1/2) a shift of %.2g in the dominant token's mass; "+
 		"the tail's %.2g of the mass is %.2g expected draws, too few to see it lost: that needs the full size",
 		c.Draws, delta, tail, n*tail)
+}
+
+// placed gives a case what it derives from the suite's configuration: its seed (from
+// its name), the acceptance threshold and the draw count.
+func placed(c Case, seed uint64, alpha float64, draws int) Case {
+	c.Seed = philox.SplitMix64(seed ^ hashName(c.Name))
+	c.Alpha, c.Draws = alpha, draws
+	return c
 }
 
 // hashName is FNV-1a of a case name, so each case's seed depends on its name only.

@@ -2,6 +2,7 @@ package statistical
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/gumbel-go/gumbel/sampler"
@@ -47,7 +48,9 @@ func TestCasesAreWellFormed(t *testing.T) {
 					assert.GreaterOrEqual(t, c.Draws, 1_000_000, c.Name)
 					assert.Empty(t, c.Detects, c.Name)
 				}
-				if size == SizeCI && c.Vocab() == LargeVocab {
+				reduced := c.Vocab() == LargeVocab ||
+					(c.Route == sampler.RouteGumbel && c.Processors == nil && c.Mode == ModeSample && c.Draws < CISmallDraws)
+				if size == SizeCI && reduced {
 					assert.NotEmpty(t, c.Detects, "%s: a reduced case must say what it can still detect", c.Name)
 					t.Logf("%s: %s", c.Name, c.Detects)
 				}
@@ -174,4 +177,74 @@ func TestLogitsAreDeterministic(t *testing.T) {
 	assert.NotEqual(t, a[0].Seed, b[0].Seed, "the base seed reaches the cases")
 	scaled := Cases(Config{DrawScale: 0.01})
 	assert.Equal(t, a[0].Draws/100, scaled[0].Draws)
+}
+
+// TestProcessorCasesCut shows that every processor changes its row: the processed law
+// differs from the raw one, the bias case's promoted token becomes likely, and the filtered
+// cases keep several tokens.
+func TestProcessorCasesCut(t *testing.T) {
+	for _, c := range Cases(Config{Size: SizeFull}) {
+		if c.Processors == nil {
+			continue
+		}
+		x, err := ProcessedLogits(c.Logits, *c.Processors)
+		require.NoError(t, err)
+		assert.NotEqual(t, c.Logits, x, c.Name)
+		p, err := Expected(&c)
+		require.NoError(t, err)
+		kept := 0
+		for _, q := range p {
+			if q > 0 {
+				kept++
+			}
+		}
+		assert.GreaterOrEqual(t, kept, 5, "%s: the processed row must leave a choice", c.Name)
+		if strings.HasSuffix(c.Name, "/bias") {
+			r := ranked(c.Logits)
+			assert.Zero(t, p[r[0]], "%s: the top token is banned by its bias", c.Name)
+			rare := r[len(r)-1]
+			above := 0
+			for _, q := range p {
+				if q > p[rare] {
+					above++
+				}
+			}
+			assert.Less(t, above, 5, "%s: the rarest token is promoted among the five most likely", c.Name)
+		}
+	}
+}
+
+func TestTrackedCasesAreWellFormed(t *testing.T) {
+	for _, size := range []Size{SizeCI, SizeFull} {
+		names := map[string]bool{}
+		for _, tc := range TrackedCases(Config{Size: size}) {
+			assert.False(t, names[tc.Name], tc.Name)
+			names[tc.Name] = true
+			require.NotNil(t, tc.Processors, tc.Name)
+			assert.True(t, tc.Processors.Penalised(), tc.Name)
+			assert.NotZero(t, tc.Processors.Frequency, tc.Name)
+			assert.NotZero(t, tc.Processors.Presence, tc.Name)
+			assert.Greater(t, tc.Processors.Repetition, float32(1), tc.Name)
+			assert.GreaterOrEqual(t, tc.BuildSteps, 2, tc.Name)
+			p := tc.Params(3)
+			assert.Equal(t, tc.Processors.Frequency, p.FrequencyPenalty)
+			assert.Equal(t, tc.Processors.Presence, p.PresencePenalty)
+			assert.Equal(t, tc.Processors.Repetition, p.RepetitionPenalty)
+			// The prompt holds positive and negative logits.
+			pos, negs := 0, 0
+			for _, tok := range tc.Processors.Prompt {
+				if tc.Logits[tok] > 0 {
+					pos++
+				} else {
+					negs++
+				}
+			}
+			assert.Positive(t, pos, tc.Name)
+			assert.Positive(t, negs, tc.Name)
+			if size == SizeFull {
+				assert.GreaterOrEqual(t, tc.Draws, FullDraws)
+			}
+		}
+		assert.Len(t, names, 2)
+	}
 }

@@ -26,15 +26,22 @@ type Check struct {
 
 // Checks returns the property checks, in a fixed order.
 func Checks() []Check {
-	return append([]Check{
+	return []Check{
 		{"reproducible", "the same seed and step draw the same tokens, in another call and in a new sampler; another step draws others", checkReproducible},
 		{"batch-invariance", "a row's token does not depend on the batch size, its position, the other rows or the split phase", checkBatchInvariance},
 		{"greedy", "greedy rows (T = 0, top-k 1) take the lowest index of the largest logit, with the Gumbel switch on or off", checkGreedy},
 		{"gumbel-stream", "Gumbel-max rows draw argmax(x/T + philox.ElementGumbel) of the stream contract", checkGumbelStream},
 		{"kill-switch", "with the Gumbel switch off, unfiltered rows take the categorical path and draw the inverse CDF of philox.CategoricalUniform64; filtered rows do the same with either switch", checkKillSwitch},
 		{"half-precision", "float16 and bfloat16 rows draw what their exact float32 values draw", checkHalfPrecision},
-		{"bad-input", "bad rows get their own error and token -1; the other rows of the batch keep their tokens; bad calls get call errors", checkBadInput},
-	}, v2Checks()...)
+		{"bad-input", "bad rows (logits, temperature, filters, penalties, top log-probabilities) get their own error and token -1; the other rows of the batch keep their tokens; bad calls get call errors", checkBadInput},
+		{"bad-processors", "processor settings out of range (row, token, bias, vocabulary) get call errors", checkBadProcessors},
+		{"logprobs", "Result.Logprobs matches a float64 log-softmax of the raw and of the processed logits on every route, within LogprobTolerance", checkLogprobs},
+		{"top-logprobs", "Result.Top lists the most likely raw tokens in order (ties to the lowest index) with their raw log-probabilities", checkTopLogprobs},
+		{"draws-are-steps", "SampleN's draw z of a row is the token (and record) a Sample call at step+z gives", checkDrawsAreSteps},
+		{"distinct", "SampleDistinct draws distinct tokens, the first Sample's token, with processed log-probabilities", checkDistinct},
+		{"bad-draws", "SampleDistinct's filtered rows and rows with too few tokens get their own errors; draw counts out of range get call errors", checkBadDraws},
+		{"determinism", "the same seed and step give the same tokens, log-probabilities and device counts at any batch position, through Sample and through Batch.Launch", checkDeterminism},
+	}
 }
 
 // probeVocab is the vocabulary of most checks: odd, so no row is a whole number of
@@ -619,6 +626,14 @@ func checkBadInput(dev runtime.Device) error {
 		{"min-p above 1", seeded(sampler.Params{Temperature: 1, MinP: 2}), nil, sampler.ErrMinP},
 		{"greedy", seeded(sampler.Params{}), nil, nil},
 		{"min-p", seeded(sampler.Params{Temperature: 0.7, MinP: 0.05}), nil, nil},
+		{"gumbel with logprobs", seeded(sampler.Params{Temperature: 0.8, Logprobs: true}), nil, nil},
+		{"negative repetition penalty", seeded(sampler.Params{Temperature: 0.8, RepetitionPenalty: -1}), nil, sampler.ErrPenalty},
+		{"infinite repetition penalty", seeded(sampler.Params{Temperature: 0.8, RepetitionPenalty: inf}), nil, sampler.ErrPenalty},
+		{"NaN frequency penalty", seeded(sampler.Params{Temperature: 0.8, FrequencyPenalty: nan}), nil, sampler.ErrPenalty},
+		{"infinite presence penalty", seeded(sampler.Params{TopK: 5, Temperature: 1, PresencePenalty: -inf}), nil, sampler.ErrPenalty},
+		{"21 top log-probabilities", seeded(sampler.Params{Temperature: 0.8, TopLogprobs: sampler.MaxTopLogprobs + 1}), nil, sampler.ErrTopLogprobs},
+		{"negative top log-probabilities", seeded(sampler.Params{TopLogprobs: -1}), nil, sampler.ErrTopLogprobs},
+		{"filtered with logprobs", seeded(sampler.Params{Temperature: 1, TopP: 0.9, Logprobs: true, TopLogprobs: 3}), nil, nil},
 	}
 	s, err := newSampler(dev, sampler.Options{Gumbel: sampler.On, Split: sampler.On})
 	if err != nil {
@@ -649,6 +664,43 @@ func checkBadInput(dev runtime.Device) error {
 	}
 	if err := s.SampleFloat32(good, vocab, params[:1], &r); !errors.Is(err, sampler.ErrClosed) {
 		return fmt.Errorf("closed sampler: got %v, want ErrClosed", err)
+	}
+	return nil
+}
+
+func checkBadProcessors(dev runtime.Device) error {
+	vocab := probeVocab
+	nan := float32(math.NaN())
+	s, err := newSampler(dev, sampler.Options{Gumbel: sampler.On, Split: sampler.On})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	setters := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"bias row out of range", s.SetLogitBias(-1, vocab, []int32{1}, []float32{1}), sampler.ErrRow},
+		{"bias token out of range", s.SetLogitBias(0, vocab, []int32{int32(vocab)}, []float32{1}), sampler.ErrToken},
+		{"bias token repeated", s.SetLogitBias(0, vocab, []int32{3, 3}, []float32{1, 2}), sampler.ErrToken},
+		{"NaN bias", s.SetLogitBias(0, vocab, []int32{1}, []float32{nan}), sampler.ErrBias},
+		{"bias lengths differ", s.SetLogitBias(0, vocab, []int32{1, 2}, []float32{1}), sampler.ErrBias},
+		{"allowed token negative", s.SetAllowedTokens(0, vocab, []int32{-1}), sampler.ErrToken},
+		{"banned row out of range", s.SetBannedTokens(sampler.MaxProcessorRows, vocab, []int32{1}), sampler.ErrRow},
+		{"prompt token out of range", s.TrackTokens(0, vocab, []int32{int32(vocab) + 5}), sampler.ErrToken},
+	}
+	for _, st := range setters {
+		if !errors.Is(st.err, st.want) {
+			return fmt.Errorf("%s: got %v, want %v", st.name, st.err, st.want)
+		}
+	}
+	// A processor vocabulary other than the one rows hold is a shape error.
+	if err := s.SetBannedTokens(1, vocab, []int32{5}); err != nil {
+		return err
+	}
+	if err := s.SetBannedTokens(2, vocab+1, []int32{5}); !errors.Is(err, sampler.ErrShape) {
+		return fmt.Errorf("banned tokens for another vocabulary: got %v, want ErrShape", err)
 	}
 	return nil
 }

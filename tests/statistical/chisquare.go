@@ -253,3 +253,20 @@ func DetectableNoncentrality(df int, alpha, power float64) float64 {
 	}
 	return hi
 }
+
+// Noncentrality returns the chi-square non-centrality per draw of a sampler that
+// follows law got when want is expected: Σ (got - want)²/want over the outcomes want
+// allows, +Inf when got puts mass where want has none.
+func Noncentrality(want, got []float64) float64 {
+	sum := 0.0
+	for i := range want {
+		switch {
+		case want[i] > 0:
+			d := got[i] - want[i]
+			sum += d * d / want[i]
+		case got[i] > 0:
+			return math.Inf(1)
+		}
+	}
+	return sum
+}

@@ -33,7 +33,7 @@
 // row to another, or, among 128 bins, a 10% error in the probability of a token that
 // holds 1%. Pass another threshold through Config.Alpha.
 //
-// # ABI version 2 features
+// # Logit processors, several draws and log-probabilities
 //
 // Logit processors (a sparse bias, allowed and banned tokens, the repetition penalty on a
 // tracked prompt) are cases of their own ([Case.Processors]): the reference applies them
@@ -51,13 +51,16 @@
 //
 // # Sizes
 //
-// [SizeCI] is what `go test` runs on the CPU device, well within two minutes on two cores:
-// 1e6 draws for the small-vocabulary Gumbel-max cases, 2.5e5 for the categorical and
-// filtered ones, a few thousand for the 151936-token rows, whose [Case.Detects] states
-// what they can still detect; 2.5e5 for the processor cases, 4e5 pairs for the pair
-// cases and 5e4 tested draws for the tracked cases, each stating what it still detects
-// (TestProcessorCasesHaveTeeth, TestPairCasesCatchBiasedSamplers and RunTracked's
-// non-centralities show that a skipped or misapplied processor is caught). [SizeFull] is
+// [SizeCI] is what `go test` runs on the CPU device, in well under a minute on two cores:
+// 1e6 draws for the small-vocabulary Gumbel-max cases at T = 1, 2.5e5 for those at the
+// other temperatures and for the categorical and filtered ones, a few thousand for the
+// 151936-token rows; 1e5 for the processor cases, 4e5 pairs for the pair cases and 3e4
+// tested draws for the tracked cases. A case drawn too few times to catch every bias the
+// suite is about states in [Case.Detects] what it still detects, and the tests show that
+// each still catches the bugs it is there for with probability 0.99: a wrong temperature
+// (TestTemperatureCasesHaveTeeth), a skipped or misapplied processor
+// (TestProcessorCasesHaveTeeth, RunTracked's non-centralities), dependent or wrongly
+// renormalised pairs (TestPairCasesCatchBiasedSamplers). [SizeFull] is
 // the GPU suite: 1e6 draws per case, 2e7 for the flat 151936-token row, whose tie-bias
 // trap needs that many.
 package statistical

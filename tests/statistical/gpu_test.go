@@ -10,11 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The GPU suite: every case of SizeFull (the ABI version 2 processor and pair cases
-// included), the tracked penalty cases at full size, the log-probability errors at
-// V = 151936, and every property check, on the device that gumbel.Open picks
-// ($GUMBEL_BACKEND, else the first GPU backend that opens). A gpu-tagged run expects a
-// GPU: landing on the CPU device is a failure, not a skip.
+// The GPU suite: every case of SizeFull (the processor and pair cases included), the
+// tracked penalty cases at full size, the log-probability errors at V = 151936, and
+// every property check, on the device that gumbel.Open picks ($GUMBEL_BACKEND, else the
+// first GPU backend that opens). A gpu-tagged run expects a GPU: landing on the CPU
+// device is a failure, not a skip.
 //
 //	go test -tags gpu -timeout 90m -v ./tests/statistical/
 

@@ -6,7 +6,7 @@ import (
 	"math"
 )
 
-// PromptBit marks a prompt token in a row's token counts (ABI version 2, "Processed
+// PromptBit marks a prompt token in a row's token counts (kernelsrc/ABI.md, "Processed
 // logits"): the low 31 bits count the times the token was sampled.
 const PromptBit = 1 << 31
 
@@ -41,9 +41,9 @@ func (p *Processors) Penalised() bool {
 }
 
 // ProcessedLogits applies the processors to a row in the order and float32 arithmetic of
-// kernelsrc/ABI.md (version 2): bias, then penalties from the counts, then the mask
-// (allowed and banned tokens become -Inf). Every operation is rounded to float32 on its
-// own: the explicit conversions keep the compiler from fusing a multiply and a subtract.
+// kernelsrc/ABI.md: bias, then penalties from the counts, then the mask (allowed and
+// banned tokens become -Inf). Every operation is rounded to float32 on its own: the
+// explicit conversions keep the compiler from fusing a multiply and a subtract.
 func ProcessedLogits(logits []float32, p Processors) ([]float32, error) {
 	v := len(logits)
 	if len(p.BiasTokens) != len(p.BiasValues) {
@@ -136,7 +136,7 @@ func finite32(f float32) bool { return !math.IsNaN(float64(f)) && !math.IsInf(fl
 
 // LogSoftmax returns log softmax(x / T) in float64 over every token (-Inf for masked ones)
 // and the log-normaliser LSE(x / T). T = 0 stands for 1 (the greedy route's
-// log-probabilities are at temperature 1, ABI version 2).
+// log-probabilities are at temperature 1, kernelsrc/ABI.md).
 func LogSoftmax(x []float32, temperature float32) ([]float64, float64, error) {
 	t := float64(temperature)
 	if t == 0 {

@@ -44,8 +44,9 @@ func TestTrackedCPU(t *testing.T) {
 	runTrackedSuite(t, dev, ciConfig())
 }
 
-// TestLogprobErrorsCPU measures the log-probability records at Qwen2's vocabulary (the
-// logprobs check runs at probeVocab) and logs the largest errors.
+// TestLogprobErrorsCPU checks the log-probability records at Qwen2's vocabulary against
+// the float64 reference, within LogprobTolerance (the logprobs check runs at
+// probeVocab), and logs the largest errors.
 func TestLogprobErrorsCPU(t *testing.T) {
 	dev := openCPU(t)
 	measureLogprobs(t, dev)
@@ -76,7 +77,8 @@ func runTrackedSuite(t *testing.T, dev runtime.Device, cfg Config) {
 	}
 }
 
-// measureLogprobs runs MeasureLogprobs at LargeVocab on dev and logs what it saw.
+// measureLogprobs runs MeasureLogprobs at LargeVocab on dev, which fails on a record
+// beyond LogprobTolerance, and logs what it saw.
 func measureLogprobs(t *testing.T, dev runtime.Device) {
 	rep, err := MeasureLogprobs(dev, LargeVocab)
 	require.NoError(t, err)

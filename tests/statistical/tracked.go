@@ -33,13 +33,14 @@ const (
 	// CITrackedDraws is the number of tested draws of a tracked case in SizeCI (each
 	// costs BuildSteps + 1 Sample rows and four reference distributions). RunTracked
 	// reports what they can see; TestTrackedCPU checks that it is each broken sampler of
-	// TrackedReport.
-	CITrackedDraws = 50_000
+	// TrackedReport with probability 0.99 (the closest, a frequency penalty that counts
+	// once, with about 1.4 times the non-centrality that needs).
+	CITrackedDraws = 30_000
 	// trackedBuildSteps is the BuildSteps of the suite's tracked cases: enough for many
 	// rows to draw a token two or three times despite the penalties, so that a frequency
 	// penalty applied to the wrong count shows (with 6 steps and stronger presence and
-	// repetition penalties the count-category test gave that bug a non-centrality of 9,
-	// with these 153 at 5e4 draws).
+	// repetition penalties the count-category test gave that bug a seventeenth of the
+	// non-centrality it gets with these).
 	trackedBuildSteps = 10
 	// trackedRows bounds the rows of one Sample call of a tracked case.
 	trackedRows = 1024

@@ -5,24 +5,15 @@ import (
 	"math"
 	"sort"
 
-	"github.com/gumbel-go/gumbel/philox"
 	"github.com/gumbel-go/gumbel/sampler"
 )
 
-// Draw counts of the ABI version 2 cases (logit processors, pairs of draws).
-const (
-	// CIProcessorDraws is the draw count of every processor case in SizeCI, on either
-	// route: a processor that is skipped or misapplied moves a whole token's mass (a
-	// non-centrality in the thousands, see TestProcessorCasesHaveTeeth), so a quarter of
-	// the Gumbel cases' million is plenty; each case's Detects says what finer error it
-	// still catches.
-	CIProcessorDraws = 250_000
-	// CIPairDraws is the number of ordered pairs of each pair case in SizeCI.
-	CIPairDraws = 400_000
-	// PairVocab is the vocabulary of the pair cases: 64 ordered pairs, every one drawn
-	// thousands of times.
-	PairVocab = 8
-)
+// CIProcessorDraws is the draw count of every processor case in SizeCI, on either
+// route: a processor that is skipped or misapplied moves a whole token's mass, so a
+// tenth of the Gumbel cases' million still catches each such bug with probability 0.99
+// (TestProcessorCasesHaveTeeth); each case's Detects says what finer error it still
+// catches.
+const CIProcessorDraws = 100_000
 
 // processorPath is the route and filter of a processor case.
 var (
@@ -156,33 +147,20 @@ func allProcessors(x []float32) *Processors {
 	return p
 }
 
-// v2Cases adds the ABI version 2 cases to a suite: every processor on the Gumbel route
-// and on a filtered route, and the pair cases of SampleN and SampleDistinct.
-func v2Cases(cfg Config, seed uint64, alpha float64, draws func(int) int) []Case {
+// processorCases are the logit-processor cases of a suite: every processor on the Gumbel
+// route and on a filtered route.
+func processorCases(cfg Config, seed uint64, alpha float64, draws func(int) int) []Case {
 	full := cfg.Size == SizeFull
+	n, temps := CIProcessorDraws, []float32{1}
+	if full {
+		n, temps = FullDraws, Temperatures
+	}
 	var out []Case
-	add := func(c Case, n int) {
-		c.Seed = philox.SplitMix64(seed ^ hashName(c.Name))
-		c.Alpha = alpha
-		c.Draws = draws(n)
-		if c.Binning == BinTokens && c.Mode == ModeSample && !full {
-			c.Detects = detectsTokenShift(&c)
-		}
-		out = append(out, c)
-	}
-	processorDraws, pairDraws := CIProcessorDraws, CIPairDraws
-	if full {
-		processorDraws, pairDraws = FullDraws, FullDraws
-	}
-	temps := []float32{1}
-	if full {
-		temps = Temperatures
-	}
 	for _, spec := range processorSpecs {
 		for _, t := range temps {
 			for _, p := range []path{pathGumbel, spec.filtered} {
 				logits := Logits(Bimodal, SmallVocab, t)
-				c := Case{
+				c := placed(Case{
 					Name:        fmt.Sprintf("%s/V%d/T%.1f/%s/%s", Bimodal, SmallVocab, t, p.label, spec.label),
 					Shape:       Bimodal,
 					Route:       p.route,
@@ -193,28 +171,11 @@ func v2Cases(cfg Config, seed uint64, alpha float64, draws func(int) int) []Case
 					MinP:        p.minP,
 					Logits:      logits,
 					Processors:  spec.build(logits),
+				}, seed, alpha, draws(n))
+				if !full {
+					c.Detects = detectsTokenShift(&c)
 				}
-				add(c, processorDraws)
-			}
-		}
-	}
-	for _, t := range temps {
-		for _, mode := range []Mode{ModePairs, ModeDistinct} {
-			add(Case{
-				Name:        fmt.Sprintf("%s/V%d/T%.1f/%s/%s", Spread, PairVocab, t, pathGumbel.label, mode),
-				Shape:       Spread,
-				Route:       sampler.RouteGumbel,
-				Gumbel:      true,
-				Temperature: t,
-				Logits:      Logits(Spread, PairVocab, t),
-				Mode:        mode,
-			}, pairDraws)
-		}
-	}
-	if !full {
-		for i := range out {
-			if out[i].Mode != ModeSample {
-				out[i].Detects = detectsPairs(&out[i])
+				out = append(out, c)
 			}
 		}
 	}
@@ -229,81 +190,4 @@ func detectsTokenShift(c *Case) string {
 	delta := math.Sqrt(lambda / (float64(c.Draws) * 0.01))
 	return fmt.Sprintf("%d draws catch (with probability 1/2) a relative error of %.0f%% in a token that holds 1%% of the mass, "+
 		"or a whole skipped processor (TestProcessorCasesHaveTeeth)", c.Draws, delta*100)
-}
-
-// detectsPairs states what a pair case catches half the time. With replacement: a
-// second draw that copies the first with probability eps moves the pair law by a
-// non-centrality n·eps²·(V - 1) per pair (the sum over cells of eps²·p_a²(1[a=b] -
-// p_b)²/(p_a·p_b)). Without replacement: the non-centrality per pair of the wrong law
-// "independent draws, repeats rejected", p_a·p_b/(1 - Σp²), which every sampler that
-// forgets to renormalise after the first pick follows.
-func detectsPairs(c *Case) string {
-	v := c.Vocab()
-	df := v*v - 1
-	if c.Mode == ModeDistinct {
-		df = v*(v-1) - 1
-	}
-	lambda := DetectableNoncentrality(df, c.Alpha, 0.5)
-	n := float64(c.Draws)
-	if c.Mode == ModePairs {
-		eps := math.Sqrt(lambda / (n * float64(v-1)))
-		return fmt.Sprintf("%d pairs catch (with probability 1/2) a second draw that copies the first %.2g of the time", c.Draws, eps)
-	}
-	perPair, err := rejectionLawNoncentrality(c)
-	if err != nil {
-		return "unknown: " + err.Error()
-	}
-	return fmt.Sprintf("%d pairs give the rejection law's error a non-centrality of %.0f, where %.0f is caught half the time",
-		c.Draws, perPair*n, lambda)
-}
-
-// rejectionLawNoncentrality returns, per pair, the chi-square non-centrality between the
-// successive-sampling law of a distinct case and the law of two independent draws with
-// repeats rejected.
-func rejectionLawNoncentrality(c *Case) (float64, error) {
-	p, err := Probabilities(c.Logits, c.Temperature, Filter{})
-	if err != nil {
-		return 0, err
-	}
-	want, err := PairProbabilities(p, false)
-	if err != nil {
-		return 0, err
-	}
-	return Noncentrality(want, rejectionLaw(p)), nil
-}
-
-// rejectionLaw is p_a·p_b/(1 - Σp²) off the diagonal: two independent draws, kept when
-// they differ.
-func rejectionLaw(p []float64) []float64 {
-	v := len(p)
-	sq := 0.0
-	for _, q := range p {
-		sq += q * q
-	}
-	out := make([]float64, v*v)
-	for a := range p {
-		for b := range p {
-			if a != b {
-				out[a*v+b] = p[a] * p[b] / (1 - sq)
-			}
-		}
-	}
-	return out
-}
-
-// Noncentrality returns the chi-square non-centrality per draw of a sampler that
-// follows law got when want is expected: Σ (got - want)²/want over the outcomes want
-// allows, +Inf when got puts mass where want has none.
-func Noncentrality(want, got []float64) float64 {
-	sum := 0.0
-	for i := range want {
-		switch {
-		case want[i] > 0:
-			d := got[i] - want[i]
-			sum += d * d / want[i]
-		case got[i] > 0:
-			return math.Inf(1)
-		}
-	}
-	return sum
 }

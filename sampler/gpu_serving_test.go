@@ -2,8 +2,8 @@
 
 package sampler_test
 
-// ABI version 2 on a real GPU: a Batch captured in a CUDA graph and replayed, and the
-// serving features (log-probabilities, processors, draws, topn) against the CPU device.
+// The serving features on a real GPU: a Batch captured in a CUDA graph and replayed, and
+// log-probabilities, processors, draws and top log-probabilities against the CPU device.
 // Run on the GPU host:
 //
 //	go test -tags gpu -count=1 -v -run 'GPUBatchGraph|GPUServing' ./sampler/
