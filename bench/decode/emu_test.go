@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gumbel-go/gumbel/internal/testenv"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,10 +17,7 @@ import (
 // under kernelsrc/emu/cuda_emu.h (CUDA threads, shared memory and warp shuffles on CPU
 // threads) and requires every kernel to agree with a float64 host computation.
 func TestCUDAEditionUnderEmulation(t *testing.T) {
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("g++ is not installed: the CUDA edition's CPU emulation cannot be built here")
-	}
+	gxx := testenv.GXX(t, "the decode kernels' CPU emulation")
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "decode.cu"), []byte(cudaSource), 0o644))
 	emu, err := filepath.Abs(filepath.Join("..", "..", "kernelsrc", "emu"))

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gumbel-go/gumbel/half"
+	"github.com/gumbel-go/gumbel/internal/testenv"
 	"github.com/gumbel-go/gumbel/philox"
 )
 
@@ -79,7 +80,6 @@ func decodeResults(t *testing.T, data []byte, ls []*launch) []outcome {
 // driver is the emulation driver, built once for every test of the package.
 var driver struct {
 	once sync.Once
-	dir  string
 	path string
 	log  string
 	err  error
@@ -88,16 +88,14 @@ var driver struct {
 // driverPath builds testdata/emu_driver.cpp (with ../cuda/sampling.cu) on first use.
 func driverPath(t *testing.T) string {
 	t.Helper()
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("g++ is not installed: the CUDA edition's CPU emulation cannot be built here")
-	}
+	gxx := testenv.GXX(t, "the CUDA edition's CPU emulation")
 	driver.once.Do(func() {
-		driver.dir, driver.err = os.MkdirTemp("", "gumbel-emu-")
-		if driver.err != nil {
+		dir, err := os.MkdirTemp("", "gumbel-emu-")
+		if err != nil {
+			driver.err = err
 			return
 		}
-		driver.path = filepath.Join(driver.dir, "emu_driver")
+		driver.path = filepath.Join(dir, "emu_driver")
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		args := []string{"-std=c++20", "-O2", "-ffp-contract=off", "-fno-strict-aliasing",
@@ -111,13 +109,9 @@ func driverPath(t *testing.T) string {
 	return driver.path
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if driver.dir != "" {
-		os.RemoveAll(driver.dir)
-	}
-	os.Exit(code)
-}
+// TestMain runs the tests in a temporary folder, the driver's among them, that is removed
+// even when they are interrupted.
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 
 // runDriver runs the driver on an input file and returns its output file.
 func runDriver(t *testing.T, input []byte, mode ...string) []byte {

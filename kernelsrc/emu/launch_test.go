@@ -57,7 +57,7 @@ type launch struct {
 	slots  int // logits rows, token and status slots
 	logits []byte
 	params []rowParams
-	// Version 2 buffers, one entry per logits row and element (mask: per 32 elements);
+	// Feature buffers, one entry per logits row and element (mask: per 32 elements);
 	// nil passes an 8-byte buffer, as ABI.md allows when no row uses the feature.
 	bias     []float32
 	counts   []uint32

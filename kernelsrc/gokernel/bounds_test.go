@@ -87,7 +87,7 @@ func TestShortAndBadBuffers(t *testing.T) {
 		{"stride overflows", func(l *argList) { l.stride = 1 << 63 },
 			[3]expect{badParams, 0, badParams}, [3]expect{badParams, 0, badParams}},
 		{"seven arguments", func(l *argList) { l.n = 7 }, all(untouchedSlots), all(untouchedSlots)},
-		{"the eight arguments of ABI version 1", func(l *argList) { l.n = 8 }, all(untouchedSlots), all(untouchedSlots)},
+		{"eight arguments", func(l *argList) { l.n = 8 }, all(untouchedSlots), all(untouchedSlots)},
 		{"one argument short", func(l *argList) { l.n = abi.NumArgs - 1 }, all(untouchedSlots), all(untouchedSlots)},
 		{"no params", func(l *argList) { l.buf[abi.ArgParams] = nil }, all(untouchedSlots), all(untouchedSlots)},
 		{"no logits", func(l *argList) { l.buf[abi.ArgLogits] = nil }, all(badParams), all(badParams)},
@@ -172,8 +172,8 @@ func TestShortTokenAndStatus(t *testing.T) {
 	}
 }
 
-// TestShortArgumentLists: a launch with fewer than abi.NumArgs arguments (the eight of
-// ABI version 1 among them) writes nothing at all: no token, status or record, no step,
+// TestShortArgumentLists: a launch with fewer than abi.NumArgs arguments writes nothing
+// at all: no token, status or record, no step,
 // no count, no counter, on every kernel.
 func TestShortArgumentLists(t *testing.T) {
 	const v, s = 40, 2
@@ -217,8 +217,8 @@ func TestShortArgumentLists(t *testing.T) {
 }
 
 // TestFeatureBuffers: each buffer of a row feature too short, misaligned or missing for
-// the feature that needs it, reserved flags, short scratch, and the argument list of ABI
-// version 1. The rows using the feature report status 3 (with a NaN record where the
+// the feature that needs it, reserved flags, short scratch, and a short argument list.
+// The rows using the feature report status 3 (with a NaN record where the
 // logprobs buffer holds one), neither advance nor record, and leave the counters at zero;
 // the others are sampled as usual. A short argument list leaves everything untouched.
 // Nothing panics.
@@ -266,7 +266,7 @@ func TestFeatureBuffers(t *testing.T) {
 				return cut(abi.ArgLogprobs, bytesOf(b.logprobs)[:4*abi.RecordWords*(abi.Slots(3, draws)-1)])
 			}},
 		{name: "reserved flag", flags: 1 << 9, fail: row1, edit: none},
-		{name: "the argument list of ABI version 1", flags: abi.FlagBias, untouched: true,
+		{name: "eight arguments", flags: abi.FlagBias, untouched: true,
 			edit: func(b *buffers) edit { return edit{nArgs: 8} }},
 		{name: "counters without room for the draws' row counter", flags: abi.FlagAdvance, fail: row1,
 			edit: func(b *buffers) edit { return cut(abi.ArgCounters, bytesOf(b.counters)[:4*shape.RowCounter(1)]) }},

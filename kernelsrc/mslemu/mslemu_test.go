@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gumbel-go/gumbel/half"
+	"github.com/gumbel-go/gumbel/internal/testenv"
 	"github.com/gumbel-go/gumbel/kernelsrc"
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
@@ -41,10 +42,7 @@ const untouched = int32(0x7EEEEEEE)
 // returns the binary of an earlier identical build from the user cache.
 func buildDriver(t *testing.T) string {
 	t.Helper()
-	cxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("g++ not found: the MSL emulation test needs a C++20 compiler (install g++ 11 or later)")
-	}
+	cxx := testenv.GXX(t, "the Metal edition's CPU emulation")
 	kernels, n := Translate(kernelsrc.Metal)
 	require.Positive(t, n, "the Metal kernels declare threadgroup memory; Translate found none")
 	kernels += "\n#include \"probes.inc\"\n"

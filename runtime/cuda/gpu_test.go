@@ -98,12 +98,12 @@ func TestGPUSamplingProgramCompiles(t *testing.T) {
 			require.NoError(t, err)
 			t.Logf("%s: max %d threads per block", k.Name(), k.MaxThreadsPerBlock())
 			assert.Equal(t, 1024, k.MaxThreadsPerBlock(), "%s should allow 1024-thread blocks", k.Name())
-			assert.Equal(t, abiParamSizes, k.(*gpurt.Kernel).ParamSizes, "%s parameters (ABI.md, version 2)", k.Name())
+			assert.Equal(t, abiParamSizes, k.(*gpurt.Kernel).ParamSizes, "%s parameters (ABI.md)", k.Name())
 		}
 	}
 }
 
-// abiParamSizes are the parameter sizes of every sampling kernel (ABI.md, version 2):
+// abiParamSizes are the parameter sizes of every sampling kernel (ABI.md):
 // six buffers, row_stride (u64), vocab (u32), four more buffers.
 var abiParamSizes = []int{8, 8, 8, 8, 8, 8, 8, 4, 8, 8, 8, 8}
 

@@ -1,0 +1,61 @@
+// Package testenv is what the module's tests share about their environment: a temporary
+// folder of their own, removed when they end, whether they pass, fail or are interrupted
+// (Ctrl-C, SIGTERM), and the tools some of them need.
+//
+//	func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"testing"
+)
+
+// EnvRequireGXX set to 1 makes a test that needs g++ fail where it is missing, instead of
+// skipping: CI sets it, so that the emulations of the C++ editions always run there.
+const EnvRequireGXX = "GUMBEL_REQUIRE_GXX"
+
+// GXX returns the path of g++, or skips the test (fails it with GUMBEL_REQUIRE_GXX=1)
+// saying what needed it.
+func GXX(t testing.TB, what string) string {
+	t.Helper()
+	gxx, err := exec.LookPath("g++")
+	if err == nil {
+		return gxx
+	}
+	msg := fmt.Sprintf("g++ (C++20) is not installed: %s cannot be built here", what)
+	if os.Getenv(EnvRequireGXX) == "1" {
+		t.Fatal(msg + " (" + EnvRequireGXX + "=1)")
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// Run runs the tests in a fresh temporary folder and returns m.Run's exit code: every
+// os.TempDir, os.MkdirTemp("", ...) and t.TempDir of the tests lies inside it.
+func Run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "gumbel-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		return 1
+	}
+	// TMPDIR is what os.TempDir reads on Unix, TMP and TEMP on Windows.
+	for _, v := range []string{"TMPDIR", "TMP", "TEMP"} {
+		os.Setenv(v, dir)
+	}
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-signals
+		os.RemoveAll(dir)
+		fmt.Fprintf(os.Stderr, "testenv: %v: removed %s\n", s, dir)
+		os.Exit(1)
+	}()
+	code := m.Run()
+	signal.Stop(signals)
+	os.RemoveAll(dir)
+	return code
+}
