@@ -213,26 +213,31 @@ __device__ __forceinline__ gb_u64 gb_list_q(const gb_u32* s_key, const float* s_
     return gb_fixed(w, st.two_pow_f);
 }
 
-// gb_cat_shared is the categorical block's shared memory, declared in gb_categorical and
-// handed to its phases.
+// gb_cat_shared is the categorical block's shared memory, one object that every phase
+// reaches through gb_cat_smem, so that the compiler knows each access is to shared memory.
 struct gb_cat_shared {
-    gb_u32* cnt;   // a radix level's counts
-    gb_u64* mass;  // a radix level's masses
-    gb_u64* red;   // the block reductions' per-warp words
-    gb_u64* bcast; // the block reductions' results
-    gb_u64* tile;  // the kept mass of each tile of the row
-    gb_i32* token; // the drawn token
-    gb_u64* pair;  // gb_block_lse's per-warp pairs
+    gb_u32 cnt[GB_BINS];          // a radix level's counts
+    gb_u64 mass[GB_BINS];         // a radix level's masses
+    gb_u64 red[GB_MAX_WARPS];     // the block reductions' per-warp words
+    gb_u64 bcast[2];              // the block reductions' results
+    gb_u64 tile[GB_MAX_TILES];    // the kept mass of each tile of the row
+    gb_u64 pair[2 * GB_MAX_WARPS]; // gb_block_lse's per-warp pairs
+    gb_u64 wc[2 * GB_MAX_WARPS];  // gb_cat_compact's per-warp counts
+    gb_i32 token;                 // the drawn token
     // With LOGPROBS, the raw and (greedy rows) processed log-sum-exp sets, as (reference,
     // sum) pairs, so that records are taken from the reference (gb_lse_logprob) and do not
     // cancel when the logits are huge.
-    float* lse;
-    gb_u64* wc; // gb_cat_compact's per-warp counts
+    float lse[4];
     // The candidate list: element index, order key of x' and weight w(x').
-    gb_u32* idx;
-    gb_u32* key;
-    float* w;
+    gb_u32 idx[GB_CAT_CAP];
+    gb_u32 key[GB_CAT_CAP];
+    float w[GB_CAT_CAP];
 };
+
+__device__ __forceinline__ gb_cat_shared& gb_cat_smem() {
+    __shared__ gb_cat_shared s;
+    return s;
+}
 
 // gb_cat_row is what the categorical kernel's phases know of their launch row.
 template <int KIND>
@@ -259,7 +264,7 @@ struct gb_cat_row {
 // temperature-1 distribution), kept in sh.lse.
 template <int KIND>
 __device__ __forceinline__ void gb_cat_first_pass(const gb_cat_row<KIND>& r, bool topk_on, bool greedy,
-                                                  const gb_cat_shared& sh, gb_u32& mkey, gb_u32& seen) {
+                                                  gb_cat_shared& sh, gb_u32& mkey, gb_u32& seen) {
     const gb_u32 chunk = 4u * blockDim.x;
     if (topk_on) {
         for (gb_u32 b = threadIdx.x; b < GB_BINS; b += blockDim.x) {
@@ -323,7 +328,7 @@ __device__ __forceinline__ void gb_cat_first_pass(const gb_cat_row<KIND>& r, boo
 
 // gb_cat_greedy draws a greedy row: the first index whose processed logit equals m.
 template <int KIND>
-__device__ __forceinline__ void gb_cat_greedy(const gb_cat_row<KIND>& r, float m, const gb_cat_shared& sh) {
+__device__ __forceinline__ void gb_cat_greedy(const gb_cat_row<KIND>& r, float m, gb_cat_shared& sh) {
     gb_u32 first = 0u; // 0xFFFFFFFF - index, largest first
     const gb_u32 stride = 4u * blockDim.x;
     for (gb_u32 g = 4u * threadIdx.x; g < r.vocab; g += stride) {
@@ -359,7 +364,7 @@ __device__ __forceinline__ void gb_cat_greedy(const gb_cat_row<KIND>& r, float m
 // prefix and level say where the select stands); else it has run all four levels and
 // prefix is Kk.
 template <int KIND>
-__device__ __forceinline__ bool gb_topk_threshold_row(const gb_cat_row<KIND>& r, const gb_cat_shared& sh,
+__device__ __forceinline__ bool gb_topk_threshold_row(const gb_cat_row<KIND>& r, gb_cat_shared& sh,
                                                       gb_u64& rem, gb_u32& prefix, int& level) {
     while (level < 4) {
         const gb_u32 shift = 24u - 8u * (gb_u32)level;
@@ -379,7 +384,7 @@ __device__ __forceinline__ bool gb_topk_threshold_row(const gb_cat_row<KIND>& r,
 
 // gb_topk_threshold_list runs the levels of top-k's radix select left after listing (none
 // when the row was never listed) over the n_list candidates, and returns Kk.
-__device__ __forceinline__ gb_u32 gb_topk_threshold_list(const gb_cat_shared& sh, gb_u32 n_list, gb_u64 rem,
+__device__ __forceinline__ gb_u32 gb_topk_threshold_list(gb_cat_shared& sh, gb_u32 n_list, gb_u64 rem,
                                                          gb_u32 prefix, int level) {
     for (; level < 4; ++level) {
         const gb_u32 shift = 24u - 8u * (gb_u32)level;
@@ -402,7 +407,7 @@ __device__ __forceinline__ gb_u32 gb_topk_threshold_list(const gb_cat_shared& sh
 // bins. Only bins with mass count: the answer always has mass.
 template <int KIND, bool LISTED>
 __device__ __forceinline__ gb_u32 gb_topp_threshold(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u32 kk,
-                                                    gb_u32 n_list, const gb_cat_shared& sh) {
+                                                    gb_u32 n_list, gb_cat_shared& sh) {
     gb_u64 rem = 0ull;
     gb_u32 prefix = 0u;
     for (int level = 0; level < 4; ++level) {
@@ -463,9 +468,9 @@ __device__ __forceinline__ gb_u32 gb_topp_threshold(const gb_cat_row<KIND>& r, c
 // runs' kept masses is the prefix sum the inverse CDF needs, and the one thread whose run
 // crosses target = (u * S) >> 64 finds the token. It returns S.
 __device__ __forceinline__ gb_u64 gb_cat_draw_listed(const gb_row_state& st, gb_u32 n_list, gb_u64 u,
-                                                     const gb_cat_shared& sh) {
+                                                     gb_cat_shared& sh) {
     if (threadIdx.x == 0u) {
-        *sh.token = -1;
+        sh.token = -1;
     }
     const gb_u32 per = n_list / blockDim.x + (n_list % blockDim.x != 0u ? 1u : 0u);
     const gb_u32 e0 = gb_min_u32(threadIdx.x * per, n_list);
@@ -482,7 +487,7 @@ __device__ __forceinline__ gb_u64 gb_cat_draw_listed(const gb_row_state& st, gb_
         for (gb_u32 e = e0; e < e1; ++e) {
             const gb_u64 q = gb_list_q(sh.key, sh.w, e, st);
             if (acc <= target && target < acc + q) {
-                *sh.token = (gb_i32)sh.idx[e];
+                sh.token = (gb_i32)sh.idx[e];
             }
             acc += q;
         }
@@ -496,7 +501,7 @@ __device__ __forceinline__ gb_u64 gb_cat_draw_listed(const gb_row_state& st, gb_
 // scans one tile instead of the row.
 template <int KIND>
 __device__ __forceinline__ void gb_cat_tiles(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u32 nchunks,
-                                             gb_u32 tile_chunks, const gb_cat_shared& sh) {
+                                             gb_u32 tile_chunks, gb_cat_shared& sh) {
     const gb_u32 chunk = 4u * blockDim.x;
     for (gb_u32 i = threadIdx.x; i < GB_MAX_TILES; i += blockDim.x) {
         sh.tile[i] = 0ull;
@@ -529,7 +534,7 @@ __device__ __forceinline__ void gb_cat_tiles(const gb_cat_row<KIND>& r, const gb
 // gb_cat_find_tile returns S and, in tile and running, the tile where the prefix sum of
 // the kept mass crosses target = (u * S) >> 64 and the mass of the tiles before it. Warp
 // 0 does the walk: each lane owns GB_MAX_TILES / warpSize consecutive tiles.
-__device__ __forceinline__ gb_u64 gb_cat_find_tile(gb_u64 u, const gb_cat_shared& sh, gb_u64& target,
+__device__ __forceinline__ gb_u64 gb_cat_find_tile(gb_u64 u, gb_cat_shared& sh, gb_u64& target,
                                                    gb_u32& tile, gb_u64& running) {
     gb_u64 lane_sum = 0ull;  // the mass of this lane's tiles (warp 0)
     gb_u64 lane_excl = 0ull; // the mass of the tiles before them
@@ -585,7 +590,7 @@ __device__ __forceinline__ gb_u64 gb_cat_find_tile(gb_u64 u, const gb_cat_shared
         }
     }
     if (threadIdx.x == 0u) {
-        *sh.token = -1;
+        sh.token = -1;
     }
     __syncthreads();
     tile = (gb_u32)sh.bcast[0];
@@ -599,7 +604,7 @@ __device__ __forceinline__ gb_u64 gb_cat_find_tile(gb_u64 u, const gb_cat_shared
 // block scan of the crossing tile's chunks in index order. It returns S.
 template <int KIND>
 __device__ __forceinline__ gb_u64 gb_cat_draw_row(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u64 u,
-                                                  const gb_cat_shared& sh) {
+                                                  gb_cat_shared& sh) {
     const gb_u32 chunk = 4u * blockDim.x;
     const gb_u32 nchunks = r.vocab / chunk + (r.vocab % chunk != 0u ? 1u : 0u);
     const gb_u32 tile_chunks = nchunks / GB_MAX_TILES + (nchunks % GB_MAX_TILES != 0u ? 1u : 0u);
@@ -627,7 +632,7 @@ __device__ __forceinline__ gb_u64 gb_cat_draw_row(const gb_cat_row<KIND>& r, con
 #pragma unroll
                 for (gb_u32 j = 0; j < 4u; ++j) {
                     if (acc <= target && target < acc + q[j]) {
-                        *sh.token = (gb_i32)(g + j);
+                        sh.token = (gb_i32)(g + j);
                     }
                     acc += q[j];
                 }
@@ -645,12 +650,12 @@ __device__ __forceinline__ gb_u64 gb_cat_draw_row(const gb_cat_row<KIND>& r, con
 // ln(S_kept · 2^-F) is its log-normaliser relative to exp(fl((x' - m) · invT)).
 template <int KIND>
 __device__ __forceinline__ void gb_cat_finish(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u64 s_kept,
-                                              const gb_cat_shared& sh) {
+                                              gb_cat_shared& sh) {
     if (threadIdx.x != 0u) {
         return;
     }
     // The token stays -1 only if S were 0, which cannot happen (see gb_cat_find_tile).
-    const gb_i32 tok = *sh.token;
+    const gb_i32 tok = sh.token;
     r.tokens[r.o] = tok;
     r.status[r.o] = tok >= 0 ? GB_STATUS_OK : GB_STATUS_NO_FINITE;
     if (r.lp) {
@@ -696,19 +701,6 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
                                                gb_row_params* params, gb_i32* tokens, gb_i32* status,
                                                gb_u32* counters, gb_u64 row_stride, gb_u32 vocab, float* logprobs,
                                                const float* bias, gb_u32* counts, const gb_u32* mask) {
-    __shared__ gb_u32 s_cnt[GB_BINS];
-    __shared__ gb_u64 s_mass[GB_BINS];
-    __shared__ gb_u64 s_red[GB_MAX_WARPS];
-    __shared__ gb_u64 s_bcast[2];
-    __shared__ gb_u64 s_tile[GB_MAX_TILES];
-    __shared__ gb_i32 s_token;
-    __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
-    __shared__ float s_lse[4];
-    __shared__ gb_u64 s_wc[2 * GB_MAX_WARPS];
-    __shared__ gb_u32 s_idx[GB_CAT_CAP];
-    __shared__ gb_u32 s_key[GB_CAT_CAP];
-    __shared__ float s_w[GB_CAT_CAP];
-
     if (blockIdx.x != 0u) {
         return; // one block per row; extra blocks of a wider grid have nothing to do
     }
@@ -741,19 +733,7 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     r.logprobs = logprobs;
     r.counters = counters;
     r.counts = counts;
-    gb_cat_shared sh;
-    sh.cnt = s_cnt;
-    sh.mass = s_mass;
-    sh.red = s_red;
-    sh.bcast = s_bcast;
-    sh.tile = s_tile;
-    sh.token = &s_token;
-    sh.pair = s_pair;
-    sh.lse = s_lse;
-    sh.wc = s_wc;
-    sh.idx = s_idx;
-    sh.key = s_key;
-    sh.w = s_w;
+    gb_cat_shared& sh = gb_cat_smem();
     const bool greedy = r.p.temperature == 0.0f;
     const bool topk_on = r.p.top_k > 0u && r.p.top_k < vocab;
     const bool topp_on = r.p.top_p > 0.0f && r.p.top_p < 1.0f;
@@ -803,7 +783,7 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     bool listed = false;
     if (want_list) {
         n_list = gb_cat_compact<KIND>(r.row, vocab, r.vec, r.pc, topk_on ? prefix : 0u, dmin, st.m, st.invT,
-                                      st.cutoff, s_idx, s_key, s_w, s_wc);
+                                      st.cutoff, sh.idx, sh.key, sh.w, sh.wc);
         listed = n_list <= GB_CAT_CAP; // always so for top-k: the count was known
     }
     const gb_u32 kk = topk_on ? gb_topk_threshold_list(sh, n_list, rem, prefix, level) : 0u;

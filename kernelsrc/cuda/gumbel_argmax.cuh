@@ -16,72 +16,100 @@ struct gb_win {
     gb_lse raw, proc;
 };
 
-// gb_prepare processes a thread's group of one trip: its observations, the values the
-// scan ranks (xp: the processed logits with PROC, else the logits) and, with NL = 2, the
-// raw log-sum-exp over the logits themselves, whose largest logit it leaves in rmax
-// (NL = 1: the scan's one log-sum-exp covers both; rmax is left unset).
-template <bool PROC, int NL>
-__device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_u32 n, const float x[4],
-                                           float xp[4], gb_u32& seen, gb_lse& raw, float& rmax) {
-    if (PROC) {
-        seen |= gb_process_group(pc, g, n, x, xp);
-    } else {
-        seen |= gb_group_seen(x, n);
+// GB_GROUPS is the groups of four elements a thread of gumbel_argmax's scans takes per
+// trip. The scans are written for G groups, whose Philox chains interleave; one group is
+// the fastest on an H200 (docs/performance-notes.md), and this form of the code compiles
+// to a faster scan than the same statements written for one group without the arrays.
+#define GB_GROUPS 1
+
+// gb_take_groups moves the prefetched groups of the next trip into the current ones.
+template <int G>
+__device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], const float nxt[G][4], const gb_u32 nn[G]) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        n[i] = nn[i];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            xp[k] = x[k];
+            cur[i][k] = nxt[i][k];
         }
     }
-    if (NL == 2) {
-        rmax = gb_max4(x);
-        gb_lse_add4(raw, x, rmax);
+}
+
+// gb_prepare processes a thread's groups of one trip: the row flags, the values the scan
+// ranks (xp: the processed logits with PROC, else the logits) and, with NL = 2, the raw
+// log-sum-exp over the logits themselves, whose groups' largest logits it leaves in rmax
+// (NL = 1: the scan's one log-sum-exp covers both; rmax is left unset).
+template <bool PROC, int NL, int G>
+__device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_u32 stride, const float cur[G][4],
+                                           const gb_u32 n[G], float xp[G][4], gb_u32& flags, gb_lse& raw,
+                                           float rmax[G]) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        if (PROC) {
+            flags |= gb_process_group(pc, g + (gb_u32)i * stride, n[i], cur[i], xp[i]);
+        } else {
+            flags |= gb_group_seen(cur[i], n[i]);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                xp[i][k] = cur[i][k];
+            }
+        }
+        if (NL == 2) {
+            rmax[i] = gb_max4(cur[i]);
+            gb_lse_add4(raw, cur[i], rmax[i]);
+        }
     }
 }
 
 // gb_scan_greedy folds the chunk [start, end) into the thread's best key: score = x'
-// (the logit itself without PROC). A thread meets its groups in index order, so a group
-// only matters when its largest value beats the best so far strictly, and then its first
-// element of that value wins (-0 equals +0, as their order keys do). -Inf never becomes a
-// best: a row whose finite logits are all missing ends with status 2 (NaN and +Inf:
-// status 1) whatever the key. NL log-sum-exps run beside it: proc over x' (the greedy
-// record's temperature-1 distribution) and, with NL = 2, raw over the logits; with NL > 0,
-// w.x and w.v follow the best key (see gb_win). The next group is loaded before the
-// current one is processed.
+// (the logit itself without PROC). A thread meets its groups in index order (the groups
+// of one trip too), so a group only matters when its largest value beats the best so far
+// strictly, and then its first element of that value wins (-0 equals +0, as their order
+// keys do). -Inf never becomes a best: a row whose finite logits are all missing ends
+// with status 2 (NaN and +Inf: status 1) whatever the key. NL log-sum-exps run beside
+// it: proc over x' (the greedy record's temperature-1 distribution) and, with NL = 2,
+// raw over the logits; with NL > 0, w.x and w.v follow the best key (see gb_win).
 template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem* row, gb_u32 start,
                                                gb_u32 end, bool vec, const gb_processor& pc, gb_win& w) {
+    gb_u64& tkey = w.key;
+    gb_u32& flags = w.seen;
+    gb_lse& raw = w.raw;
+    gb_lse& proc = w.proc;
     const gb_u32 stride = 4u * blockDim.x;
+    const gb_u32 trip = GB_GROUPS * stride;
     float tbest = -gb_inf();
     gb_u32 g = start + 4u * threadIdx.x;
-    float cur[4];
-    gb_u32 n = gb_load_group<KIND>(row, g, end, vec, cur);
-    for (; g < end; g += stride) {
-        float nxt[4];
-        const gb_u32 nn = gb_load_group<KIND>(row, g + stride, end, vec, nxt);
-        float xp[4];
-        float rmax;
-        gb_prepare<PROC, NL>(pc, g, n, cur, xp, w.seen, w.raw, rmax);
-        const float mx = gb_max4(xp); // elements past end read as -Inf
-        if (NL >= 1) {
-            gb_lse_add4(w.proc, xp, mx);
-        }
-        if (mx > tbest) {
-            gb_u32 j = 3u;
-            j = xp[2] == mx ? 2u : j;
-            j = xp[1] == mx ? 1u : j;
-            j = xp[0] == mx ? 0u : j;
-            tbest = mx;
-            w.key = gb_pack(mx, g + j);
-            if (NL != 0) {
-                w.x = j == 0u ? cur[0] : j == 1u ? cur[1] : j == 2u ? cur[2] : cur[3];
-                w.v = mx;
+    float cur[GB_GROUPS][4];
+    gb_u32 n[GB_GROUPS];
+    gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
+    for (; g < end; g += trip) {
+        float nxt[GB_GROUPS][4];
+        gb_u32 nn[GB_GROUPS];
+        gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
+        float xp[GB_GROUPS][4];
+        float rmax[GB_GROUPS];
+        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, xp, flags, raw, rmax);
+#pragma unroll
+        for (int i = 0; i < GB_GROUPS; ++i) {
+            const float mx = gb_max4(xp[i]); // elements past end read as -Inf
+            if (NL >= 1) {
+                gb_lse_add4(proc, xp[i], mx);
+            }
+            if (mx > tbest) {
+                gb_u32 j = 3u;
+                j = xp[i][2] == mx ? 2u : j;
+                j = xp[i][1] == mx ? 1u : j;
+                j = xp[i][0] == mx ? 0u : j;
+                tbest = mx;
+                tkey = gb_pack(mx, g + (gb_u32)i * stride + j);
+                if (NL != 0) {
+                    w.x = j == 0u ? cur[i][0] : j == 1u ? cur[i][1] : j == 2u ? cur[i][2] : cur[i][3];
+                    w.v = mx;
+                }
             }
         }
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            cur[k] = nxt[k];
-        }
-        n = nn;
+        gb_take_groups<GB_GROUPS>(cur, n, nxt, nn);
     }
 }
 
@@ -102,13 +130,13 @@ __device__ __forceinline__ float gb_share_bound(float wlower, gb_u32* s_bound) {
 }
 
 // gb_scan_gumbel folds the chunk [start, end) into the thread's best key with Gumbel
-// noise. Each trip first agrees across the warp and the block on a lower bound of the
-// row's winning score: the best score a lane has reached, or fl(x·invT + MinGumbel) of
-// any element seen, which that element's score cannot fall below. A group of four whose
-// fl(max x·invT + MaxGumbel) is below it skips Philox; an element whose
-// fl(x·invT + bound(w)) is below it skips its logarithms. Neither changes the result: a
-// skipped score is provably below the winner's. The trip count is the same for every
-// lane of a warp, as the warp reduction requires.
+// noise. Each trip first agrees across the warp (and the block) on
+// a lower bound of the row's winning score: the best score a lane has reached, or
+// fl(x·invT + MinGumbel) of any element seen, which that element's score cannot fall
+// below. A group of four whose fl(max x·invT + MaxGumbel) is below it skips Philox; an
+// element whose fl(x·invT + bound(w)) is below it skips its logarithms. Neither changes
+// the result: a skipped score is provably below the winner's. The trip count is the same
+// for every lane of a warp, as the warp reduction requires.
 //
 // With PROC every bound and score is of the processed logits x'. NL log-sum-exps run
 // beside it (every element counts, skipped or not): proc over fl(x'·invT) and, with
@@ -119,68 +147,100 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                                                gb_u32 end, bool vec, float invT, gb_u32 step_lo, gb_u32 step_hi,
                                                const gb_row_params& p, const gb_processor& pc, gb_u32* s_bound,
                                                gb_win& win) {
-    gb_u64& tkey = win.key;
+    gb_u64& tkey = win.key; // (w is the Philox words below)
+    gb_u32& flags = win.seen;
+    gb_lse& raw = win.raw;
+    gb_lse& proc = win.proc;
     const gb_u32 stride = 4u * blockDim.x;
+    const gb_u32 trip = GB_GROUPS * stride;
     float tbest = -gb_inf(); // the thread's best score: the score of tkey
     gb_u32 g = start + 4u * threadIdx.x;
-    float cur[4];
-    gb_u32 n = gb_load_group<KIND>(row, g, end, vec, cur);
-    // One trip: the thread's group g (then g moves on by a block's stride).
+    float cur[GB_GROUPS][4];
+    gb_u32 n[GB_GROUPS];
+    gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
+    // One trip of the thread's groups g, g + stride, ... (then g moves on by a trip).
     auto run_trip = [&]() {
-        float nxt[4];
-        const gb_u32 nn = gb_load_group<KIND>(row, g + stride, end, vec, nxt);
-        float xs[4]; // -Inf for -Inf logits and for elements past end
-        float rmax;  // with NL = 2, the group's largest logit
-        gb_prepare<PROC, NL>(pc, g, n, cur, xs, win.seen, win.raw, rmax);
+        float nxt[GB_GROUPS][4];
+        gb_u32 nn[GB_GROUPS];
+        gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
+        float xs[GB_GROUPS][4]; // -Inf for -Inf logits and for elements past end
+        float mx[GB_GROUPS];
+        float lower = tbest;
+        float rmax[GB_GROUPS]; // with NL = 2, the groups' largest logits
+        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, xs, flags, raw, rmax);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            xs[j] = __fmul_rn(xs[j], invT);
+        for (int i = 0; i < GB_GROUPS; ++i) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                xs[i][j] = __fmul_rn(xs[i][j], invT);
+            }
+            // Without processors, the raw log-sum-exp has the group's largest logit already,
+            // and fl(max x·invT) = max fl(x·invT) (invT > 0: multiplying and rounding are
+            // monotone, NaN is ignored by both maxima): one multiplication for three maxima.
+            mx[i] = (!PROC && NL == 2) ? __fmul_rn(rmax[i], invT) : gb_max4(xs[i]);
+            if (NL >= 1) {
+                gb_lse_add4(proc, xs[i], mx[i]);
+            }
+            lower = fmaxf(lower, __fadd_rn(mx[i], GB_MIN_GUMBEL));
         }
-        // Without processors, the raw log-sum-exp has the group's largest logit already,
-        // and fl(max x·invT) = max fl(x·invT) (invT > 0: multiplying and rounding are
-        // monotone, NaN is ignored by both maxima): one multiplication for three maxima.
-        const float mx = (!PROC && NL == 2) ? __fmul_rn(rmax, invT) : gb_max4(xs);
-        if (NL >= 1) {
-            gb_lse_add4(win.proc, xs, mx);
+        float wlower = gb_warp_max_f32_all(lower);
+        wlower = gb_share_bound(wlower, s_bound);
+        bool run[GB_GROUPS];
+        bool any_run = false;
+#pragma unroll
+        for (int i = 0; i < GB_GROUPS; ++i) {
+            run[i] = n[i] != 0u && !(__fadd_rn(mx[i], GB_MAX_GUMBEL) < wlower);
+            any_run = any_run || run[i];
         }
-        const float lower = fmaxf(tbest, __fadd_rn(mx, GB_MIN_GUMBEL));
-        const float wlower = gb_share_bound(gb_warp_max_f32_all(lower), s_bound);
-        if (n != 0u && !(__fadd_rn(mx, GB_MAX_GUMBEL) < wlower)) {
-            gb_u32 w[4];
-            gb_philox(g >> 2, step_lo, step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
-            bool need[4];
+        if (any_run) {
+            gb_u32 c0[GB_GROUPS];
+#pragma unroll
+            for (int i = 0; i < GB_GROUPS; ++i) {
+                c0[i] = (g + (gb_u32)i * stride) >> 2;
+            }
+            gb_u32 w[GB_GROUPS][4];
+            gb_philox_groups<GB_GROUPS>(c0, step_lo, step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
+            bool need[GB_GROUPS][4];
             bool any_tail = false;
 #pragma unroll
-            for (gb_u32 j = 0; j < 4u; ++j) {
-                // A -Inf logit scores -Inf: it is computed only while nothing better is
-                // known, and then its noise cannot change that.
-                need[j] = j < n && !(__fadd_rn(xs[j], gb_cheap_bound(w[j])) < wlower);
-                any_tail = any_tail || (need[j] && w[j] < GB_TAIL_THRESHOLD);
+            for (int i = 0; i < GB_GROUPS; ++i) {
+#pragma unroll
+                for (gb_u32 j = 0; j < 4u; ++j) {
+                    // A -Inf logit scores -Inf: it is computed only while nothing better
+                    // is known, and then its noise cannot change that.
+                    need[i][j] = run[i] && j < n[i] && !(__fadd_rn(xs[i][j], gb_cheap_bound(w[i][j])) < wlower);
+                    any_tail = any_tail || (need[i][j] && w[i][j] < GB_TAIL_THRESHOLD);
+                }
             }
-            gb_u32 t[4] = {0u, 0u, 0u, 0u};
+            gb_u32 t[GB_GROUPS][4];
             if (any_tail) {
-                gb_philox(g >> 2, step_lo, step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi, t);
+                gb_philox_groups<GB_GROUPS>(c0, step_lo, step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi,
+                                            t);
+            } else {
+#pragma unroll
+                for (int i = 0; i < GB_GROUPS; ++i) {
+                    t[i][0] = t[i][1] = t[i][2] = t[i][3] = 0u;
+                }
             }
 #pragma unroll
-            for (gb_u32 j = 0; j < 4u; ++j) {
-                if (need[j]) {
-                    const float s = __fadd_rn(xs[j], gb_gumbel(w[j], t[j]));
-                    const gb_u64 key = gb_pack(s, g + j);
-                    if (NL != 0 && key > tkey) {
-                        win.x = cur[j];
-                        win.v = xs[j];
+            for (int i = 0; i < GB_GROUPS; ++i) {
+#pragma unroll
+                for (gb_u32 j = 0; j < 4u; ++j) {
+                    if (need[i][j]) {
+                        float s = __fadd_rn(xs[i][j], gb_gumbel(w[i][j], t[i][j]));
+                        const gb_u64 key = gb_pack(s, g + (gb_u32)i * stride + j);
+                        if (NL != 0 && key > tkey) {
+                            win.x = cur[i][j];
+                            win.v = xs[i][j];
+                        }
+                        tkey = gb_max_u64(tkey, key);
+                        tbest = fmaxf(tbest, s);
                     }
-                    tkey = gb_max_u64(tkey, key);
-                    tbest = fmaxf(tbest, s);
                 }
             }
         }
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            cur[k] = nxt[k];
-        }
-        n = nn;
-        g += stride;
+        gb_take_groups<GB_GROUPS>(cur, n, nxt, nn);
+        g += trip;
     };
     // The trips in which every warp holds elements run in a loop that is uniform for the
     // block. After them, only the warps holding elements run the last trip: the trip's
@@ -189,7 +249,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
     // of a block's warps, at decode batch sizes, where a block makes two or three trips).
     const gb_u32 last_warp = 4u * (blockDim.x - GB_WARP_SIZE); // the last warp's lane 0, from g0
     gb_u32 g0 = start;
-    for (; g0 < end && end - g0 > last_warp; g0 += stride) {
+    for (; g0 < end && end - g0 > last_warp; g0 += trip) {
         run_trip();
     }
     if (g - 4u * gb_lane() < end) { // this warp's lane 0 holds an element of the last trip

@@ -30,6 +30,47 @@ __device__ __forceinline__ void gb_philox(gb_u32 c0, gb_u32 c1, gb_u32 c2, gb_u3
     out[3] = c3;
 }
 
+// gb_philox_groups runs the Philox blocks of G groups (counters c0[i], the rest shared)
+// round by round together: the chains are independent, so their multiplies overlap
+// instead of each waiting on the one before.
+template <int G>
+__device__ __forceinline__ void gb_philox_groups(const gb_u32 c0[G], gb_u32 c1, gb_u32 c2, gb_u32 c3,
+                                                 gb_u32 k0, gb_u32 k1, gb_u32 out[G][4]) {
+    gb_u32 s[G][4];
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        s[i][0] = c0[i];
+        s[i][1] = c1;
+        s[i][2] = c2;
+        s[i][3] = c3;
+    }
+#pragma unroll
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+#pragma unroll
+        for (int i = 0; i < G; ++i) {
+            gb_u32 hi0 = __umulhi(0xD2511F53u, s[i][0]);
+            gb_u32 lo0 = 0xD2511F53u * s[i][0];
+            gb_u32 hi1 = __umulhi(0xCD9E8D57u, s[i][2]);
+            gb_u32 lo1 = 0xCD9E8D57u * s[i][2];
+            s[i][0] = hi1 ^ s[i][1] ^ k0;
+            s[i][1] = lo1;
+            s[i][2] = hi0 ^ s[i][3] ^ k1;
+            s[i][3] = lo0;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            out[i][j] = s[i][j];
+        }
+    }
+}
+
 // gb_exponential is philox.Exponential: the Exp(1) variate of main word w and tail word.
 __device__ __forceinline__ float gb_exponential(gb_u32 w, gb_u32 tail) {
     if (w >= 0x80000000u) {
