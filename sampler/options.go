@@ -36,8 +36,8 @@ type Options struct {
 	BlockSize int
 }
 
-// DefaultBlockSize is the block width the sampler asks for: DESIGN.md's wide per-row
-// blocks (one small block per row leaves most of a GPU idle).
+// DefaultBlockSize is the block width the sampler asks for: wide per-row blocks (one
+// small block per row leaves most of a GPU idle).
 const DefaultBlockSize = 1024
 
 // Settings are the sampler's resolved options: what the switches, policy and block size

@@ -27,7 +27,7 @@ type SplitPolicy struct {
 
 // Thresholds of the GPU policy, chosen from a sweep of blocks per row (1 to 256) over
 // vocab {8K, 16K, 32K, 64K, 152K} x batch {1 ... 128} on an NVIDIA H200 (132 SMs;
-// docs/benchmark_results/gumbel-sampling-h200-2026-11-30.md; `gumbel bench --split-sweep`).
+// `gumbel bench --split-sweep` measures it again).
 // The sampling kernel runs one 1024-thread block per SM, and the fastest split was,
 // at every vocabulary from 8K up, the one that gives the launch about one block per
 // SM: batch 1 -> 128 blocks per row, 4 -> 32, 8 -> 16, 16 -> 8, 32 -> 4, 64 -> 2,

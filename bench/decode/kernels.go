@@ -39,9 +39,6 @@ var Program = &runtime.Program{
 		"embed_bf16":   goEmbed,
 		"hidden_bf16":  goHidden,
 		"lm_head_bf16": goLMHead,
-		// The second CUDA LM head has the first's ABI and arithmetic contract; on the CPU
-		// device both are the same reference loop.
-		"lm_head_bf16_v2": goLMHead,
 	},
 }
 
@@ -222,16 +219,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) hidden_bf16(const dq_u16* _
     dq_gemv_any(W, x, h, N, H, B, true, (float*)sh);
 }
 
-extern "C" __global__ void __launch_bounds__(256, 4) lm_head_bf16(const dq_u16* __restrict__ E, const float* __restrict__ h,
-                                                               float* __restrict__ logits, dq_u32 V, dq_u32 H, dq_u32 B) {
-    __shared__ dq_f4 sh[DQ_MAX_ACT / 4]; // dq_f4 for its 16-byte alignment
-    if (!dq_gemv_ok(H, B)) return;
-    dq_gemv_any(E, h, logits, V, H, B, false, (float*)sh);
-}
-
-// lm_head_bf16_v2: the same ABI and limits as lm_head_bf16, tuned for batches above 1,
-// where the first kernel is bound by instruction issue and registers rather than memory.
-// Launch bounds (256, 2) give 128 registers a thread so that a warp keeps R = 8 rows
+// lm_head_bf16 streams the LM head at batches above 1 too, where a GEMV written like
+// hidden_bf16 is bound by instruction issue and registers rather than memory. Launch
+// bounds (256, 2) give 128 registers a thread so that a warp keeps R = 8 rows
 // (4 above batch 4) of 16-byte loads in flight; each lane holds its chunk's activations
 // for every batch row in registers and converts each bf16 once for all B FMAs; rows
 // past N are clamped to row N-1 (read, never written) instead of branched around; and
@@ -274,7 +264,7 @@ struct dq_rs<M, 0> {
 };
 
 template <int B, int R>
-__device__ __forceinline__ void dq_head_v2(const dq_u16* __restrict__ M, const float* __restrict__ act,
+__device__ __forceinline__ void dq_head(const dq_u16* __restrict__ M, const float* __restrict__ act,
                                            float* __restrict__ out, dq_u32 N, dq_u32 H, float* sh) {
     const dq_u32 chunks = H >> 3;
     const dq_u32 hp = (H + 255u) & ~255u;
@@ -350,20 +340,20 @@ __device__ __forceinline__ void dq_head_v2(const dq_u16* __restrict__ M, const f
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2) lm_head_bf16_v2(const dq_u16* __restrict__ E, const float* __restrict__ h,
+extern "C" __global__ void __launch_bounds__(256, 2) lm_head_bf16(const dq_u16* __restrict__ E, const float* __restrict__ h,
                                                                   float* __restrict__ logits, dq_u32 V, dq_u32 H, dq_u32 B) {
     __shared__ dq_f4 sh[DQ_MAX_ACT / 4]; // dq_f4 for its 16-byte alignment
     if (!dq_gemv_ok(H, B)) return;
     float* s = (float*)sh;
     switch (B) {
-    case 1: dq_head_v2<1, 8>(E, h, logits, V, H, s); break;
-    case 2: dq_head_v2<2, 8>(E, h, logits, V, H, s); break;
-    case 3: dq_head_v2<3, 8>(E, h, logits, V, H, s); break;
-    case 4: dq_head_v2<4, 8>(E, h, logits, V, H, s); break;
-    case 5: dq_head_v2<5, 4>(E, h, logits, V, H, s); break;
-    case 6: dq_head_v2<6, 4>(E, h, logits, V, H, s); break;
-    case 7: dq_head_v2<7, 4>(E, h, logits, V, H, s); break;
-    default: dq_head_v2<8, 4>(E, h, logits, V, H, s); break;
+    case 1: dq_head<1, 8>(E, h, logits, V, H, s); break;
+    case 2: dq_head<2, 8>(E, h, logits, V, H, s); break;
+    case 3: dq_head<3, 8>(E, h, logits, V, H, s); break;
+    case 4: dq_head<4, 8>(E, h, logits, V, H, s); break;
+    case 5: dq_head<5, 4>(E, h, logits, V, H, s); break;
+    case 6: dq_head<6, 4>(E, h, logits, V, H, s); break;
+    case 7: dq_head<7, 4>(E, h, logits, V, H, s); break;
+    default: dq_head<8, 4>(E, h, logits, V, H, s); break;
     }
 }
 `

@@ -166,22 +166,14 @@ func TestGEMVGrid(t *testing.T) {
 	}
 }
 
-func TestSelectHeadKernel(t *testing.T) {
-	for _, tc := range []struct {
-		env, name           string
-		perSM, rpwB1, rpwB8 int
-		grid                int // V=151936, 256 threads, 132 SMs, batch 4
-	}{
-		{"", "lm_head_bf16_v2", 2, 8, 4, 132 * 2},
-		{"v1", "lm_head_bf16", 4, 4, 4, 132 * 4},
-		{"v2", "lm_head_bf16_v2", 2, 8, 4, 132 * 2},
-	} {
-		k := selectHeadKernel(tc.env)
-		assert.Equal(t, tc.name, k.name, tc.env)
-		assert.Equal(t, tc.perSM, k.blocksPerSM, tc.env)
-		assert.Equal(t, tc.rpwB1, k.rowsPerWarp(1), tc.env)
-		assert.Equal(t, tc.rpwB8, k.rowsPerWarp(8), tc.env)
-		assert.Equal(t, tc.grid, gemvGridFor(151936, 256, 32, 132, k.rowsPerWarp(4), k.blocksPerSM).X, tc.env)
-		assert.Equal(t, 1, gemvGridFor(5, 256, 32, 132, k.rowsPerWarp(4), k.blocksPerSM).X, tc.env)
-	}
+func TestHeadKernelGrid(t *testing.T) {
+	k := headKernel
+	assert.Equal(t, "lm_head_bf16", k.name)
+	assert.Equal(t, 2, k.blocksPerSM)
+	assert.Equal(t, 8, k.rowsPerWarp(1))
+	assert.Equal(t, 8, k.rowsPerWarp(4))
+	assert.Equal(t, 4, k.rowsPerWarp(8))
+	// V = 151936, 256 threads, 132 SMs, batch 4: two blocks per SM; a tiny head one block.
+	assert.Equal(t, 132*2, gemvGridFor(151936, 256, 32, 132, k.rowsPerWarp(4), k.blocksPerSM).X)
+	assert.Equal(t, 1, gemvGridFor(5, 256, 32, 132, k.rowsPerWarp(4), k.blocksPerSM).X)
 }

@@ -3,7 +3,6 @@ package decode
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/gumbel-go/gumbel/runtime"
 )
@@ -101,25 +100,15 @@ type lmHeadKernel struct {
 	rowsPerWarp func(b int) int
 }
 
-// headKernel is the LM head the model launches: lm_head_bf16_v2 (measured on an H200 at
-// V = 151936, H = 1024: 4141 GB/s at batch 1 and 3465 GB/s at batch 4, where
-// lm_head_bf16 reached 4100 and 2257: its 64-register cap spills), unless the
-// environment variable GUMBEL_DECODE_LMHEAD is "v1" (read once, so a step stays
-// allocation-free).
-var headKernel = selectHeadKernel(os.Getenv("GUMBEL_DECODE_LMHEAD"))
-
-func selectHeadKernel(env string) lmHeadKernel {
-	if env == "v1" {
-		return lmHeadKernel{name: "lm_head_bf16", blocksPerSM: blocksPerSM, rowsPerWarp: func(int) int { return rowsPerWarp }}
+// headKernel is the LM head the model launches: lm_head_bf16, launch bounds (256, 2), 8
+// rows a warp up to batch 4 and 4 above (on an H200 at V = 151936, H = 1024: 4141 GB/s at
+// batch 1 and 3465 GB/s at batch 4).
+var headKernel = lmHeadKernel{name: "lm_head_bf16", blocksPerSM: 2, rowsPerWarp: func(b int) int {
+	if b <= 4 {
+		return 8
 	}
-	// lm_head_bf16_v2: launch bounds (256, 2); 8 rows a warp up to batch 4, 4 above.
-	return lmHeadKernel{name: "lm_head_bf16_v2", blocksPerSM: 2, rowsPerWarp: func(b int) int {
-		if b <= 4 {
-			return 8
-		}
-		return 4
-	}}
-}
+	return 4
+}}
 
 // gemvGrid sizes a launch of the first-edition GEMV kernels over rows matrix rows.
 func gemvGrid(rows, block, warp, multiprocessors int) runtime.Dim3 {

@@ -109,8 +109,8 @@ var abiParamSizes = []int{8, 8, 8, 8, 8, 8, 8, 4, 8, 8, 8, 8}
 
 const emptySource = `extern "C" __global__ void empty() {}`
 
-// BenchmarkGPULaunch measures back-to-back launches of an empty kernel (DESIGN.md: the
-// driver's floor is about 4.3 µs, purego SyscallN 4.6-4.8).
+// BenchmarkGPULaunch measures back-to-back launches of an empty kernel: the floor a
+// sampling step's launch pays through purego.
 func BenchmarkGPULaunch(b *testing.B) {
 	d := openGPU(b)
 	m, err := d.Load(&runtime.Program{Name: "empty", CUDA: emptySource})

@@ -25,10 +25,10 @@ static float from_bf16(unsigned short b) {
     return f;
 }
 
-// check_gemv launches lm_head_bf16 (lm_head_bf16_v2 with v2, hidden_bf16 with resid) over
+// check_gemv launches lm_head_bf16 (hidden_bf16 with resid) over
 // N rows of width H and batch B and compares with float64, relative to the sum of
 // |products|.
-static int check_gemv(int N, int H, int B, unsigned grid, bool resid, bool v2 = false) {
+static int check_gemv(int N, int H, int B, unsigned grid, bool resid) {
     std::mt19937 g(N * 31 + H * 7 + B);
     std::normal_distribution<float> d;
     std::vector<unsigned short> M(static_cast<size_t>(N) * H);
@@ -36,7 +36,7 @@ static int check_gemv(int N, int H, int B, unsigned grid, bool resid, bool v2 = 
     std::vector<float> act(static_cast<size_t>(B) * H);
     for (auto& a : act) a = d(g);
     std::vector<float> out(static_cast<size_t>(B) * N, -99.0f);
-    auto k = resid ? hidden_bf16 : v2 ? lm_head_bf16_v2 : lm_head_bf16;
+    auto k = resid ? hidden_bf16 : lm_head_bf16;
     gb_emu::launch(k, dim3{grid, 1, 1}, dim3{256, 1, 1}, 32, static_cast<const dq_u16*>(M.data()),
                    static_cast<const float*>(act.data()), out.data(), static_cast<dq_u32>(N),
                    static_cast<dq_u32>(H), static_cast<dq_u32>(B));
@@ -54,12 +54,12 @@ static int check_gemv(int N, int H, int B, unsigned grid, bool resid, bool v2 = 
             const double e = std::fabs(s - got) / (a + 1e-30);
             worst = e > worst ? e : worst;
             if (!(e <= 1e-5)) {
-                std::printf("FAIL gemv N=%d H=%d B=%d resid=%d v2=%d [%d,%d]: got %g want %g\n", N, H, B, resid, v2, b, n, got, s);
+                std::printf("FAIL gemv N=%d H=%d B=%d resid=%d [%d,%d]: got %g want %g\n", N, H, B, resid, b, n, got, s);
                 return 1;
             }
         }
     }
-    std::printf("ok gemv N=%d H=%d B=%d grid=%u resid=%d v2=%d worst=%.3g\n", N, H, B, grid, resid, v2, worst);
+    std::printf("ok gemv N=%d H=%d B=%d grid=%u resid=%d worst=%.3g\n", N, H, B, grid, resid, worst);
     return 0;
 }
 
@@ -85,12 +85,12 @@ static int check_embed() {
 }
 
 // check_rejects: sizes the GEMV kernels cannot take leave the output untouched.
-static int check_rejects(bool v2) {
+static int check_rejects() {
     std::vector<unsigned short> M(64 * 64, to_bf16(1.0f));
     std::vector<float> act(8 * 64, 1.0f), out(8 * 64, -7.0f);
     const dq_u32 cases[4][3] = {{64, 60, 2}, {64, 64, 0}, {64, 64, 9}, {32, 64, 2}};
     for (const auto& c : cases) {
-        gb_emu::launch(c[0] == 32 ? hidden_bf16 : v2 ? lm_head_bf16_v2 : lm_head_bf16, dim3{2, 1, 1}, dim3{256, 1, 1}, 32,
+        gb_emu::launch(c[0] == 32 ? hidden_bf16 : lm_head_bf16, dim3{2, 1, 1}, dim3{256, 1, 1}, 32,
                        static_cast<const dq_u16*>(M.data()), static_cast<const float*>(act.data()), out.data(), c[0], c[1], c[2]);
         for (float v : out) {
             if (v != -7.0f) {
@@ -99,12 +99,12 @@ static int check_rejects(bool v2) {
             }
         }
     }
-    std::printf("ok rejects v2=%d\n", v2);
+    std::printf("ok rejects\n");
     return 0;
 }
 
 int main() {
-    int f = check_embed() | check_rejects(false) | check_rejects(true);
+    int f = check_embed() | check_rejects();
     f |= check_gemv(1000, 1024, 1, 3, false);
     f |= check_gemv(1001, 1024, 4, 2, false);
     f |= check_gemv(37, 264, 5, 1, false);
@@ -112,11 +112,11 @@ int main() {
     f |= check_gemv(64, 64, 3, 7, false);
     f |= check_gemv(256, 256, 4, 2, true);
     f |= check_gemv(40, 40, 8, 1, true);
-    // The v2 LM head: every batch size (both reductions, both row counts), rows not a
+    // The LM head: every batch size (both reductions, both row counts), rows not a
     // multiple of the rows per warp, H not a multiple of 256 and a grid-stride loop.
-    for (int b = 1; b <= 8; b++) f |= check_gemv(1003, 1024, b, 3, false, true);
-    f |= check_gemv(37, 264, 5, 1, false, true);
-    f |= check_gemv(130, 24, 8, 2, false, true);
-    f |= check_gemv(5, 64, 4, 7, false, true);
+    for (int b = 1; b <= 8; b++) f |= check_gemv(1003, 1024, b, 3, false);
+    f |= check_gemv(37, 264, 5, 1, false);
+    f |= check_gemv(130, 24, 8, 2, false);
+    f |= check_gemv(5, 64, 4, 7, false);
     return f;
 }
