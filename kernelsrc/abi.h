@@ -2,9 +2,7 @@
 //
 // The sampling kernels' binary interface, for the C++ editions (CUDA/HIP and Metal): the
 // constants of package abi, a Go name FooBar spelled GB_FOO_BAR, and the RowParams record.
-// kernelsrc/ABI.md says what the kernels compute with them.
-#ifndef GB_ABI_H
-#define GB_ABI_H
+// kernelsrc/ABI.md says what the kernels compute with them. Each edition includes it once.
 
 // Logits element types.
 #define GB_F32 0 // IEEE binary32, suffix _f32.
@@ -73,5 +71,3 @@ struct gb_row_params {
     unsigned int topn; // The n of the topn kernels, 1 to MaxTopN.
     unsigned int reserved[2]; // Reserved words are zero.
 };
-
-#endif // GB_ABI_H

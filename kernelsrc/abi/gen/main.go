@@ -286,9 +286,7 @@ func header(p *abiPackage) []byte {
 //
 // The sampling kernels' binary interface, for the C++ editions (CUDA/HIP and Metal): the
 // constants of package abi, a Go name FooBar spelled GB_FOO_BAR, and the RowParams record.
-// kernelsrc/ABI.md says what the kernels compute with them.
-#ifndef GB_ABI_H
-#define GB_ABI_H
+// kernelsrc/ABI.md says what the kernels compute with them. Each edition includes it once.
 `)
 	group := "-"
 	for _, c := range p.consts {
@@ -324,7 +322,7 @@ func header(p *abiPackage) []byte {
 			fmt.Fprintf(&b, "    %s %s; // %s\n", t, fieldName(f.name), oneLine(f.doc))
 		}
 	}
-	b.WriteString("};\n\n#endif // GB_ABI_H\n")
+	b.WriteString("};\n")
 	return b.Bytes()
 }
 
