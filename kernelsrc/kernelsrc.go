@@ -75,11 +75,11 @@ func headers(dir, suffix string) map[string]string {
 
 var includeLine = regexp.MustCompile(`(?m)^#include "([^"]+)"[ \t]*\n`)
 
-// Join returns the file main of an edition's folder with every `#include "name"` line
+// join returns the file main of an edition's folder with every `#include "name"` line
 // replaced by the file it names (from the folder, else the kernelsrc root, where abi.h
 // lives), each file once. The CUDA edition joined so compiles as one source, as the
 // Metal edition must.
-func Join(dir, main string) (string, error) {
+func join(dir, main string) (string, error) {
 	seen := map[string]bool{}
 	var expand func(name string, depth int) (string, error)
 	expand = func(name string, depth int) (string, error) {
@@ -112,7 +112,7 @@ func Join(dir, main string) (string, error) {
 }
 
 func mustJoin(dir, main string) string {
-	s, err := Join(dir, main)
+	s, err := join(dir, main)
 	if err != nil {
 		panic(err)
 	}

@@ -26,6 +26,7 @@ package sampler
 import (
 	"errors"
 
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
@@ -104,8 +105,9 @@ type Params struct {
 }
 
 // MaxTopLogprobs is the most top log-probabilities a row can ask for (Params.TopLogprobs)
-// and the most distinct tokens [Sampler.SampleDistinct] draws per row.
-const MaxTopLogprobs = 20
+// and the most distinct tokens [Sampler.SampleDistinct] draws per row: the topn kernels'
+// limit.
+const MaxTopLogprobs = abi.MaxTopN
 
 // Logprob is the log-probability record of one drawn token. Fields that a call did not
 // compute are NaN.

@@ -12,8 +12,9 @@ import (
 // (kernelsrc/ABI.md): 16 little-endian 32-bit words.
 const RowParamsSize = abi.RowParamsSize
 
-// maxVocab bounds the vocabulary: the ABI passes V as u32 and indices as int32 tokens.
-const maxVocab = 1 << 31
+// maxVocab bounds the vocabulary from above (exclusive): the ABI's largest V, since it
+// passes V as u32 and indices as int32 tokens.
+const maxVocab = abi.MaxVocab + 1
 
 // RouteOf returns the route of a row whose vocabulary size is not known: temperature 0
 // or TopK 1 is greedy; a sampled row with no filter is Gumbel-max while the Gumbel

@@ -1,5 +1,5 @@
 // The Metal Shading Language edition of gumbel's sampling kernels: the entry points, and
-// the includes that kernelsrc.Join expands into the one source Metal's compiler takes
+// the includes that package kernelsrc expands into the one source Metal's compiler takes
 // (kernelsrc.Metal). kernelsrc/ABI.md is the contract (names, arguments, RowParams,
 // status codes, arithmetic); package philox is the random stream and its noise;
 // kernelsrc/gokernel is the reference this edition matches.
