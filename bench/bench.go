@@ -29,10 +29,23 @@ const (
 	GumbelOne   Route = "gumbel-single-block"
 	TopKTopP    Route = "topk50-topp0.9"
 	MinP        Route = "minp0.05"
+	TopK50      Route = "topk50"   // top-k 50 alone
+	TopP095     Route = "topp0.95" // top-p 0.95 alone
 )
 
-// Routes lists every route in table order.
+// Routes lists every route of the default matrix in table order.
 var Routes = []Route{Greedy, Categorical, GumbelSplit, GumbelOne, TopKTopP, MinP}
+
+// FilterRoutes lists the filtered-sampling routes, each with a FlashInfer counterpart in
+// Compare, and the unfiltered Gumbel and categorical routes they are set against
+// (`gumbel bench --route filters`).
+var FilterRoutes = []Route{TopKTopP, TopK50, TopP095, MinP, GumbelSplit, Categorical}
+
+// IsOwn reports whether r is one of gumbel's routes (of Routes, FilterRoutes or
+// FeatureRoutes) rather than a peer's.
+func IsOwn(r Route) bool {
+	return slices.Contains(Routes, r) || slices.Contains(FilterRoutes, r) || slices.Contains(FeatureRoutes, r)
+}
 
 // Point is one cell of the matrix.
 type Point struct {
@@ -86,6 +99,10 @@ func params(r Route, batch int, step uint64) []sampler.Params {
 			p.Temperature = 0
 		case TopKTopP:
 			p.TopK, p.TopP = 50, 0.9
+		case TopK50:
+			p.TopK = 50
+		case TopP095:
+			p.TopP = 0.95
 		case MinP:
 			p.MinP = 0.05
 		default:

@@ -61,3 +61,32 @@ func TestSweepOnCPU(t *testing.T) {
 	assert.Contains(t, md, "| vocab | batch | S=1 | S=4 | best |")
 	assert.Regexp(t, `\| 8192 \| 2 \| [0-9.]+ \| [0-9.]+ \| S=[14] \|`, md)
 }
+
+// Each filter route sets its filter alone, at temperature 0.8.
+func TestFilterRouteParams(t *testing.T) {
+	tests := []struct {
+		route            Route
+		topK             int
+		topP, minP, temp float32
+	}{
+		{TopKTopP, 50, 0.9, 0, 0.8},
+		{TopK50, 50, 0, 0, 0.8},
+		{TopP095, 0, 0.95, 0, 0.8},
+		{MinP, 0, 0, 0.05, 0.8},
+		{GumbelSplit, 0, 0, 0, 0.8},
+		{Categorical, 0, 0, 0, 0.8},
+	}
+	require.Len(t, tests, len(FilterRoutes))
+	for _, tc := range tests {
+		t.Run(string(tc.route), func(t *testing.T) {
+			assert.Contains(t, FilterRoutes, tc.route)
+			assert.True(t, IsOwn(tc.route))
+			for i, p := range params(tc.route, 2, 7) {
+				assert.Equal(t, []any{tc.topK, tc.topP, tc.minP, tc.temp, uint64(1000 + i), uint64(7)},
+					[]any{p.TopK, p.TopP, p.MinP, p.Temperature, p.Seed, p.Step})
+			}
+		})
+	}
+	assert.False(t, IsOwn("flashinfer:softmax+top_k"))
+	assert.NotContains(t, Routes, TopK50, "the default matrix is unchanged")
+}

@@ -117,7 +117,7 @@ func chartPanel(ms []Measurement, routes []Route, dtype string, batch int) (*plo
 		}
 		// Styles are fixed per route, so that a route looks the same in every panel.
 		i := slices.Index(routes, r)
-		if slices.Contains(Routes, r) {
+		if IsOwn(r) {
 			line.Color = plotutil.Color(ours)
 			ours++
 		} else {

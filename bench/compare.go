@@ -12,13 +12,15 @@ import (
 	"github.com/gumbel-go/gumbel/sampler"
 )
 
-// ourColumns are gumbel's routes that a peer comparison shows: the sampler, the floor
-// (greedy) and the filtered route the sort-based peers are measured against.
-var ourColumns = []Route{GumbelSplit, Greedy, TopKTopP}
+// ourColumns are gumbel's routes that a peer comparison can show, in column order: the
+// sampler, the floor (greedy) and the filtered routes that filtering peers are measured
+// against. The first three are always shown, the others where a peer is set against them.
+var ourColumns = []Route{GumbelSplit, Greedy, TopKTopP, TopK50, TopP095, MinP}
 
 // LoadMeasurements reads measurements written as JSON, either a bare array or an object
-// with a "measurements" array (what `gumbel bench --json` and bench/peers/torch_peers.py
-// write). Fields it does not know, such as the peer script's "graph", are ignored.
+// with a "measurements" array (what `gumbel bench --json`, bench/peers/torch_peers.py and
+// bench/peers/flashinfer_peers.cu write). Fields it does not know, such as the peer
+// script's "graph", are ignored.
 func LoadMeasurements(path string) ([]Measurement, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -74,23 +76,52 @@ func (m *Measurement) validate() error {
 	return nil
 }
 
-// filteredPeer reports whether a peer route applies top-k/top-p filtering, so that it is
-// compared with gumbel's filtered route rather than with plain Gumbel sampling.
-func filteredPeer(r Route) bool {
-	s := strings.ToLower(string(r))
-	return strings.Contains(s, "topk") || strings.Contains(s, "topp")
+// peerBase is the gumbel route a peer is measured against, told by the filter its name
+// names (case, "_" and "-" ignored): top-k and top-p together, top-k alone, top-p alone,
+// min-p; any other peer is measured against gumbel-split. So
+// "flashinfer:softmax+top_k_top_p" and "torch.sort-topk50-topp0.9" go against
+// topk50-topp0.9, "flashinfer:softmax+top_k" against topk50, "flashinfer:softmax+top_p"
+// against topp0.95, "flashinfer:softmax+min_p" against minp0.05, and
+// "flashinfer:sampling_from_logits" against gumbel-split.
+func peerBase(r Route) Route {
+	s := strings.NewReplacer("_", "", "-", "").Replace(strings.ToLower(string(r)))
+	topK, topP := strings.Contains(s, "topk"), strings.Contains(s, "topp")
+	switch {
+	case topK && topP:
+		return TopKTopP
+	case topK:
+		return TopK50
+	case topP:
+		return TopP095
+	case strings.Contains(s, "minp"):
+		return MinP
+	}
+	return GumbelSplit
 }
 
-// Compare renders gumbel's measurements against a peer's as markdown: one table per
-// dtype, rows vocab x batch, columns the device µs of gumbel-split, greedy and
-// topk50-topp0.9 and of every peer route, then for each peer its time over gumbel's
-// (peer / gumbel-split; peer / topk50-topp0.9 for filtering peers). Ratios above 1 mean
+// peerFamily is the peer's name up to its first "." or ":" ("torch", "flashinfer"):
+// each family gets its own tables.
+func peerFamily(r Route) string {
+	if i := strings.IndexAny(string(r), ".:"); i > 0 {
+		return string(r[:i])
+	}
+	return string(r)
+}
+
+// Compare renders gumbel's measurements against peers' as markdown: per dtype, one table
+// per peer family (the name before its first "." or ":", such as torch or flashinfer),
+// rows vocab x batch, columns the device µs of gumbel-split, greedy and topk50-topp0.9
+// (and of topk50, topp0.95 and minp0.05 where a peer of the family is set against them)
+// and of every peer route of the family, then for each peer its time over its gumbel
+// counterpart's (peerBase: peer / topk50-topp0.9 for a top-k + top-p peer, peer / minp0.05
+// for a min-p peer, ..., peer / gumbel-split for an unfiltered one). Ratios above 1 mean
 // gumbel is faster. A missing cell reads "–".
 //
 // The first tables set DeviceUs against DeviceUs: for gumbel, back-to-back launches
-// from Go; for the PyTorch peers, CUDA-graph replay (their best case, as vLLM runs them).
-// Where gumbel's measurements also have graph-replay times (GraphUs), a second set of
-// tables compares graph replay with graph replay; peers without GraphUs show "–" there.
+// from Go; for the PyTorch and FlashInfer peers, CUDA-graph replay (their best case, as
+// vLLM runs them). Where gumbel's measurements also have graph-replay times (GraphUs), a
+// second set of tables compares graph replay with graph replay; peers without GraphUs
+// show "–" there.
 func Compare(ours, peers []Measurement) string {
 	var sb strings.Builder
 	sb.WriteString("Device time per sampling step (µs, median) of gumbel and its peers; " +
@@ -103,7 +134,8 @@ func Compare(ours, peers []Measurement) string {
 	return sb.String()
 }
 
-// compareTables writes one table per dtype of the times that of reads from a measurement.
+// compareTables writes one table per dtype and peer family of the times that of reads
+// from a measurement.
 func compareTables(sb *strings.Builder, title string, ours, peers []Measurement, of func(Measurement) float64) {
 	type cellKey struct{ vocab, batch int }
 	type tableKey struct {
@@ -129,29 +161,29 @@ func compareTables(sb *strings.Builder, title string, ours, peers []Measurement,
 			add(m)
 		}
 	}
-	var peerRoutes []Route
+	// The peer families in order of appearance, each with its routes, and the dtypes
+	// each family has measurements of.
+	var families []string
+	familyRoutes := map[string][]Route{}
+	familyDTypes := map[string][]string{}
 	for _, m := range peers {
-		if slices.Contains(Routes, m.Route) {
+		if IsOwn(m.Route) {
 			continue // one of ours in the peer file: not a peer
 		}
-		if !slices.Contains(peerRoutes, m.Route) {
-			peerRoutes = append(peerRoutes, m.Route)
+		f := peerFamily(m.Route)
+		if !slices.Contains(families, f) {
+			families = append(families, f)
+		}
+		if !slices.Contains(familyRoutes[f], m.Route) {
+			familyRoutes[f] = append(familyRoutes[f], m.Route)
+		}
+		if !slices.Contains(familyDTypes[f], m.DTypeName) {
+			familyDTypes[f] = append(familyDTypes[f], m.DTypeName)
 		}
 		add(m)
 	}
 
 	for _, dt := range dtypes {
-		fmt.Fprintf(sb, "\n%s, %s\n\n| vocab | batch |", dt, title)
-		for _, r := range ourColumns {
-			fmt.Fprintf(sb, " %s |", r)
-		}
-		for _, r := range peerRoutes {
-			fmt.Fprintf(sb, " %s |", r)
-		}
-		for _, r := range peerRoutes {
-			fmt.Fprintf(sb, " %s / %s |", r, peerBase(r))
-		}
-		sb.WriteString("\n|---:|---:|" + strings.Repeat("---:|", len(ourColumns)+2*len(peerRoutes)) + "\n")
 		ks := rows[dt]
 		slices.SortFunc(ks, func(a, b cellKey) int {
 			if a.vocab != b.vocab {
@@ -159,30 +191,55 @@ func compareTables(sb *strings.Builder, title string, ours, peers []Measurement,
 			}
 			return a.batch - b.batch
 		})
-		for _, ck := range ks {
-			c := cells[tableKey{dt, ck.vocab, ck.batch}]
-			fmt.Fprintf(sb, "| %d | %d |", ck.vocab, ck.batch)
-			for _, r := range slices.Concat(ourColumns, peerRoutes) {
-				if m, ok := c[r]; ok && of(m) > 0 {
-					fmt.Fprintf(sb, " %.2f |", of(m))
-				} else {
-					sb.WriteString(" – |")
+		var tables []string // the families with measurements of dt; "" for ours alone
+		for _, f := range families {
+			if slices.Contains(familyDTypes[f], dt) {
+				tables = append(tables, f)
+			}
+		}
+		if tables == nil {
+			tables = []string{""}
+		}
+		for _, f := range tables {
+			peerRoutes := familyRoutes[f]
+			var cols []Route
+			for i, r := range ourColumns {
+				if i < 3 || slices.ContainsFunc(peerRoutes, func(p Route) bool { return peerBase(p) == r }) {
+					cols = append(cols, r)
 				}
 			}
-			for _, r := range peerRoutes {
-				fmt.Fprintf(sb, " %s |", speedRatio(c, r, peerBase(r), of))
+			heading := title
+			if f != "" {
+				heading += ", " + f + " peers"
 			}
-			sb.WriteString("\n")
+			fmt.Fprintf(sb, "\n%s, %s\n\n| vocab | batch |", dt, heading)
+			for _, r := range slices.Concat(cols, peerRoutes) {
+				fmt.Fprintf(sb, " %s |", r)
+			}
+			for _, r := range peerRoutes {
+				fmt.Fprintf(sb, " %s / %s |", r, peerBase(r))
+			}
+			sb.WriteString("\n|---:|---:|" + strings.Repeat("---:|", len(cols)+2*len(peerRoutes)) + "\n")
+			for _, ck := range ks {
+				c := cells[tableKey{dt, ck.vocab, ck.batch}]
+				if !slices.ContainsFunc(slices.Concat(cols, peerRoutes), func(r Route) bool { _, ok := c[r]; return ok }) {
+					continue // only another family's peers measured this cell
+				}
+				fmt.Fprintf(sb, "| %d | %d |", ck.vocab, ck.batch)
+				for _, r := range slices.Concat(cols, peerRoutes) {
+					if m, ok := c[r]; ok && of(m) > 0 {
+						fmt.Fprintf(sb, " %.2f |", of(m))
+					} else {
+						sb.WriteString(" – |")
+					}
+				}
+				for _, r := range peerRoutes {
+					fmt.Fprintf(sb, " %s |", speedRatio(c, r, peerBase(r), of))
+				}
+				sb.WriteString("\n")
+			}
 		}
 	}
-}
-
-// peerBase is the gumbel route a peer is measured against.
-func peerBase(r Route) Route {
-	if filteredPeer(r) {
-		return TopKTopP
-	}
-	return GumbelSplit
 }
 
 // speedRatio formats the time of route num over that of den in one cell.

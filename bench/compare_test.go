@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -111,6 +112,118 @@ func TestCompareGraphTables(t *testing.T) {
 			assert.Equal(t, tc.want, tableRow(t, md, tc.heading, "| 32768 | 4 |"))
 		})
 	}
+}
+
+// Each peer is set against the gumbel route with the filter its name names.
+func TestPeerBase(t *testing.T) {
+	tests := []struct {
+		peer Route
+		want Route
+	}{
+		{"flashinfer:sampling_from_logits", GumbelSplit},
+		{"flashinfer:softmax+sampling_from_probs", GumbelSplit},
+		{"flashinfer:softmax+top_k_top_p", TopKTopP},
+		{"flashinfer:softmax+top_k", TopK50},
+		{"flashinfer:softmax+top_p", TopP095},
+		{"flashinfer:softmax+min_p", MinP},
+		{"torch.sort-topk50-topp0.9", TopKTopP},
+		{"torch.exponential-race", GumbelSplit},
+		{"vllm.Top-P", TopP095},
+		{"sglang.minp", MinP},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.peer), func(t *testing.T) {
+			assert.Equal(t, tc.want, peerBase(tc.peer))
+		})
+	}
+}
+
+// The FlashInfer harness's output (bench/peers/flashinfer_peers.cu, written by hand here)
+// loads, and each filtered route meets its FlashInfer counterpart in a flashinfer table
+// of its own, apart from the torch peers' table.
+func TestCompareFlashInfer(t *testing.T) {
+	fi, err := LoadMeasurements(filepath.Join("testdata", "flashinfer_peers.json"))
+	require.NoError(t, err)
+	require.Len(t, fi, 8)
+	assert.Equal(t, Measurement{Point: Point{Route: "flashinfer:softmax+top_k_top_p", DType: sampler.Float32, Vocab: 2048, Batch: 1},
+		DTypeName: "float32", DeviceUs: 15, GraphUs: 15, Token: 402}, fi[2])
+
+	withGraph := func(m Measurement) Measurement { m.GraphUs = m.DeviceUs / 2; return m }
+	ours := []Measurement{
+		withGraph(meas(GumbelSplit, "float32", 2048, 1, 4)),
+		withGraph(meas(Greedy, "float32", 2048, 1, 2)),
+		withGraph(meas(TopKTopP, "float32", 2048, 1, 10)),
+		withGraph(meas(TopK50, "float32", 2048, 1, 7)),
+		withGraph(meas(TopP095, "float32", 2048, 1, 6.5)),
+		withGraph(meas(MinP, "float32", 2048, 1, 5)),
+		withGraph(meas(Categorical, "float32", 2048, 1, 8)), // not a comparison column
+		withGraph(meas(GumbelSplit, "float32", 2048, 3, 6)),
+		withGraph(meas(TopKTopP, "float32", 2048, 3, 11)),
+	}
+	torch := []Measurement{meas("torch.sort-topk50-topp0.9", "float32", 2048, 1, 250)}
+	md := Compare(ours, slices.Concat(torch, fi))
+
+	fiHeader := "| vocab | batch | gumbel-split | greedy | topk50-topp0.9 | topk50 | topp0.95 | minp0.05 | " +
+		"flashinfer:sampling_from_logits | flashinfer:softmax+sampling_from_probs | flashinfer:softmax+top_k_top_p | " +
+		"flashinfer:softmax+top_k | flashinfer:softmax+top_p | flashinfer:softmax+min_p | " +
+		"flashinfer:sampling_from_logits / gumbel-split | flashinfer:softmax+sampling_from_probs / gumbel-split | " +
+		"flashinfer:softmax+top_k_top_p / topk50-topp0.9 | flashinfer:softmax+top_k / topk50 | " +
+		"flashinfer:softmax+top_p / topp0.95 | flashinfer:softmax+min_p / minp0.05 |"
+	assert.Contains(t, md, fiHeader)
+	assert.Contains(t, md, "| vocab | batch | gumbel-split | greedy | topk50-topp0.9 | torch.sort-topk50-topp0.9 | "+
+		"torch.sort-topk50-topp0.9 / topk50-topp0.9 |\n", "the torch table has no FlashInfer columns nor the routes only they need")
+	assert.NotContains(t, md, "categorical")
+	assert.Less(t, strings.Index(md, ", torch peers\n"), strings.Index(md, ", flashinfer peers\n"), "families in order of appearance")
+
+	tests := []struct {
+		name, heading, prefix string
+		want                  []string
+	}{
+		{"device time", "float32, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), flashinfer peers", "| 2048 | 1 |",
+			[]string{"2048", "1", "4.00", "2.00", "10.00", "7.00", "6.50", "5.00", "20.00", "12.00", "15.00", "14.00", "13.00", "12.50",
+				"5.00x", "3.00x", "1.50x", "2.00x", "2.00x", "2.50x"}},
+		{"device time, missing peers", "float32, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), flashinfer peers", "| 2048 | 3 |",
+			[]string{"2048", "3", "6.00", "–", "11.00", "–", "–", "–", "21.00", "–", "16.50", "–", "–", "–",
+				"3.50x", "–", "1.50x", "–", "–", "–"}},
+		{"graph replay", "float32, CUDA-graph replay, both sides, flashinfer peers", "| 2048 | 1 |",
+			[]string{"2048", "1", "2.00", "1.00", "5.00", "3.50", "3.25", "2.50", "20.00", "12.00", "15.00", "14.00", "13.00", "12.50",
+				"10.00x", "6.00x", "3.00x", "4.00x", "4.00x", "5.00x"}},
+		{"torch table", "float32, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), torch peers", "| 2048 | 1 |",
+			[]string{"2048", "1", "4.00", "2.00", "10.00", "250.00", "25.00x"}},
+		{"torch table: a row of ours alone", "float32, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), torch peers", "| 2048 | 3 |",
+			[]string{"2048", "3", "6.00", "–", "11.00", "–", "–"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, tableRow(t, md, tc.heading, tc.prefix))
+		})
+	}
+}
+
+// A family's table is left out for a dtype it has no measurements of; a dtype no peer
+// measured gets a table of gumbel's routes alone.
+func TestCompareFamiliesByDType(t *testing.T) {
+	ours := []Measurement{meas(GumbelSplit, "float32", 4096, 1, 4), meas(GumbelSplit, "bfloat16", 4096, 1, 3), meas(GumbelSplit, "float16", 4096, 1, 5)}
+	peers := []Measurement{
+		meas("torch.gumbel-eager", "float32", 4096, 1, 20),
+		meas("torch.gumbel-eager", "bfloat16", 4096, 1, 9),
+		meas("flashinfer:sampling_from_logits", "float32", 4096, 1, 8),
+	}
+	md := Compare(ours, peers)
+	for _, tc := range []struct {
+		heading string
+		want    bool
+	}{
+		{"\nfloat32, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), torch peers\n", true},
+		{"\nfloat32, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), flashinfer peers\n", true},
+		{"\nbfloat16, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), torch peers\n", true},
+		{"\nbfloat16, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), flashinfer peers\n", false},
+		{"\nfloat16, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture)\n", true},
+	} {
+		assert.Equal(t, tc.want, strings.Contains(md, tc.heading), "%q in\n%s", tc.heading, md)
+	}
+	assert.Equal(t, []string{"4096", "1", "5.00", "–", "–"},
+		tableRow(t, md, "float16, device time", "| 4096 | 1 |"))
 }
 
 func TestCompareEmpty(t *testing.T) {

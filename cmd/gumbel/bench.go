@@ -26,9 +26,11 @@ type benchConfig struct {
 	features bool
 	// sweep, when set, is the split sweep to run instead of the matrix.
 	sweep *bench.Sweep
-	// compare names a peer's measurements (bench/peers/torch_peers.py --out) to set
-	// against this run's; chart names an image of both.
-	compare, chart string
+	// compare names peers' measurements (bench/peers/torch_peers.py --out,
+	// bench/peers/flashinfer.sh --out) to set against this run's.
+	compare []string
+	// chart names an image of this run's measurements and the peers'.
+	chart string
 	// out is a folder to write the results to (NAME.json and NAME.md), or "".
 	out    string
 	device deviceFlags
@@ -53,7 +55,7 @@ var cpuBenchConfig = bench.Config{Groups: 3, Repeats: 3, HostCalls: 5, Warmup: 2
 func parseBenchFlags(args []string, w io.Writer) (benchConfig, error) {
 	c := benchConfig{matrix: bench.FullMatrix}
 	fs := newFlags("bench", "bench [flags]", w)
-	routes := fs.String("route", joinRoutes(bench.FullMatrix.Routes), "routes to measure, comma-separated")
+	routes := fs.String("route", joinRoutes(bench.FullMatrix.Routes), fmt.Sprintf("routes to measure, comma-separated; %q stands for %s", filterRoutesName, joinRoutes(bench.FilterRoutes)))
 	dtypes := fs.String("dtype", joinDTypes(bench.FullMatrix.DTypes), "logits types, comma-separated: float32, float16, bfloat16")
 	vocabs := fs.String("vocab", joinInts(bench.FullMatrix.Vocabs), "vocabulary sizes, comma-separated")
 	batches := fs.String("batch", joinInts(bench.FullMatrix.Batches), "batch sizes, comma-separated")
@@ -65,7 +67,14 @@ func parseBenchFlags(args []string, w io.Writer) (benchConfig, error) {
 	sweep := fs.Bool("split-sweep", false, fmt.Sprintf("time the Gumbel route at every blocks-per-row value of --splits, the measurements the split policy is chosen from: dtype defaults to %s, vocab to %s, batch to %s; on a GPU %d groups of %d launches per point", bench.DefaultSweep.DType, joinInts(bench.DefaultSweep.Vocabs), joinInts(bench.DefaultSweep.Batches), bench.SweepConfig.Groups, bench.SweepConfig.Repeats))
 	splits := fs.String("splits", joinInts(bench.DefaultSweep.Splits), "blocks per row of --split-sweep, comma-separated")
 	fs.BoolVar(&c.asJSON, "json", false, "print the measurements as JSON instead of markdown tables")
-	fs.StringVar(&c.compare, "compare", "", "peer measurements (JSON from bench/peers/torch_peers.py) to compare with this run's")
+	fs.Func("compare", "peer measurements to compare with this run's: JSON files from bench/peers/torch_peers.py or bench/peers/flashinfer.sh, comma-separated or the flag repeated", func(s string) error {
+		files := splitList(s)
+		if files == nil {
+			return fmt.Errorf("no file named")
+		}
+		c.compare = append(c.compare, files...)
+		return nil
+	})
 	fs.StringVar(&c.chart, "chart", "", "write a chart of device time against vocabulary size to this file (.svg, .png, .pdf)")
 	fs.StringVar(&c.out, "out", "", "also write the results to this folder: NAME.json (what --json prints) and NAME.md (the tables), NAME being matrix, features or split-sweep")
 	c.device.register(fs)
@@ -182,7 +191,7 @@ type benchReport struct {
 	Multiprocessors int                 `json:"multiprocessors"`
 	Config          bench.Config        `json:"config"`
 	Measurements    []bench.Measurement `json:"measurements"`
-	// Peers are the --compare file's measurements.
+	// Peers are the --compare files' measurements.
 	Peers []bench.Measurement `json:"peers,omitempty"`
 }
 
@@ -191,12 +200,14 @@ func runBench(e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The peer file is read first, so that a bad one fails before minutes of measuring.
+	// The peer files are read first, so that a bad one fails before minutes of measuring.
 	var peers []bench.Measurement
-	if cfg.compare != "" {
-		if peers, err = bench.LoadMeasurements(cfg.compare); err != nil {
+	for _, f := range cfg.compare {
+		ms, err := bench.LoadMeasurements(f)
+		if err != nil {
 			return fmt.Errorf("--compare: %w", err)
 		}
+		peers = append(peers, ms...)
 	}
 	dev, err := cfg.device.open()
 	if err != nil {
@@ -240,7 +251,7 @@ func runBench(e env, args []string) error {
 	default:
 		md += bench.Markdown(ms) + "\n"
 	}
-	if cfg.compare != "" {
+	if cfg.compare != nil {
 		md += "\n" + bench.Compare(ms, peers) + "\n"
 	}
 	if cfg.out != "" {
@@ -296,14 +307,30 @@ func writeResults(dir, name string, js []byte, md string) error {
 	return nil
 }
 
+// filterRoutesName, given to --route, stands for bench.FilterRoutes.
+const filterRoutesName = "filters"
+
+// parseRoutes parses --route: route names and "filters", in order, each route once.
 func parseRoutes(s string) ([]bench.Route, error) {
 	var out []bench.Route
 	for _, f := range splitList(s) {
-		r := bench.Route(f)
-		if !slices.Contains(bench.Routes, r) && !slices.Contains(bench.FeatureRoutes, r) {
-			return nil, usagef("--route %q: not one of %s, %s", f, joinRoutes(bench.Routes), joinRoutes(bench.FeatureRoutes[1:]))
+		rs := []bench.Route{bench.Route(f)}
+		if f == filterRoutesName {
+			rs = bench.FilterRoutes
+		} else if !bench.IsOwn(rs[0]) {
+			var extra []bench.Route // the filter and feature routes not in bench.Routes
+			for _, r := range slices.Concat(bench.FilterRoutes, bench.FeatureRoutes) {
+				if !slices.Contains(bench.Routes, r) && !slices.Contains(extra, r) {
+					extra = append(extra, r)
+				}
+			}
+			return nil, usagef("--route %q: not one of %s,%s or %s", f, joinRoutes(bench.Routes), joinRoutes(extra), filterRoutesName)
 		}
-		out = append(out, r)
+		for _, r := range rs {
+			if !slices.Contains(out, r) {
+				out = append(out, r)
+			}
+		}
 	}
 	if out == nil {
 		return nil, usagef("--route: empty")

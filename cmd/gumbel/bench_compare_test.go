@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -60,4 +61,34 @@ func TestBenchCompareBadFile(t *testing.T) {
 			assert.Contains(t, stderr, tc.wantErr)
 		})
 	}
+}
+
+// Two peer files, the torch script's and the FlashInfer harness's (bench/testdata), given
+// as a list: the filter routes meet their FlashInfer counterparts in a table of their own.
+func TestBenchCompareFlashInferOnCPU(t *testing.T) {
+	torch := filepath.Join(t.TempDir(), "peers.json")
+	require.NoError(t, os.WriteFile(torch, []byte(peerJSON), 0o644))
+	fi := filepath.Join("..", "..", "bench", "testdata", "flashinfer_peers.json")
+	args := []string{"bench", "--backend", "cpu", "--route", "greedy,filters", "--dtype", "float32",
+		"--vocab", "2048", "--batch", "1,3", "--groups", "2", "--repeats", "2", "--calls", "3", "--warmup", "1",
+		"--compare", torch + "," + fi}
+
+	code, stdout, stderr := runCLI(args...)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stderr, "[14/14] ", "greedy and the six filter routes, two batches")
+	assert.Contains(t, stdout, "| dtype | vocab | batch | greedy | topk50-topp0.9 | topk50 | topp0.95 | minp0.05 | gumbel-split | categorical |")
+	assert.Contains(t, stdout, ", torch peers\n\n| vocab | batch | gumbel-split | greedy | topk50-topp0.9 | torch.gumbel-eager | torch.sort-topk50-topp0.9 |")
+	assert.Contains(t, stdout, ", flashinfer peers\n\n| vocab | batch | gumbel-split | greedy | topk50-topp0.9 | topk50 | topp0.95 | minp0.05 | "+
+		"flashinfer:sampling_from_logits | flashinfer:softmax+sampling_from_probs | flashinfer:softmax+top_k_top_p | "+
+		"flashinfer:softmax+top_k | flashinfer:softmax+top_p | flashinfer:softmax+min_p | flashinfer:sampling_from_logits / gumbel-split |")
+	num, ratio := `[0-9.]+`, `[0-9.]+x`
+	row := `\| 2048 \| 1 \|` + strings.Repeat(` `+num+` \|`, 6) + ` 20\.00 \| 12\.00 \| 15\.00 \| 14\.00 \| 13\.00 \| 12\.50 \|` + strings.Repeat(` `+ratio+` \|`, 6)
+	assert.Regexp(t, row, stdout)
+
+	code, stdout, stderr = runCLI(append(args, "--json", "--compare", torch)...)
+	require.Equal(t, exitOK, code, stderr)
+	var rep benchReport
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+	assert.Len(t, rep.Measurements, 14)
+	assert.Len(t, rep.Peers, 2+8+2, "every file's measurements, the repeated flag's too")
 }

@@ -23,9 +23,10 @@ func TestParseBenchFlags(t *testing.T) {
 		// sweep is the split sweep, nil for a matrix.
 		sweep  *bench.Sweep
 		timing bench.Config
-		// compare and chart are the --compare and --chart files; out the --out folder.
-		compare, chart, out string
-		wantErr             string
+		// compare are the --compare files, chart the --chart file, out the --out folder.
+		compare    []string
+		chart, out string
+		wantErr    string
 	}{
 		{name: "defaults: the full matrix, the device's timing", matrix: bench.FullMatrix, timing: bench.Config{Warmup: -1}},
 		{
@@ -36,7 +37,19 @@ func TestParseBenchFlags(t *testing.T) {
 			timing: bench.Config{Groups: 2, Repeats: 4, HostCalls: 5, Warmup: 0},
 		},
 		{name: "compare and chart", args: []string{"--compare", "peers.json", "--chart", "out.svg"},
-			matrix: bench.FullMatrix, timing: bench.Config{Warmup: -1}, compare: "peers.json", chart: "out.svg"},
+			matrix: bench.FullMatrix, timing: bench.Config{Warmup: -1}, compare: []string{"peers.json"}, chart: "out.svg"},
+		{name: "compare: a list and the flag repeated", args: []string{"--compare", "peers.json, fi.json", "--compare", "more.json"},
+			matrix: bench.FullMatrix, timing: bench.Config{Warmup: -1}, compare: []string{"peers.json", "fi.json", "more.json"}},
+		{name: "compare: no file", args: []string{"--compare", " , "}, wantErr: "no file named"},
+		{name: "filter routes", args: []string{"--route", "filters"},
+			matrix: withRoutes(bench.FilterRoutes...), timing: bench.Config{Warmup: -1}},
+		{name: "filter routes alone", args: []string{"--route", "topk50,topp0.95"},
+			matrix: withRoutes(bench.TopK50, bench.TopP095), timing: bench.Config{Warmup: -1}},
+		{name: "filters after a route: each route once", args: []string{"--route", "greedy,minp0.05,filters,greedy"},
+			matrix: withRoutes(bench.Greedy, bench.MinP, bench.TopKTopP, bench.TopK50, bench.TopP095, bench.GumbelSplit, bench.Categorical),
+			timing: bench.Config{Warmup: -1}},
+		{name: "feature route", args: []string{"--route", "gumbel+logprobs"},
+			matrix: withRoutes(bench.GumbelLogprobs), timing: bench.Config{Warmup: -1}},
 		{name: "features: the feature matrix", args: []string{"--features", "--out", "results"},
 			matrix: bench.Matrix{Routes: bench.FeatureMatrix.Routes, DTypes: bench.FullMatrix.DTypes, Vocabs: bench.FeatureMatrix.Vocabs, Batches: bench.FeatureMatrix.Batches},
 			timing: bench.Config{Warmup: -1}, out: "results"},
@@ -51,6 +64,8 @@ func TestParseBenchFlags(t *testing.T) {
 		{name: "zero splits", args: []string{"--split-sweep", "--splits", "0"}, wantErr: `--splits "0"`},
 		{name: "chart without extension", args: []string{"--chart", "out"}, wantErr: `--chart "out": no file extension`},
 		{name: "unknown route", args: []string{"--route", "greedy,fast"}, wantErr: `--route "fast": not one of greedy,categorical`},
+		{name: "unknown route: the list", args: []string{"--route", "topk40"}, wantErr: `minp0.05,topk50,topp0.95,gumbel+logprobs`},
+		{name: "unknown route: the keyword", args: []string{"--route", "filter"}, wantErr: `gumbel-batch-launch or filters`},
 		{name: "unknown dtype", args: []string{"--dtype", "float8"}, wantErr: `--dtype "float8": not one of float32,float16,bfloat16`},
 		{name: "zero vocab", args: []string{"--vocab", "0"}, wantErr: `--vocab "0": want whole numbers from 1 to 2147483647`},
 		{name: "vocab too large", args: []string{"--vocab", "2147483648"}, wantErr: `--vocab "2147483648"`},
@@ -78,6 +93,13 @@ func TestParseBenchFlags(t *testing.T) {
 			assert.Equal(t, tc.out, got.out)
 		})
 	}
+}
+
+// withRoutes is the full matrix with other routes.
+func withRoutes(rs ...bench.Route) bench.Matrix {
+	mx := bench.FullMatrix
+	mx.Routes = rs
+	return mx
 }
 
 func TestTimingFor(t *testing.T) {
