@@ -34,7 +34,7 @@ func Example() {
 	params := []sampler.Params{
 		{Temperature: 0}, // greedy: the largest logit
 		{Temperature: 1, Seed: 42, HasSeed: true},                       // Gumbel-max
-		{Temperature: 0.7, TopK: 2, TopP: 0.9, Seed: 42, HasSeed: true}, // categorical
+		{Temperature: 0.7, TopK: 2, TopP: 0.9, Seed: 42, HasSeed: true}, // filtered: tokens 0 or 3
 	}
 	var res sampler.Result // reused: steady-state calls allocate nothing
 	for step := uint64(0); step < 3; step++ {
@@ -47,7 +47,7 @@ func Example() {
 		fmt.Println("step", step, "tokens", res.Tokens, "routes", res.Routes)
 	}
 	// Output:
-	// step 0 tokens [3 4 0] routes [greedy gumbel categorical]
-	// step 1 tokens [3 4 3] routes [greedy gumbel categorical]
-	// step 2 tokens [3 0 3] routes [greedy gumbel categorical]
+	// step 0 tokens [3 4 0] routes [greedy gumbel filtered]
+	// step 1 tokens [3 4 0] routes [greedy gumbel filtered]
+	// step 2 tokens [3 0 0] routes [greedy gumbel filtered]
 }

@@ -21,8 +21,9 @@
 #define GB_FLAG_MASK 64u // Apply the row's allowed-token bitmap.
 #define GB_FLAG_PENALTIES 128u // Apply the repetition, frequency and presence penalties from the row's counts.
 #define GB_FLAG_PERTURBED 256u // The topn kernels rank Gumbel scores instead of raw logits (sampling without replacement).
+#define GB_FLAG_FILTERED 512u // With FlagRouted, the row belongs to the filter_max and filtered kernels.
 #define GB_FLAGS_PROCESSORS 224u // The flags of the logit processors.
-#define GB_FLAGS_RESERVED 0xFFFFFE00u // The bits a row must leave clear.
+#define GB_FLAGS_RESERVED 0xFFFFFC00u // The bits a row must leave clear.
 
 // Status codes.
 #define GB_STATUS_OK 0 // The token is the sampled index.
@@ -50,6 +51,9 @@
 #define GB_MAX_WARPS 32 // The most warps of a block: MaxThreads over 32 lanes.
 #define GB_RECORD_WORDS 4 // The float32 words of one log-probability record.
 #define GB_COUNT_MASK 0x7FFFFFFFu // Selects the output count of a counts word; bit 31 marks a prompt token.
+#define GB_FILTER_LIST 4096 // The candidates of one filtered row and draw, over all its blocks: a block publishes FilterList/S of them, and at least FilterMinCands.
+#define GB_FILTER_MIN_CANDS 32 // The fewest candidates a filtered block publishes.
+#define GB_FILTER_META 4 // The uint64 words a filtered block publishes after its candidates.
 
 #define GB_ROW_PARAMS_SIZE 64 // The bytes of one RowParams record: 16 little-endian 32-bit words.
 #define GB_STEP_OFFSET 16 // The byte offset of the Step field, which FlagAdvance rewrites on the device.

@@ -4,7 +4,7 @@
 // generator into sampling noise. The functions here are the reference: a GPU kernel is
 // correct when it produces the same words and the same noise as this package.
 //
-// # The stream contract, version 1
+// # The stream contract, version 2
 //
 // A row's random numbers depend only on (seed, step, vocabulary index, purpose): never on
 // the row's position in the batch, the batch size, the launch shape, the split-phase
@@ -22,6 +22,10 @@
 //     bumps [ContractVersion] and is noted in the CHANGELOG.
 //   - A row without its own seed gets [RowSeed](sampler seed, request id): SplitMix64
 //     mixing, never the row's position.
+//   - Rows with top-k, top-p or min-p draw by Gumbel-max over the filters' kept set with
+//     the [PurposeGumbel] and [PurposeGumbelTail] words of the kept elements (version 2;
+//     version 1 drew them by inverse CDF with the [PurposeCategorical] uniform, which
+//     the categorical path, MLXCEL_SAMPLING_GUMBEL=0, still does).
 //
 // # Noise numerics
 //
@@ -40,7 +44,7 @@ import "math/bits"
 
 // ContractVersion is the version of the stream contract described in the package doc.
 // It changes whenever the same (seed, step, index, purpose) would give another value.
-const ContractVersion = 1
+const ContractVersion = 2
 
 // Purpose is the fourth counter word: it separates independent uses of one stream.
 type Purpose uint32

@@ -29,15 +29,26 @@ func steadyAllocs(f func()) float64 {
 	return least
 }
 
-// allocationBatches are the batches the allocation tests sample: every route alone,
-// and mixed.
-func allocationBatches(rows int) map[string][]Params {
-	return map[string][]Params{
-		"greedy":      slices.Repeat([]Params{{}}, rows),
-		"gumbel":      slices.Repeat([]Params{{Temperature: 0.8, Seed: 1, HasSeed: true}}, rows),
-		"categorical": slices.Repeat([]Params{{Temperature: 0.8, TopK: 40, TopP: 0.9}}, rows),
-		"mixed":       mixedParams(rows, 2),
-		"serving":     batchParams(rows),
+// allocationBatch is a batch the allocation tests sample, with the Gumbel switch its
+// sampler runs with.
+type allocationBatch struct {
+	params []Params
+	gumbel Switch
+}
+
+// allocationBatches are the batches the allocation tests sample: every route alone
+// (filtered with and without filter_max, categorical behind the kill switch), and mixed.
+func allocationBatches(rows int) map[string]allocationBatch {
+	filtered := slices.Repeat([]Params{{Temperature: 0.8, TopK: 40, TopP: 0.9}}, rows)
+	return map[string]allocationBatch{
+		"greedy":            {slices.Repeat([]Params{{}}, rows), On},
+		"gumbel":            {slices.Repeat([]Params{{Temperature: 0.8, Seed: 1, HasSeed: true}}, rows), On},
+		"filtered":          {filtered, On},
+		"filtered with max": {slices.Repeat([]Params{{Temperature: 0.8, TopP: 0.9, MinP: 0.01}}, rows), On},
+		"categorical":       {filtered, Off},
+		"mixed":             {mixedParams(rows, 2), On},
+		"mixed, gumbel off": {mixedParams(rows, 2), Off},
+		"serving":           {batchParams(rows), On},
 	}
 }
 
@@ -57,10 +68,11 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 	for i, x := range logits {
 		bits[i] = half.BFloat16(x)
 	}
-	for name, params := range allocationBatches(rows) {
+	for name, batch := range allocationBatches(rows) {
+		params := batch.params
 		for _, pol := range []*SplitPolicy{nil, &forcedSplit} {
 			t.Run(fmt.Sprintf("%s split=%v", name, pol != nil), func(t *testing.T) {
-				s := newSampler(t, dev, Options{Policy: pol})
+				s := newSampler(t, dev, Options{Policy: pol, Gumbel: batch.gumbel})
 				var res Result
 				calls := map[string]func(){
 					"Sample": func() {
@@ -96,9 +108,10 @@ func TestSamplerItselfNeverAllocates(t *testing.T) {
 	const vocab, rows = 300, 5
 	logits := make([]float32, rows*vocab)
 	buf := upload(t, dev, runtime.BytesOf(logits))
-	for name, params := range allocationBatches(rows) {
+	for name, batch := range allocationBatches(rows) {
+		params := batch.params
 		t.Run(name, func(t *testing.T) {
-			s := newSampler(t, dev, Options{Stream: inertStream{dev.DefaultStream()}, Policy: &forcedSplit})
+			s := newSampler(t, dev, Options{Stream: inertStream{dev.DefaultStream()}, Policy: &forcedSplit, Gumbel: batch.gumbel})
 			var res Result
 			calls := map[string]func(){
 				"Sample": func() {

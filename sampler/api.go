@@ -3,7 +3,9 @@
 // Each row of a batch carries its own [Params]. Rows are routed (see [Route]):
 // temperature 0 or top-k 1 take the greedy argmax; temperature > 0 with no filter takes
 // Gumbel-max (one index-carrying max reduction: no softmax, no sort); a filter (top-k,
-// top-p, min-p) or the switch MLXCEL_SAMPLING_GUMBEL=0 takes the categorical path. Rows
+// top-p, min-p) takes the filtered route (the thresholds found across blocks, then
+// Gumbel-max over the kept set); the switch MLXCEL_SAMPLING_GUMBEL=0 sends every sampled
+// row to the categorical path (one block per row, an inverse-CDF draw). Rows
 // of one route go to the device in one launch, spread over many blocks per row (the
 // split phase, VT_SAMPLE_SPLIT) when that is faster. Scratch memory grows when a batch
 // needs more and is reused; a steady-state call allocates nothing.
@@ -147,6 +149,9 @@ const (
 	RouteGreedy Route = iota
 	RouteGumbel
 	RouteCategorical
+	// RouteFiltered: top-k, top-p or min-p with the Gumbel switch on: the filters'
+	// thresholds found across blocks, then Gumbel-max over the kept set.
+	RouteFiltered
 	// NumRoutes counts the routes.
 	NumRoutes
 )
@@ -160,6 +165,8 @@ func (r Route) String() string {
 		return "gumbel"
 	case RouteCategorical:
 		return "categorical"
+	case RouteFiltered:
+		return "filtered"
 	}
 	return "route(?)"
 }

@@ -11,8 +11,9 @@ import (
 // Batch is a fixed batch whose row parameters live on the device, so that a sampling
 // step is launches only: no copy, no memset, no wait and no allocation. That makes
 // Launch capturable in a CUDA graph (runtime.GraphCapturer) and replayable. The device
-// routes each row (greedy and Gumbel rows to gumbel_argmax, the rest to categorical)
-// and advances each row's step by Draws after every Launch, so replaying a captured
+// routes each row (greedy and Gumbel rows to gumbel_argmax, filtered rows to
+// filter_max and filtered, and every sampled row to categorical with the Gumbel switch
+// off) and advances each row's step by Draws after every Launch, so replaying a captured
 // Launch k times samples steps Step, Step+Draws, ..., exactly as Sample calls with those
 // steps would (k uncaptured Launch calls do the same). A tracked row (TrackTokens)
 // counts its tokens on the device, so its penalties stay current across replays.
@@ -113,6 +114,7 @@ func (s *Sampler) NewBatch(rows, vocab int, dtype DType, draws int) (*Batch, err
 		record:    make([]byte, RowParamsSize),
 	}
 	mainPartials, mainCounters := scratchNeeds(groupGumbel, rows, draws, b.split)
+	filterPartials, filterCounters := scratchNeeds(groupFiltered, rows, draws, b.split)
 	topPartials, topCounters := scratchNeeds(groupTop, rows, 1, b.topSplit)
 	var err error
 	alloc := func(dst *runtime.Buffer, size int, what string) {
@@ -128,8 +130,8 @@ func (s *Sampler) NewBatch(rows, vocab int, dtype DType, draws int) (*Batch, err
 	for r, reg := range b.layout.regions() {
 		alloc(&b.out[r], reg[1], "outputs")
 	}
-	alloc(&b.partials, max(mainPartials, topPartials), "partials")
-	alloc(&b.counters, max(mainCounters, topCounters), "counters")
+	alloc(&b.partials, max(mainPartials, filterPartials, topPartials), "partials")
+	alloc(&b.counters, max(mainCounters, filterCounters, topCounters), "counters")
 	if err == nil {
 		err = s.stream.Zero(b.counters, 0, b.counters.Size())
 	}
@@ -175,8 +177,11 @@ func (b *Batch) SetRow(i int, p Params) error {
 	}
 	r := route(p, b.vocab, s.set.Gumbel)
 	flags := abi.FlagRouted | abi.FlagAdvance | s.procs.flags(i, p)
-	if r == RouteCategorical {
+	switch r {
+	case RouteCategorical:
 		flags |= abi.FlagCategorical
+	case RouteFiltered:
+		flags |= abi.FlagFiltered
 	}
 	if p.Logprobs {
 		flags |= abi.FlagLogprobs
@@ -193,6 +198,9 @@ func (b *Batch) SetRow(i int, p Params) error {
 	}
 	b.set[i], b.rowParams[i], b.routes[i] = true, p, r
 	b.kernelRows[kernelOf(r)]++
+	if r == RouteFiltered && needsRowMax(p, b.vocab) {
+		b.kernelRows[kernelFilterMax]++
+	}
 	if p.TopLogprobs > 0 {
 		b.kernelRows[kernelTopN]++
 	}
@@ -205,6 +213,9 @@ func (b *Batch) SetRow(i int, p Params) error {
 // forget removes row i's old parameters from the launch counts.
 func (b *Batch) forget(i int) {
 	b.kernelRows[kernelOf(b.routes[i])]--
+	if b.routes[i] == RouteFiltered && needsRowMax(b.rowParams[i], b.vocab) {
+		b.kernelRows[kernelFilterMax]--
+	}
 	if b.rowParams[i].TopLogprobs > 0 {
 		b.kernelRows[kernelTopN]--
 	}
@@ -214,9 +225,10 @@ func (b *Batch) forget(i int) {
 }
 
 // Launch queues one sampling step of every row on the sampler's stream: gumbel_argmax
-// over the greedy and Gumbel rows and categorical over the rest (each kernel skips the
-// other's rows on the device; a kernel no row needs is not launched, as SetRow decided),
-// and topn when a row asked for top log-probabilities. logits must have the batch's
+// over the greedy and Gumbel rows, filter_max and filtered over the filtered rows,
+// categorical over the rest (each kernel skips the others' rows on the device; a
+// kernel no row needs is not launched, as SetRow decided), and topn when a row asked
+// for top log-probabilities. logits must have the batch's
 // rows, vocab and dtype. It allocates nothing, copies nothing and does not wait: read
 // the outputs with Read, or from the device buffers Tokens, Status and Logprobs. Every
 // row must have been given its parameters (SetRow).
@@ -234,7 +246,7 @@ func (b *Batch) Launch(logits Logits) error {
 	if logits.Vocab != b.vocab || logits.DType != b.dtype {
 		return fmt.Errorf("%w: logits of vocab %d, %s for a batch of vocab %d, %s", ErrShape, logits.Vocab, logits.DType, b.vocab, b.dtype)
 	}
-	set := b.kernelRows[kernelGumbel] + b.kernelRows[kernelCategorical]
+	set := b.kernelRows[kernelGumbel] + b.kernelRows[kernelCategorical] + b.kernelRows[kernelFiltered]
 	if set != b.rows {
 		for i, ok := range b.set {
 			if !ok {
@@ -263,8 +275,10 @@ func (b *Batch) launch(lg Logits, stride, k int) error {
 	split, draws := 1, b.draws
 	out0, out1, records := b.out[regionTokens], b.out[regionStatus], b.out[regionLogprobs]
 	switch k {
-	case kernelGumbel:
+	case kernelGumbel, kernelFiltered:
 		split = b.split
+	case kernelFilterMax:
+		split, draws = b.split, 1
 	case kernelTopN:
 		split, draws = b.topSplit, 1
 		out0, out1, records = b.out[regionTopTokens], b.out[regionTopValues], s.scratch.unused.buf

@@ -41,7 +41,7 @@ func TestBatchLaunchEqualsSample(t *testing.T) {
 	dev := openCPU(t)
 	const vocab, rows, launches = 700, 9, 4
 	for _, draws := range []int{1, 3} {
-		for _, opts := range []Options{{Seed: 41}, {Seed: 42, Policy: &forcedSplit, Split: On}} {
+		for _, opts := range []Options{{Seed: 41}, {Seed: 42, Policy: &forcedSplit, Split: On}, {Seed: 43, Gumbel: Off}} {
 			t.Run(fmt.Sprintf("draws=%d seed=%d", draws, opts.Seed), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(5, opts.Seed))
 				logits := randomLogits(rng, rows, vocab, 2)
@@ -112,21 +112,27 @@ func TestBatchLaunchQueuesLaunchesOnly(t *testing.T) {
 	const vocab, rows = 300, 4
 	logits := make([]float32, rows*vocab)
 	lg := Logits{Data: upload(t, dev, runtime.BytesOf(logits)), Rows: rows, Vocab: vocab}
-	gumbel, cat := Params{Temperature: 1}, Params{Temperature: 1, TopK: 3}
+	gumbel, topK := Params{Temperature: 1}, Params{Temperature: 1, TopK: 3}
+	topP, topKP := Params{Temperature: 1, TopP: 0.5}, Params{Temperature: 1, TopK: 3, TopP: 0.5}
 	tests := []struct {
 		name   string
+		gumbel Switch
 		params []Params
 		want   []string
 	}{
-		{"greedy and gumbel", []Params{{}, gumbel, gumbel, {}}, []string{"gumbel_argmax_f32"}},
-		{"categorical only", []Params{cat, cat, cat, cat}, []string{"categorical_f32"}},
-		{"mixed", []Params{cat, gumbel, {}, cat}, []string{"gumbel_argmax_f32", "categorical_f32"}},
-		{"top log-probabilities", []Params{gumbel, {TopLogprobs: 3}, gumbel, gumbel}, []string{"gumbel_argmax_f32", "topn_f32"}},
+		{"greedy and gumbel", On, []Params{{}, gumbel, gumbel, {}}, []string{"gumbel_argmax_f32"}},
+		{"filtered only", On, []Params{topK, topK, topK, topK}, []string{"filtered_f32"}},
+		{"mixed", On, []Params{topK, gumbel, {}, topK}, []string{"gumbel_argmax_f32", "filtered_f32"}},
+		{"top-p alone: filter_max first", On, []Params{topP, gumbel, {}, topK}, []string{"gumbel_argmax_f32", "filter_max_f32", "filtered_f32"}},
+		{"top-k and top-p: no filter_max", On, []Params{topKP, topKP, topK, gumbel}, []string{"gumbel_argmax_f32", "filtered_f32"}},
+		{"top log-probabilities", On, []Params{gumbel, {TopLogprobs: 3}, gumbel, gumbel}, []string{"gumbel_argmax_f32", "topn_f32"}},
+		{"gumbel off: categorical only", Off, []Params{topK, topP, gumbel, topKP}, []string{"categorical_f32"}},
+		{"gumbel off: mixed", Off, []Params{topK, gumbel, {}, topP}, []string{"gumbel_argmax_f32", "categorical_f32"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recordingStream{Stream: dev.DefaultStream()}
-			s := newSampler(t, dev, Options{Stream: rec})
+			s := newSampler(t, dev, Options{Stream: rec, Gumbel: tc.gumbel})
 			b, err := s.NewBatch(rows, vocab, Float32, 2)
 			require.NoError(t, err)
 			defer b.Close()
@@ -142,10 +148,71 @@ func TestBatchLaunchQueuesLaunchesOnly(t *testing.T) {
 			assert.Zero(t, rec.uploads+rec.downs+rec.zeroes+rec.syncs, "Launch only launches")
 			var res Result
 			require.NoError(t, b.Read(&res))
-			for i := range rows {
+			for i, p := range tc.params {
 				require.NoError(t, res.Errs[i])
+				assert.Equal(t, s.RouteFor(p, vocab), res.Routes[i], "row %d", i)
 			}
 		})
+	}
+}
+
+// TestBatchSetRowMovesRowsBetweenKernels: SetRow over a row takes its old parameters out
+// of the launch counts, so a kernel (filter_max included) is launched exactly while
+// some row needs it.
+func TestBatchSetRowMovesRowsBetweenKernels(t *testing.T) {
+	dev := openCPU(t)
+	const vocab, rows = 200, 3
+	rng := rand.New(rand.NewPCG(9, 1))
+	logits := randomLogits(rng, rows, vocab, 2)
+	lg := Logits{Data: upload(t, dev, runtime.BytesOf(logits)), Rows: rows, Vocab: vocab}
+	rec := &recordingStream{Stream: dev.DefaultStream()}
+	s := newSampler(t, dev, Options{Stream: rec, Seed: 3})
+	b, err := s.NewBatch(rows, vocab, Float32, 1)
+	require.NoError(t, err)
+	defer b.Close()
+	seeded := func(p Params) Params { p.Seed, p.HasSeed = 77, true; return p }
+	steps := []struct {
+		name string
+		row  int
+		p    Params
+		want []string
+	}{
+		{"start", -1, Params{}, []string{"gumbel_argmax_f32", "filter_max_f32", "filtered_f32"}},
+		{"top-p row gets a top-k", 1, seeded(Params{Temperature: 1, TopK: 10, TopP: 0.8}), []string{"gumbel_argmax_f32", "filtered_f32"}},
+		{"top-k row becomes min-p", 2, seeded(Params{Temperature: 0.9, MinP: 0.1}), []string{"gumbel_argmax_f32", "filter_max_f32", "filtered_f32"}},
+		{"gumbel row becomes filtered", 0, seeded(Params{Temperature: 1, TopK: 5}), []string{"filter_max_f32", "filtered_f32"}},
+		{"every filter off", -2, Params{}, []string{"gumbel_argmax_f32"}},
+	}
+	params := []Params{seeded(Params{Temperature: 1}), seeded(Params{Temperature: 1, TopP: 0.8}), seeded(Params{Temperature: 1, TopK: 7})}
+	launched := make([]uint64, rows)
+	for _, st := range steps {
+		switch st.row {
+		case -1:
+		case -2:
+			for i := range params {
+				params[i] = seeded(Params{Temperature: 1})
+			}
+		default:
+			params[st.row] = st.p
+		}
+		for i, p := range params {
+			if st.row < 0 || i == st.row {
+				require.NoError(t, b.SetRow(i, p), st.name)
+				launched[i] = 0 // SetRow resets the row's step
+			}
+		}
+		*rec = recordingStream{Stream: rec.Stream}
+		require.NoError(t, b.Launch(lg), st.name)
+		assert.Equal(t, st.want, rec.launches, st.name)
+		var res Result
+		require.NoError(t, b.Read(&res))
+		for i, p := range params {
+			require.NoError(t, res.Errs[i], "%s: row %d", st.name, i)
+			p.Step += launched[i] // the device advanced the step after each launch
+			launched[i]++
+			want, _ := refSample(logits[i*vocab:(i+1)*vocab], p, res.Routes[i], 3)
+			assert.Equal(t, want, res.Tokens[i], "%s: row %d (%s)", st.name, i, res.Routes[i])
+		}
 	}
 }
 

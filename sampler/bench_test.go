@@ -22,6 +22,8 @@ func BenchmarkSample(b *testing.B) {
 		{"gumbel", Params{Temperature: 0.8}, On},
 		{"categorical", Params{Temperature: 0.8}, Off},
 		{"topk50_topp0.9", Params{Temperature: 0.8, TopK: 50, TopP: 0.9}, On},
+		{"topp0.9", Params{Temperature: 0.8, TopP: 0.9}, On},
+		{"categorical_topk50_topp0.9", Params{Temperature: 0.8, TopK: 50, TopP: 0.9}, Off},
 	}
 	for _, r := range routes {
 		for _, batch := range []int{1, 8} {

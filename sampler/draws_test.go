@@ -219,11 +219,12 @@ func TestRelaunchRepeatsServingLaunches(t *testing.T) {
 	s := newSampler(t, dev, Options{Stream: rec, Seed: 4})
 	const vocab = 2000
 	rng := rand.New(rand.NewPCG(1, 1))
-	logits := randomLogits(rng, 3, vocab, 2)
+	logits := randomLogits(rng, 4, vocab, 2)
 	params := []Params{
 		{Temperature: 0.9, TopLogprobs: 4, Logprobs: true},
 		{Temperature: 1, TopK: 10, Logprobs: true},
 		{},
+		{Temperature: 1.2, TopP: 0.9, Logprobs: true}, // needs the row maximum: filter_max
 	}
 	tests := []struct {
 		name string
@@ -231,7 +232,7 @@ func TestRelaunchRepeatsServingLaunches(t *testing.T) {
 		want []string
 	}{
 		{"SampleN with top log-probabilities", func(res *Result) error { return s.SampleNFloat32(logits, vocab, params, 3, res) },
-			[]string{"gumbel_argmax_f32", "categorical_f32", "topn_f32"}},
+			[]string{"gumbel_argmax_f32", "filter_max_f32", "filtered_f32", "topn_f32"}},
 		{"SampleDistinct", func(res *Result) error { return s.SampleDistinctFloat32(logits[:vocab], vocab, params[:1], 5, res) },
 			[]string{"topn_f32", "topn_f32"}},
 	}

@@ -10,8 +10,8 @@ import (
 )
 
 // A batch of three rows over a vocabulary of eight tokens, each row with its own
-// parameters: greedy, Gumbel-max with its own seed, and top-k sampling with a seed
-// derived from the request id. The same seeds and steps give the same tokens on every
+// parameters: greedy, Gumbel-max with its own seed, and top-k sampling (the filtered
+// route: Gumbel-max over the kept tokens) with a seed derived from the request id. The same seeds and steps give the same tokens on every
 // device and in every batch.
 func Example() {
 	dev, err := cpu.Open()
@@ -46,7 +46,7 @@ func Example() {
 	// Output:
 	// row 0: greedy      token 1, err <nil>
 	// row 1: gumbel      token 1, err <nil>
-	// row 2: categorical token 5, err <nil>
+	// row 2: filtered    token 1, err <nil>
 }
 
 // newCPUSampler opens the CPU device and a sampler on it for the examples.
@@ -202,5 +202,5 @@ func ExampleBatch() {
 	// Output:
 	// launch 0: [4 0]
 	// launch 1: [4 0]
-	// launch 2: [4 2]
+	// launch 2: [4 1]
 }

@@ -157,10 +157,11 @@ func TestGPUSteadyStateAllocs(t *testing.T) {
 		logits[i] = float32(i%977) / 100
 	}
 	for name, params := range map[string][]sampler.Params{
-		"greedy":      slices.Repeat([]sampler.Params{{}}, rows),
-		"gumbel":      slices.Repeat([]sampler.Params{{Temperature: 0.8}}, rows),
-		"categorical": slices.Repeat([]sampler.Params{{Temperature: 0.8, TopK: 50, TopP: 0.9}}, rows),
-		"mixed":       gpuParams(rows, 1),
+		"greedy":   slices.Repeat([]sampler.Params{{}}, rows),
+		"gumbel":   slices.Repeat([]sampler.Params{{Temperature: 0.8}}, rows),
+		"filtered": slices.Repeat([]sampler.Params{{Temperature: 0.8, TopK: 50, TopP: 0.9}}, rows),
+		"top-p":    slices.Repeat([]sampler.Params{{Temperature: 0.8, TopP: 0.9}}, rows),
+		"mixed":    gpuParams(rows, 1),
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := gpuSampler(t, gpu, sampler.Options{})
@@ -185,6 +186,8 @@ func BenchmarkGPUSample(b *testing.B) {
 		{"gumbel", sampler.Params{Temperature: 0.8}, sampler.On},
 		{"categorical", sampler.Params{Temperature: 0.8}, sampler.Off},
 		{"topk50_topp0.9", sampler.Params{Temperature: 0.8, TopK: 50, TopP: 0.9}, sampler.On},
+		{"topp0.9", sampler.Params{Temperature: 0.8, TopP: 0.9}, sampler.On},
+		{"categorical_topk50_topp0.9", sampler.Params{Temperature: 0.8, TopK: 50, TopP: 0.9}, sampler.Off},
 	}
 	for _, r := range routes {
 		for _, batch := range []int{1, 8, 64, 256} {

@@ -72,7 +72,8 @@ func topTokens(row []float32, n int) []int32 {
 const numProcessorRows = 8
 
 // processorRows is the table of TestProcessorsMatchReference: every processor on the
-// greedy, Gumbel and categorical paths, alone and together.
+// greedy, Gumbel and filtered paths (the categorical path with the Gumbel switch off),
+// alone and together.
 func processorRows(logits []float32, vocab int) []procRow {
 	row := func(i int) []float32 { return logits[i*vocab : (i+1)*vocab] }
 	evens := make([]int32, 0, vocab/2)
@@ -80,7 +81,7 @@ func processorRows(logits []float32, vocab int) []procRow {
 		evens = append(evens, int32(tok))
 	}
 	gumbel := Params{Temperature: 0.9, Seed: 11, HasSeed: true}
-	categorical := Params{Temperature: 1.1, TopK: 40, Seed: 12, HasSeed: true}
+	filtered := Params{Temperature: 1.1, TopK: 40, Seed: 12, HasSeed: true}
 	nucleus := Params{Temperature: 0.8, TopP: 0.9, Seed: 13, HasSeed: true}
 	penalties := func(p Params) Params {
 		p.RepetitionPenalty, p.FrequencyPenalty, p.PresencePenalty = 1.4, 0.6, 0.3
@@ -88,19 +89,19 @@ func processorRows(logits []float32, vocab int) []procRow {
 	}
 	return []procRow{
 		{name: "gumbel bias", p: gumbel, bias: map[int32]float32{3: 6, 17: -40, int32(vocab - 1): 2.5}},
-		{name: "categorical allowed", p: categorical, allowed: evens},
+		{name: "filtered allowed", p: filtered, allowed: evens},
 		{name: "greedy banned top", p: Params{}, banned: topTokens(row(2), 3)},
 		{name: "gumbel penalties", p: penalties(gumbel), prompt: append(topTokens(row(3), 4), 1, 2, 3)},
 		{name: "nucleus everything", p: penalties(nucleus), bias: map[int32]float32{0: 1, 5: -3}, allowed: evens[:100], banned: []int32{0, 2}, prompt: []int32{4, 6, 8}},
 		{name: "greedy penalties", p: Params{RepetitionPenalty: 2, FrequencyPenalty: 1}, prompt: topTokens(row(5), 1)},
 		{name: "no processors", p: gumbel},
-		{name: "penalties untracked", p: penalties(categorical)},
+		{name: "penalties untracked", p: penalties(filtered)},
 	}
 }
 
 func TestProcessorsMatchReference(t *testing.T) {
 	dev := openCPU(t)
-	for _, opts := range []Options{{Seed: 21}, {Seed: 22, Policy: &forcedSplit, Split: On}} {
+	for _, opts := range []Options{{Seed: 21}, {Seed: 22, Policy: &forcedSplit, Split: On}, {Seed: 23, Gumbel: Off}} {
 		t.Run(fmt.Sprintf("seed=%d", opts.Seed), func(t *testing.T) {
 			const vocab, steps = 600, 6
 			rng := rand.New(rand.NewPCG(31, opts.Seed))
@@ -128,8 +129,9 @@ func TestProcessorsMatchReference(t *testing.T) {
 					want, status := refSample(proc, params[i], res.Routes[i], opts.Seed)
 					require.Zero(t, status)
 					require.NoError(t, res.Errs[i], r.name)
-					require.Equal(t, want, res.Tokens[i], "%s step %d", r.name, step)
-					rec := refRecord(raw, proc, want, res.Routes[i], params[i], rowSeed(opts.Seed, params[i]))
+					require.Equal(t, s.RouteFor(params[i], vocab), res.Routes[i], r.name)
+					require.Equal(t, want, res.Tokens[i], "%s step %d (%s)", r.name, step, res.Routes[i])
+					rec := refRecord(raw, proc, want, res.Routes[i], params[i])
 					assertRecord(t, rec, res.Logprobs[i], fmt.Sprintf("%s step %d", r.name, step))
 					if procs[i].allowed != nil {
 						assert.True(t, procs[i].allowed[want], "%s: token %d is masked", r.name, want)

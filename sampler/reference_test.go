@@ -68,12 +68,19 @@ func refCategorical(row []float32, temperature float32, topK int, topP, minP flo
 	return token, status
 }
 
-// refCategoricalKept is refCategorical that also returns the integer kept sum S of step
-// 7, which the log-probability record uses.
-func refCategoricalKept(row []float32, temperature float32, topK int, topP, minP float32, seed, step uint64) (int32, uint32, uint64) {
-	if st := refFlags(row); st != 0 {
-		return -1, st, 0
-	}
+// refKeptSet is steps 1 to 7 of the categorical kernel (ABI "categorical") for a row
+// whose status is 0: kept[i] says whether element i is in the kept set, q[i] is its
+// fixed-point weight and total S the kept set's fixed-point mass. The filtered route
+// keeps exactly the same set.
+type refKeptSet struct {
+	kept  []bool
+	q     []uint64
+	total uint64
+}
+
+// refKeep computes the kept set of a row with at least one finite logit and no NaN or
+// +Inf, at a positive temperature.
+func refKeep(row []float32, temperature float32, topK int, topP, minP float32) refKeptSet {
 	v := len(row)
 	m := float32(math.Inf(-1))
 	for _, x := range row {
@@ -129,24 +136,73 @@ func refCategoricalKept(row []float32, temperature float32, topK int, topP, minP
 		}
 	}
 	threshold := max(kk, kp)
-	kept := func(i int) bool { return keys[i] >= threshold && (minP == 0 || w[i] >= minP) }
-	var total uint64
+	ks := refKeptSet{kept: make([]bool, v), q: q}
 	for i := range row {
-		if kept(i) {
-			total += q[i]
+		ks.kept[i] = keys[i] >= threshold && (minP == 0 || w[i] >= minP)
+		if ks.kept[i] {
+			ks.total += q[i]
 		}
 	}
-	target, _ := bits.Mul64(philox.CategoricalUniform64(seed, step), total)
+	return ks
+}
+
+// refCategoricalKept is refCategorical that also returns the integer kept sum S of step
+// 7, which the log-probability record uses.
+func refCategoricalKept(row []float32, temperature float32, topK int, topP, minP float32, seed, step uint64) (int32, uint32, uint64) {
+	if st := refFlags(row); st != 0 {
+		return -1, st, 0
+	}
+	ks := refKeep(row, temperature, topK, topP, minP)
+	target, _ := bits.Mul64(philox.CategoricalUniform64(seed, step), ks.total)
 	var prefix uint64
 	for i := range row {
-		if kept(i) {
-			prefix += q[i]
+		if ks.kept[i] {
+			prefix += ks.q[i]
 			if prefix > target {
-				return int32(i), 0, total
+				return int32(i), 0, ks.total
 			}
 		}
 	}
 	panic("reference: no token drawn")
+}
+
+// refFiltered is the filtered route for one row: the categorical kernel's kept set
+// (steps 1 to 7), then Gumbel-max over it: the kept element with the largest score
+// fl(fl(x·invT) + g), g being gumbel_argmax's noise for that element at the step (the
+// PurposeGumbel word, extended by the PurposeGumbelTail word below the tail threshold),
+// ties to the lowest index.
+func refFiltered(row []float32, temperature float32, topK int, topP, minP float32, seed, step uint64) (int32, uint32) {
+	if st := refFlags(row); st != 0 {
+		return -1, st
+	}
+	ks := refKeep(row, temperature, topK, topP, minP)
+	invT := float32(1 / temperature)
+	var best uint64
+	found := false
+	for i, x := range row {
+		if !ks.kept[i] {
+			continue
+		}
+		w := philox.Word(seed, step, uint32(i), philox.PurposeGumbel)
+		var tail uint32
+		if w < philox.TailThreshold {
+			tail = philox.Word(seed, step, uint32(i), philox.PurposeGumbelTail)
+		}
+		best = max(best, refPack(philox.Score(x, invT, philox.Gumbel(w, tail)), i))
+		found = true
+	}
+	if !found {
+		panic("reference: empty kept set")
+	}
+	return int32(0xFFFFFFFF - uint32(best)), 0
+}
+
+// refTopK returns the top-k a row's kernels see: top-k >= V is off.
+func refTopK(p Params, vocab int) int {
+	if p.TopK >= vocab {
+		return 0
+	}
+	return p.TopK
 }
 
 // refSample samples one row as the sampler should, given the route the row takes.
@@ -160,12 +216,10 @@ func refSample(row []float32, p Params, r Route, samplerSeed uint64) (int32, uin
 		return refGumbelArgmax(row, 0, seed, p.Step)
 	case RouteGumbel:
 		return refGumbelArgmax(row, p.Temperature, seed, p.Step)
+	case RouteFiltered:
+		return refFiltered(row, p.Temperature, refTopK(p, len(row)), p.TopP, p.MinP, seed, p.Step)
 	}
-	topK := p.TopK
-	if topK >= len(row) {
-		topK = 0
-	}
-	return refCategorical(row, p.Temperature, topK, p.TopP, p.MinP, seed, p.Step)
+	return refCategorical(row, p.Temperature, refTopK(p, len(row)), p.TopP, p.MinP, seed, p.Step)
 }
 
 // Processed logits, log-probability records, top-n lists and Gumbel-top-k.
@@ -243,8 +297,8 @@ func widen(xs []float32, invT float32, scale bool) []float64 {
 
 // refRecord is the log-probability record of token tok of a row whose raw logits are raw
 // and processed logits proc, drawn by route r with params p (ABI "The log-probability
-// record"). Categorical rows need the sampler seed to find the kept sum.
-func refRecord(raw, proc []float32, tok int32, r Route, p Params, seed uint64) Logprob {
+// record"). Categorical and filtered rows share one record: the kept set's.
+func refRecord(raw, proc []float32, tok int32, r Route, p Params) Logprob {
 	rawLSE := refLSE(widen(raw, 1, false))
 	rec := Logprob{Raw: float32(float64(raw[tok]) - rawLSE), RawLSE: float32(rawLSE)}
 	switch r {
@@ -255,12 +309,9 @@ func refRecord(raw, proc []float32, tok int32, r Route, p Params, seed uint64) L
 		invT := float32(1 / p.Temperature)
 		lse := refLSE(widen(proc, invT, true))
 		rec.Processed, rec.ProcessedLSE = float32(float64(float32(proc[tok]*invT))-lse), float32(lse)
-	case RouteCategorical:
-		topK := p.TopK
-		if topK >= len(raw) {
-			topK = 0
-		}
-		_, _, kept := refCategoricalKept(proc, p.Temperature, topK, p.TopP, p.MinP, seed, p.Step)
+	case RouteCategorical, RouteFiltered:
+		// The filtered route's record is the categorical one: the same kept set.
+		kept := refKeep(proc, p.Temperature, refTopK(p, len(raw)), p.TopP, p.MinP).total
 		m := float32(math.Inf(-1))
 		for _, x := range proc {
 			m = max(m, x)

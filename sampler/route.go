@@ -17,8 +17,8 @@ const RowParamsSize = abi.RowParamsSize
 const maxVocab = abi.MaxVocab + 1
 
 // RouteOf returns the route of a row whose vocabulary size is not known: temperature 0
-// or TopK 1 is greedy; a sampled row with no filter is Gumbel-max while the Gumbel
-// switch is on; anything else is categorical. Without a vocabulary every TopK > 1
+// or TopK 1 is greedy; while the Gumbel switch is on, a sampled row is Gumbel-max
+// without a filter and filtered with one; with the switch off it is categorical. Without a vocabulary every TopK > 1
 // counts as a filter; Sample routes with [Sampler.RouteFor], where TopK >= Vocab is
 // off as well.
 func (s *Sampler) RouteOf(p Params) Route {
@@ -37,16 +37,25 @@ func route(p Params, vocab int, gumbel bool) Route {
 	if p.Temperature == 0 || p.TopK == 1 || math.IsInf(float64(1/p.Temperature), 0) {
 		return RouteGreedy
 	}
-	if gumbel && !filtered(p, vocab) {
-		return RouteGumbel
+	switch {
+	case !gumbel:
+		return RouteCategorical
+	case filtered(p, vocab):
+		return RouteFiltered
 	}
-	return RouteCategorical
+	return RouteGumbel
 }
 
 // filtered reports whether any of top-k, top-p and min-p is on for a row of vocab
 // elements.
 func filtered(p Params, vocab int) bool {
 	return topKOn(p.TopK, vocab) || topPOn(p.TopP) || p.MinP != 0
+}
+
+// needsRowMax reports whether a filtered row's filters need its largest logit before its
+// blocks can select (top-p or min-p without top-k), so that filter_max runs first.
+func needsRowMax(p Params, vocab int) bool {
+	return !topKOn(p.TopK, vocab) && (topPOn(p.TopP) || p.MinP != 0)
 }
 
 func topKOn(k, vocab int) bool { return k > 0 && k < vocab }
@@ -103,8 +112,9 @@ func putRowParams(dst []byte, row int, r Route, p Params, vocab int, seed uint64
 	if r == RouteGreedy {
 		rp.Temperature = 0
 	}
-	// Filters reach the categorical kernel only; gumbel_argmax rows carry them off.
-	if r == RouteCategorical {
+	// Filters reach the categorical and filtered kernels only; gumbel_argmax rows carry
+	// them off.
+	if r == RouteCategorical || r == RouteFiltered {
 		if topKOn(p.TopK, vocab) {
 			rp.TopK = uint32(p.TopK)
 		}

@@ -30,16 +30,25 @@ func TestRouteFor(t *testing.T) {
 		{"smallest normal temperature", Params{Temperature: 0x1p-126}, 100, true, RouteGumbel},
 		{"plain sampling", Params{Temperature: 0.7}, 100, true, RouteGumbel},
 		{"plain sampling, gumbel off", Params{Temperature: 0.7}, 100, false, RouteCategorical},
-		{"top-k", Params{Temperature: 0.7, TopK: 50}, 100, true, RouteCategorical},
+		{"top-k", Params{Temperature: 0.7, TopK: 50}, 100, true, RouteFiltered},
 		{"top-k = vocab is off", Params{Temperature: 0.7, TopK: 100}, 100, true, RouteGumbel},
 		{"top-k > vocab is off", Params{Temperature: 0.7, TopK: 1000}, 100, true, RouteGumbel},
-		{"top-k just under vocab", Params{Temperature: 0.7, TopK: 99}, 100, true, RouteCategorical},
-		{"top-p", Params{Temperature: 0.7, TopP: 0.9}, 100, true, RouteCategorical},
+		{"top-k just under vocab", Params{Temperature: 0.7, TopK: 99}, 100, true, RouteFiltered},
+		{"top-p", Params{Temperature: 0.7, TopP: 0.9}, 100, true, RouteFiltered},
 		{"top-p 1 is off", Params{Temperature: 0.7, TopP: 1}, 100, true, RouteGumbel},
-		{"min-p", Params{Temperature: 0.7, MinP: 0.05}, 100, true, RouteCategorical},
-		{"min-p 1", Params{Temperature: 0.7, MinP: 1}, 100, true, RouteCategorical},
-		{"all filters", Params{Temperature: 0.7, TopK: 20, TopP: 0.9, MinP: 0.05}, 100, true, RouteCategorical},
-		{"NaN top-p counts as a filter", Params{Temperature: 0.7, TopP: nan}, 100, true, RouteCategorical},
+		{"top-p 0 is off", Params{Temperature: 0.7, TopP: 0}, 100, true, RouteGumbel},
+		{"min-p", Params{Temperature: 0.7, MinP: 0.05}, 100, true, RouteFiltered},
+		{"min-p 1", Params{Temperature: 0.7, MinP: 1}, 100, true, RouteFiltered},
+		{"all filters", Params{Temperature: 0.7, TopK: 20, TopP: 0.9, MinP: 0.05}, 100, true, RouteFiltered},
+		{"NaN top-p counts as a filter", Params{Temperature: 0.7, TopP: nan}, 100, true, RouteFiltered},
+		{"smallest normal temperature, top-k", Params{Temperature: 0x1p-126, TopK: 5}, 100, true, RouteFiltered},
+		{"filters off are no filter with gumbel off", Params{Temperature: 0.7, TopK: 100, TopP: 1}, 100, false, RouteCategorical},
+		// The kill switch: with Gumbel-max off, every filtered row is categorical.
+		{"top-k, gumbel off", Params{Temperature: 0.7, TopK: 50}, 100, false, RouteCategorical},
+		{"top-p, gumbel off", Params{Temperature: 0.7, TopP: 0.9}, 100, false, RouteCategorical},
+		{"min-p, gumbel off", Params{Temperature: 0.7, MinP: 0.05}, 100, false, RouteCategorical},
+		{"all filters, gumbel off", Params{Temperature: 0.7, TopK: 20, TopP: 0.9, MinP: 0.05}, 100, false, RouteCategorical},
+		{"temperature 0 with filters, gumbel off", Params{TopK: 5, TopP: 0.5, MinP: 0.1}, 100, false, RouteGreedy},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,9 +60,47 @@ func TestRouteFor(t *testing.T) {
 
 func TestRouteOfTreatsEveryTopKAsAFilter(t *testing.T) {
 	s := &Sampler{set: Settings{Gumbel: true}}
-	assert.Equal(t, RouteCategorical, s.RouteOf(Params{Temperature: 1, TopK: 1 << 20}))
+	assert.Equal(t, RouteFiltered, s.RouteOf(Params{Temperature: 1, TopK: 1 << 20}))
 	assert.Equal(t, RouteGumbel, s.RouteOf(Params{Temperature: 1}))
 	assert.Equal(t, RouteGreedy, s.RouteOf(Params{Temperature: 1, TopK: 1}))
+	off := &Sampler{set: Settings{Gumbel: false}}
+	assert.Equal(t, RouteCategorical, off.RouteOf(Params{Temperature: 1, TopK: 1 << 20}))
+	assert.Equal(t, RouteCategorical, off.RouteOf(Params{Temperature: 1}))
+	assert.Equal(t, RouteGreedy, off.RouteOf(Params{Temperature: 1, TopK: 1}))
+}
+
+func TestRouteString(t *testing.T) {
+	assert.Equal(t, "greedy", RouteGreedy.String())
+	assert.Equal(t, "gumbel", RouteGumbel.String())
+	assert.Equal(t, "categorical", RouteCategorical.String())
+	assert.Equal(t, "filtered", RouteFiltered.String())
+	assert.Equal(t, "route(?)", NumRoutes.String())
+}
+
+// TestNeedsRowMax: filter_max runs first for a filtered row whose filters need the row's
+// largest logit before the blocks can select: top-p or min-p without top-k.
+func TestNeedsRowMax(t *testing.T) {
+	tests := []struct {
+		name string
+		p    Params
+		want bool
+	}{
+		{"top-p alone", Params{Temperature: 1, TopP: 0.9}, true},
+		{"min-p alone", Params{Temperature: 1, MinP: 0.1}, true},
+		{"top-p and min-p", Params{Temperature: 1, TopP: 0.9, MinP: 0.1}, true},
+		{"top-k alone", Params{Temperature: 1, TopK: 10}, false},
+		{"top-k and top-p", Params{Temperature: 1, TopK: 10, TopP: 0.9}, false},
+		{"top-k and min-p", Params{Temperature: 1, TopK: 10, MinP: 0.1}, false},
+		{"all filters", Params{Temperature: 1, TopK: 10, TopP: 0.9, MinP: 0.1}, false},
+		{"top-k = vocab is off: top-p alone", Params{Temperature: 1, TopK: 100, TopP: 0.9}, true},
+		{"top-p 1 is off", Params{Temperature: 1, TopK: 100, TopP: 1}, false},
+		{"no filter", Params{Temperature: 1}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, needsRowMax(tc.p, 100))
+		})
+	}
 }
 
 func TestCheckParams(t *testing.T) {
@@ -119,6 +166,9 @@ func TestPutRowParams(t *testing.T) {
 		{"gumbel", RouteGumbel, Params{Temperature: 0.8}, 50, 0.8, 0, 1, 0, 3},
 		{"categorical, all filters", RouteCategorical, Params{Temperature: 1.5, TopK: 10, TopP: 0.25, MinP: 0.125}, 50, 1.5, 10, 0.25, 0.125, 3},
 		{"top-k at vocab written off", RouteCategorical, Params{Temperature: 1, TopK: 50, MinP: 0.5}, 50, 1, 0, 1, 0.5, 3},
+		{"filtered, all filters", RouteFiltered, Params{Temperature: 1.5, TopK: 10, TopP: 0.25, MinP: 0.125}, 50, 1.5, 10, 0.25, 0.125, 3},
+		{"filtered, top-p 1 and top-k at vocab written off", RouteFiltered, Params{Temperature: 0.5, TopK: 60, TopP: 1, MinP: 0.25}, 50, 0.5, 0, 1, 0.25, 3},
+		{"gumbel carries the filters off", RouteGumbel, Params{Temperature: 0.8, TopK: 10, TopP: 0.25, MinP: 0.125}, 50, 0.8, 0, 1, 0, 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,8 @@ const (
 	kernelGumbel = iota
 	kernelCategorical
 	kernelTopN
+	kernelFilterMax
+	kernelFiltered
 	numKernels
 )
 
@@ -28,7 +30,7 @@ const numDTypes = len(abi.DTypes)
 
 // kernelFamilies are the ABI's kernel families of the slots.
 var kernelFamilies = [numKernels]string{kernelGumbel: abi.GumbelArgmax, kernelCategorical: abi.Categorical,
-	kernelTopN: abi.TopN}
+	kernelTopN: abi.TopN, kernelFilterMax: abi.FilterMax, kernelFiltered: abi.Filtered}
 
 // launchKernel is a kernel with the block width it is launched with.
 type launchKernel struct {
@@ -154,9 +156,10 @@ func (s *Sampler) Close() error {
 // (ErrClosed), sizes that do not agree (ErrShape) or a device failure.
 //
 // The call queues one parameter upload, one launch per route present (gumbel_argmax
-// for greedy and Gumbel-max rows, categorical for the rest) and one topn launch when a
-// row asks for top log-probabilities, the copies of the outputs back, and waits for
-// the stream once. Rows with logit processors (SetLogitBias, SetAllowedTokens,
+// for greedy and Gumbel-max rows, filtered for filtered rows, after filter_max when a
+// row's filters need its maximum, categorical with the Gumbel switch off) and one topn
+// launch when a row asks for top log-probabilities, the copies of the outputs back, and
+// waits for the stream once. Rows with logit processors (SetLogitBias, SetAllowedTokens,
 // SetBannedTokens, TrackTokens) sample from their processed logits; a tracked row's
 // token is counted on the device.
 func (s *Sampler) Sample(logits Logits, params []Params, res *Result) error {
@@ -184,13 +187,14 @@ const (
 const (
 	groupGumbel = iota
 	groupCategorical
+	groupFiltered
 	groupDistinct
 	groupTop
 	numGroups
 )
 
 // kernelOfGroup is the kernel each launch group runs.
-var kernelOfGroup = [numGroups]int{kernelGumbel, kernelCategorical, kernelTopN, kernelTopN}
+var kernelOfGroup = [numGroups]int{kernelGumbel, kernelCategorical, kernelFiltered, kernelTopN, kernelTopN}
 
 // plan is what a call launched: enough to queue the same launches again (Relaunch).
 type plan struct {
@@ -199,7 +203,10 @@ type plan struct {
 	stride int
 	draws  int
 	groups [numGroups]int
-	out    outLayout
+	// maxRows counts the filtered rows whose filters need the row's maximum first
+	// (needsRowMax): filter_max runs before filtered when there are any.
+	maxRows int
+	out     outLayout
 }
 
 // outLayout places a call's outputs in the results scratch, for rows rows of draws
@@ -238,6 +245,7 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 	}
 	// Route and check every row; count the launched rows of each group.
 	var groups [numGroups]int
+	maxRows := 0
 	wantLogprobs, wantTop := false, false
 	res.Routes = resized(res.Routes, rows)
 	res.Errs = resized(res.Errs, rows)
@@ -256,9 +264,15 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 		if err != nil {
 			continue
 		}
-		if mode == drawDistinct {
+		switch {
+		case mode == drawDistinct:
 			groups[groupDistinct]++
-		} else {
+		case r == RouteFiltered:
+			groups[groupFiltered]++
+			if needsRowMax(p, vocab) {
+				maxRows++
+			}
+		default:
 			groups[kernelOf(r)]++
 		}
 		if p.TopLogprobs > 0 {
@@ -282,7 +296,8 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 		return s.topnErr
 	}
 
-	pl := plan{logits: lg, stride: stride, draws: draws, groups: groups, out: outLayout{rows: rows, draws: draws}}
+	pl := plan{logits: lg, stride: stride, draws: draws, groups: groups, maxRows: maxRows,
+		out: outLayout{rows: rows, draws: draws}}
 	if err := s.prepare(&pl); err != nil {
 		return err
 	}
@@ -308,7 +323,7 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 		if mode == drawDistinct {
 			flags, topn = abi.FlagPerturbed|procFlags&^abi.FlagRecord, uint32(draws)
 		} else {
-			g = kernelOf(r)
+			g = groupOf(r)
 			flags = procFlags
 			if p.Logprobs {
 				flags |= abi.FlagLogprobs
@@ -356,7 +371,7 @@ func (s *Sampler) copyBack(results []byte, pl *plan, wantLogprobs bool) error {
 		on        bool
 		off, size int
 	}
-	mainRows := pl.groups[groupGumbel] + pl.groups[groupCategorical]
+	mainRows := pl.groups[groupGumbel] + pl.groups[groupCategorical] + pl.groups[groupFiltered]
 	for _, r := range [...]region{
 		{mainRows > 0, out.tokens(), 8 * out.slots()},
 		{mainRows > 0 && wantLogprobs, out.logprobs(), 16 * out.slots()},
@@ -403,10 +418,24 @@ func (s *Sampler) Stream() runtime.Stream { return s.stream }
 // kernelOf returns the kernel slot of a route: greedy rows are gumbel_argmax rows with
 // temperature 0.
 func kernelOf(r Route) int {
-	if r == RouteCategorical {
+	switch r {
+	case RouteCategorical:
 		return kernelCategorical
+	case RouteFiltered:
+		return kernelFiltered
 	}
 	return kernelGumbel
+}
+
+// groupOf returns the launch group of a route's rows (Sample and SampleN).
+func groupOf(r Route) int {
+	switch r {
+	case RouteCategorical:
+		return groupCategorical
+	case RouteFiltered:
+		return groupFiltered
+	}
+	return groupGumbel
 }
 
 // distinctRoute is the route of a row drawing without replacement: greedy stays greedy,
@@ -514,13 +543,28 @@ func (s *Sampler) launchGroup(pl *plan, g, first, n int) error {
 	if n == 0 {
 		return nil
 	}
-	sc := &s.scratch
 	lg, out := pl.logits, pl.out
 	lk := s.kernels[lg.DType][kernelOfGroup[g]]
 	if lk.kernel == nil {
 		return s.topnErr
 	}
 	split := s.groupSplit(g, n, lg.Vocab)
+	if g == groupFiltered {
+		// filter_max and filtered chunk by chunk: each chunk's maxima sit at the same
+		// partials words.
+		for done := 0; done < n; done += maxRowsPerLaunch {
+			c := min(n-done, maxRowsPerLaunch)
+			if pl.maxRows > 0 {
+				if err := s.launchRows(pl, s.kernels[lg.DType][kernelFilterMax], first+done, c, split, 1, out.tokens(), out.status(), -1); err != nil {
+					return err
+				}
+			}
+			if err := s.launchRows(pl, lk, first+done, c, split, pl.draws, out.tokens(), out.status(), out.logprobs()); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	// Output buffers 0 and 1 (tokens and status, or the topn lists) and the
 	// log-probability records, by group.
 	out0, out1, records, draws := out.tokens(), out.status(), out.logprobs(), pl.draws
@@ -530,6 +574,15 @@ func (s *Sampler) launchGroup(pl *plan, g, first, n int) error {
 	case groupDistinct:
 		out0, out1, records, draws = out.distinctTokens(), out.distinctValues(), -1, 1
 	}
+	return s.launchRows(pl, lk, first, n, split, draws, out0, out1, records)
+}
+
+// launchRows queues kernel lk over n launched rows whose RowParams start at slot first,
+// in launches of at most maxRowsPerLaunch rows, with the outputs at results offsets out0
+// and out1 and the records at records (-1: none).
+func (s *Sampler) launchRows(pl *plan, lk launchKernel, first, n, split, draws, out0, out1, records int) error {
+	sc := &s.scratch
+	lg := pl.logits
 	for done := 0; done < n; done += maxRowsPerLaunch {
 		chunk := min(n-done, maxRowsPerLaunch)
 		a := s.args.Reset()

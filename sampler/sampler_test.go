@@ -211,7 +211,7 @@ func TestTokenIgnoresBatchAndLaunchShape(t *testing.T) {
 
 func TestGumbelKillSwitch(t *testing.T) {
 	dev := openCPU(t)
-	const vocab, rows, seed = 500, 30, 21
+	const vocab, rows, seed = 500, 42, 21
 	rng := rand.New(rand.NewPCG(5, 5))
 	logits := randomLogits(rng, rows, vocab, 1)
 	params := make([]Params, rows)
@@ -219,6 +219,16 @@ func TestGumbelKillSwitch(t *testing.T) {
 		params[i] = Params{Temperature: 0.5 + float32(i%4)/4, Seed: uint64(i), HasSeed: i%2 == 0, RequestID: uint64(i), Step: 2}
 		if i%3 == 0 {
 			params[i].TopK = vocab // off: still an unfiltered row
+		}
+		switch i % 7 {
+		case 1:
+			params[i].TopK = 30
+		case 2:
+			params[i].TopP = 0.8
+		case 3:
+			params[i].MinP = 0.1
+		case 4:
+			params[i].TopK, params[i].TopP, params[i].MinP = 60, 0.9, 0.05
 		}
 		if i%5 == 0 {
 			params[i].Temperature = 0 // greedy rows stay greedy
@@ -234,23 +244,35 @@ func TestGumbelKillSwitch(t *testing.T) {
 	var resOn, resOff Result
 	require.NoError(t, on.SampleFloat32(logits, vocab, params, &resOn))
 	require.NoError(t, off.SampleFloat32(logits, vocab, params, &resOff))
-	differ := 0
+	differ, filteredRows := 0, 0
 	for i, p := range params {
 		row := logits[i*vocab : (i+1)*vocab]
+		require.NoError(t, resOn.Errs[i])
 		require.NoError(t, resOff.Errs[i])
 		if p.Temperature == 0 {
+			assert.Equal(t, RouteGreedy, resOn.Routes[i])
 			assert.Equal(t, RouteGreedy, resOff.Routes[i])
 			assert.Equal(t, resOn.Tokens[i], resOff.Tokens[i], "greedy row %d", i)
 			continue
 		}
-		assert.Equal(t, RouteGumbel, resOn.Routes[i])
-		assert.Equal(t, RouteCategorical, resOff.Routes[i])
-		want, _ := refCategorical(row, p.Temperature, 0, 1, 0, rowSeed(seed, p), p.Step)
-		assert.Equal(t, want, resOff.Tokens[i], "row %d: the categorical stream with every filter off", i)
+		s := rowSeed(seed, p)
+		topK := refTopK(p, vocab)
+		if topK != 0 || p.TopP != 0 || p.MinP != 0 {
+			filteredRows++
+			assert.Equal(t, RouteFiltered, resOn.Routes[i], "row %d", i)
+			want, _ := refFiltered(row, p.Temperature, topK, p.TopP, p.MinP, s, p.Step)
+			assert.Equal(t, want, resOn.Tokens[i], "row %d: Gumbel-max over the kept set", i)
+		} else {
+			assert.Equal(t, RouteGumbel, resOn.Routes[i], "row %d", i)
+		}
+		assert.Equal(t, RouteCategorical, resOff.Routes[i], "row %d", i)
+		want, _ := refCategorical(row, p.Temperature, topK, p.TopP, p.MinP, s, p.Step)
+		assert.Equal(t, want, resOff.Tokens[i], "row %d: the categorical stream with the row's filters", i)
 		if resOn.Tokens[i] != resOff.Tokens[i] {
 			differ++
 		}
 	}
+	assert.GreaterOrEqual(t, filteredRows, 15)
 	assert.Positive(t, differ, "the switch changed no stream: it did nothing")
 }
 
@@ -414,10 +436,11 @@ func TestBadLogitRows(t *testing.T) {
 		{"NaN gumbel", func(r []float32) { r[1234] = nan }, Params{Temperature: 1}, ErrNonFiniteLogit},
 		{"+Inf greedy", func(r []float32) { r[vocab-1] = posInf }, Params{}, ErrNonFiniteLogit},
 		{"all -Inf gumbel", allNegInf, Params{Temperature: 1}, ErrNoFiniteLogit},
-		{"fine categorical", nil, Params{Temperature: 1, TopK: 20}, nil},
-		{"NaN categorical", func(r []float32) { r[0] = nan }, Params{Temperature: 1, TopP: 0.5}, ErrNonFiniteLogit},
-		{"+Inf categorical", func(r []float32) { r[10] = posInf }, Params{Temperature: 1, MinP: 0.5}, ErrNonFiniteLogit},
-		{"all -Inf categorical", allNegInf, Params{Temperature: 1, TopK: 5}, ErrNoFiniteLogit},
+		{"fine filtered", nil, Params{Temperature: 1, TopK: 20}, nil},
+		{"NaN filtered", func(r []float32) { r[0] = nan }, Params{Temperature: 1, TopP: 0.5}, ErrNonFiniteLogit},
+		{"+Inf filtered", func(r []float32) { r[10] = posInf }, Params{Temperature: 1, MinP: 0.5}, ErrNonFiniteLogit},
+		{"all -Inf filtered", allNegInf, Params{Temperature: 1, TopK: 5}, ErrNoFiniteLogit},
+		{"all -Inf but one, top-p", func(r []float32) { allNegInf(r); r[1500] = 3 }, Params{Temperature: 1, TopP: 0.3}, nil},
 		{"all -Inf greedy", allNegInf, Params{}, ErrNoFiniteLogit},
 		{"NaN and -Inf", func(r []float32) { allNegInf(r); r[7] = nan }, Params{Temperature: 1}, ErrNonFiniteLogit},
 		{"one finite among -Inf", func(r []float32) { allNegInf(r); r[2999] = -1e30 }, Params{Temperature: 2}, nil},
@@ -431,8 +454,8 @@ func TestBadLogitRows(t *testing.T) {
 		}
 		params[i] = r.params
 	}
-	for _, pol := range []*SplitPolicy{nil, &forcedSplit} {
-		s := newSampler(t, dev, Options{Seed: 4, Policy: pol})
+	for _, opts := range []Options{{Seed: 4}, {Seed: 4, Policy: &forcedSplit}, {Seed: 4, Gumbel: Off}} {
+		s := newSampler(t, dev, opts)
 		var res Result
 		require.NoError(t, s.SampleFloat32(logits, vocab, params, &res))
 		for i, r := range rowsSpec {
@@ -442,10 +465,12 @@ func TestBadLogitRows(t *testing.T) {
 				continue
 			}
 			require.NoError(t, res.Errs[i], r.name)
+			assert.Equal(t, s.RouteFor(r.params, vocab), res.Routes[i], r.name)
 			want, _ := refSample(logits[i*vocab:(i+1)*vocab], r.params, res.Routes[i], 4)
 			assert.Equal(t, want, res.Tokens[i], r.name)
 		}
-		assert.Equal(t, int32(2999), res.Tokens[10], "the only finite logit must be drawn")
+		assert.Equal(t, int32(2999), res.Tokens[11], "the only finite logit must be drawn")
+		assert.Equal(t, int32(1500), res.Tokens[8], "the only finite logit must be drawn, filters or not")
 	}
 }
 
@@ -623,27 +648,44 @@ func TestLaunchPlan(t *testing.T) {
 	dev := openCPU(t)
 	const vocab = 40000
 	policy := SplitPolicy{TargetBlocks: 12, MinElementsPerBlock: 5000}
-	greedy, gumbel, cat := Params{}, Params{Temperature: 1}, Params{Temperature: 1, TopK: 9}
+	greedy, gumbel, topK := Params{}, Params{Temperature: 1}, Params{Temperature: 1, TopK: 9}
+	topP, minP := Params{Temperature: 1, TopP: 0.5}, Params{Temperature: 0.7, MinP: 0.2}
+	topKP := Params{Temperature: 1, TopK: 9, TopP: 0.5}
 	tests := []struct {
 		name       string
 		params     []Params
 		split      Switch
+		gumbel     Switch
 		wantLaunch []string
 		wantX      []int
 		wantY      []int
 	}{
-		{"greedy only", []Params{greedy, greedy, greedy}, On, []string{"gumbel_argmax_f32"}, []int{4}, []int{3}},
-		{"gumbel and greedy share a launch", []Params{gumbel, greedy, gumbel, greedy}, On, []string{"gumbel_argmax_f32"}, []int{3}, []int{4}},
-		{"categorical only", []Params{cat, cat}, On, []string{"categorical_f32"}, []int{1}, []int{2}},
-		{"mixed: one launch per kernel", []Params{cat, gumbel, greedy, cat, gumbel, cat}, On,
-			[]string{"gumbel_argmax_f32", "categorical_f32"}, []int{4, 1}, []int{3, 3}},
-		{"split off", []Params{gumbel}, Off, []string{"gumbel_argmax_f32"}, []int{1}, []int{1}},
-		{"one row: capped by elements per block", []Params{gumbel}, On, []string{"gumbel_argmax_f32"}, []int{8}, []int{1}},
+		{"greedy only", []Params{greedy, greedy, greedy}, On, On, []string{"gumbel_argmax_f32"}, []int{4}, []int{3}},
+		{"gumbel and greedy share a launch", []Params{gumbel, greedy, gumbel, greedy}, On, On, []string{"gumbel_argmax_f32"}, []int{3}, []int{4}},
+		// Top-k needs no row maximum: filtered alone, split like gumbel_argmax.
+		{"filtered only", []Params{topK, topK}, On, On, []string{"filtered_f32"}, []int{6}, []int{2}},
+		{"top-k and top-p: no filter_max", []Params{topKP, topKP, topK}, On, On, []string{"filtered_f32"}, []int{4}, []int{3}},
+		// Top-p or min-p without top-k: filter_max first, over the filtered rows.
+		{"top-p alone: filter_max first", []Params{topP, topP}, On, On, []string{"filter_max_f32", "filtered_f32"}, []int{6, 6}, []int{2, 2}},
+		{"min-p alone: filter_max first", []Params{minP}, On, On, []string{"filter_max_f32", "filtered_f32"}, []int{8, 8}, []int{1, 1}},
+		{"one row needs the maximum: filter_max spans the filtered rows", []Params{topK, gumbel, topP, topKP}, On, On,
+			[]string{"gumbel_argmax_f32", "filter_max_f32", "filtered_f32"}, []int{8, 4, 4}, []int{1, 3, 3}},
+		{"mixed: one launch per kernel", []Params{topK, gumbel, greedy, topK, gumbel, topK}, On, On,
+			[]string{"gumbel_argmax_f32", "filtered_f32"}, []int{4, 4}, []int{3, 3}},
+		{"split off", []Params{gumbel}, Off, On, []string{"gumbel_argmax_f32"}, []int{1}, []int{1}},
+		{"split off, filtered", []Params{topP, topK}, Off, On, []string{"filter_max_f32", "filtered_f32"}, []int{1, 1}, []int{2, 2}},
+		{"one row: capped by elements per block", []Params{gumbel}, On, On, []string{"gumbel_argmax_f32"}, []int{8}, []int{1}},
+		// The kill switch: every sampled row, filtered or not, is categorical (one block
+		// per row); filter_max and filtered are never launched.
+		{"gumbel off: filtered rows are categorical", []Params{topK, topP, topKP, minP}, On, Off,
+			[]string{"categorical_f32"}, []int{1}, []int{4}},
+		{"gumbel off: mixed", []Params{topK, gumbel, greedy, topP, gumbel, minP}, On, Off,
+			[]string{"gumbel_argmax_f32", "categorical_f32"}, []int{8, 1}, []int{1, 5}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recordingStream{Stream: dev.DefaultStream()}
-			s := newSampler(t, dev, Options{Stream: rec, Policy: &policy, Split: tc.split, BlockSize: 64})
+			s := newSampler(t, dev, Options{Stream: rec, Policy: &policy, Split: tc.split, Gumbel: tc.gumbel, BlockSize: 64})
 			logits := make([]float32, len(tc.params)*vocab)
 			var res Result
 			require.NoError(t, s.SampleFloat32(logits, vocab, tc.params, &res))
@@ -660,9 +702,12 @@ func TestLaunchPlan(t *testing.T) {
 			assert.Equal(t, 1, rec.syncs, "one wait")
 			assert.Zero(t, rec.zeroes, "counters are zeroed only when allocated")
 			for i, p := range tc.params {
+				require.NoError(t, res.Errs[i])
 				if p.Temperature == 0 {
 					assert.Zero(t, res.Tokens[i], "all-zero logits: lowest index for greedy")
 				}
+				want, _ := refSample(logits[i*vocab:(i+1)*vocab], p, res.Routes[i], 0)
+				assert.Equal(t, want, res.Tokens[i], "row %d (%s)", i, res.Routes[i])
 			}
 		})
 	}
@@ -670,33 +715,55 @@ func TestLaunchPlan(t *testing.T) {
 
 func TestBatchLargerThanOneGrid(t *testing.T) {
 	dev := openCPU(t)
-	rec := &recordingStream{Stream: dev.DefaultStream()}
-	s := newSampler(t, dev, Options{Stream: rec, Seed: 6})
 	const vocab, rows = 3, maxRowsPerLaunch + 2000
 	logits := make([]float32, rows*vocab)
 	params := make([]Params, rows)
-	categorical := 0
+	filtered, sampled := 0, 0
 	for i := range params {
 		logits[i*vocab+i%vocab] = 1 // greedy token i%3
 		params[i] = Params{Temperature: float32(i % 2), Seed: uint64(i), HasSeed: true}
-		if i%97 == 1 {
+		switch {
+		case i%97 == 1:
 			params[i].TopK = 2
-			categorical += i % 2 // greedy rows stay greedy
+		case i%89 == 3:
+			params[i].TopP = 0.4 // needs the row maximum: filter_max runs
+		}
+		if i%2 == 1 { // greedy rows stay greedy
+			sampled++
+			if params[i].TopK != 0 || params[i].TopP != 0 {
+				filtered++
+			}
 		}
 	}
-	var res Result
-	require.NoError(t, s.SampleFloat32(logits, vocab, params, &res))
-	assert.Equal(t, []string{"gumbel_argmax_f32", "gumbel_argmax_f32", "categorical_f32"}, rec.launches)
-	assert.Equal(t, []int{maxRowsPerLaunch, rows - categorical - maxRowsPerLaunch, categorical}, rec.ys)
-	for i := range rows {
-		require.NoError(t, res.Errs[i])
-		if params[i].Temperature == 0 {
-			require.Equal(t, int32(i%vocab), res.Tokens[i], "row %d", i)
-		}
-	}
-	for _, i := range []int{1, 7, 9, 98, 65534, 65535, 65536, 66000, rows - 1} {
-		want, _ := refSample(logits[i*vocab:(i+1)*vocab], params[i], res.Routes[i], 6)
-		assert.Equal(t, want, res.Tokens[i], "row %d", i)
+	for _, tc := range []struct {
+		name   string
+		gumbel Switch
+		want   []string
+		ys     []int
+	}{
+		{"gumbel on", On, []string{"gumbel_argmax_f32", "gumbel_argmax_f32", "filter_max_f32", "filtered_f32"},
+			[]int{maxRowsPerLaunch, rows - filtered - maxRowsPerLaunch, filtered, filtered}},
+		// Every sampled row is categorical: the greedy rows alone are gumbel_argmax's.
+		{"gumbel off", Off, []string{"gumbel_argmax_f32", "categorical_f32"}, []int{rows - sampled, sampled}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recordingStream{Stream: dev.DefaultStream()}
+			s := newSampler(t, dev, Options{Stream: rec, Seed: 6, Gumbel: tc.gumbel})
+			var res Result
+			require.NoError(t, s.SampleFloat32(logits, vocab, params, &res))
+			assert.Equal(t, tc.want, rec.launches)
+			assert.Equal(t, tc.ys, rec.ys)
+			for i := range rows {
+				require.NoError(t, res.Errs[i])
+				if params[i].Temperature == 0 {
+					require.Equal(t, int32(i%vocab), res.Tokens[i], "row %d", i)
+				}
+			}
+			for _, i := range []int{1, 3, 7, 9, 98, 181, 65534, 65535, 65536, 65573, 65685, 66000, rows - 1} {
+				want, _ := refSample(logits[i*vocab:(i+1)*vocab], params[i], res.Routes[i], 6)
+				assert.Equal(t, want, res.Tokens[i], "row %d (%s)", i, res.Routes[i])
+			}
+		})
 	}
 }
 

@@ -135,11 +135,15 @@ func StartTokens(cfg Config) []int32 {
 	return t
 }
 
-// RowParams returns the sampling parameters of row b at a step for a route.
+// RowParams returns the sampling parameters of row b at a step for a route: the
+// filtered route's rows carry top-k 50 and top-p 0.9.
 func RowParams(route sampler.Route, seed uint64, b int, step uint64) sampler.Params {
 	p := sampler.Params{Temperature: 0.8, Seed: seed + uint64(b), HasSeed: true, Step: step}
-	if route == sampler.RouteGreedy {
+	switch route {
+	case sampler.RouteGreedy:
 		p.Temperature = 0
+	case sampler.RouteFiltered:
+		p.TopK, p.TopP = 50, 0.9
 	}
 	return p
 }

@@ -42,7 +42,7 @@ func TestInfoJSON(t *testing.T) {
 	require.NoError(t, dec.Decode(&rep), stdout)
 	assert.NotEmpty(t, rep.GOOS)
 	assert.NotEmpty(t, rep.GOARCH)
-	assert.Equal(t, 1, rep.StreamContract)
+	assert.Equal(t, 2, rep.StreamContract)
 
 	// Every registered backend appears, in "auto" order, and the CPU device is found.
 	var names []string
@@ -81,7 +81,7 @@ func TestInfoJSON(t *testing.T) {
 func TestInfoTable(t *testing.T) {
 	code, stdout, stderr := runCLI("info")
 	require.Equal(t, exitOK, code, stderr)
-	assert.Contains(t, stdout, "random stream contract v1")
+	assert.Contains(t, stdout, "random stream contract v2")
 	assert.Contains(t, stdout, "cpu: 1 device(s)")
 }
 

@@ -48,7 +48,7 @@ func TestRunJobOnCPU(t *testing.T) {
 		}
 	}
 	require.Len(t, table, jobRows)
-	wantRoutes := []string{"greedy", "gumbel", "gumbel", "gumbel", "categorical", "categorical", "categorical", "categorical"}
+	wantRoutes := []string{"greedy", "gumbel", "gumbel", "gumbel", "filtered", "filtered", "filtered", "filtered"}
 	for r, l := range table {
 		f := strings.Fields(l)
 		require.GreaterOrEqual(t, len(f), 4, l)

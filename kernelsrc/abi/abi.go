@@ -20,6 +20,12 @@ const (
 	GumbelArgmax = "gumbel_argmax"
 	Categorical  = "categorical"
 	TopN         = "topn"
+	// FilterMax is the first pass of the filtered route: each block's largest processed
+	// logit, for rows whose filters need the row's maximum before they can select.
+	FilterMax = "filter_max"
+	// Filtered is the filtered route: top-k, top-p and min-p with a Gumbel-max draw over
+	// the kept set, S blocks per row.
+	Filtered = "filtered"
 )
 
 // DType is the element type of the logits, the kernel's name suffix and its template
@@ -130,10 +136,13 @@ const (
 	// FlagPerturbed: the topn kernels rank Gumbel scores instead of raw logits (sampling
 	// without replacement).
 	FlagPerturbed Flags = 1 << 8
+	// FlagFiltered: with FlagRouted, the row belongs to the filter_max and filtered
+	// kernels.
+	FlagFiltered Flags = 1 << 9
 	// FlagsProcessors are the flags of the logit processors.
 	FlagsProcessors = FlagBias | FlagMask | FlagPenalties
 	// FlagsReserved are the bits a row must leave clear.
-	FlagsReserved Flags = ^Flags(1<<9 - 1)
+	FlagsReserved Flags = ^Flags(1<<10 - 1)
 )
 
 // Status is what a kernel reports for an output slot.
@@ -197,4 +206,11 @@ const (
 	RecordWords = 4
 	// CountMask selects the output count of a counts word; bit 31 marks a prompt token.
 	CountMask uint32 = 0x7FFFFFFF
+	// FilterList is the candidates of one filtered row and draw, over all its blocks: a
+	// block publishes FilterList/S of them, and at least FilterMinCands.
+	FilterList = 4096
+	// FilterMinCands is the fewest candidates a filtered block publishes.
+	FilterMinCands = 32
+	// FilterMeta is the uint64 words a filtered block publishes after its candidates.
+	FilterMeta = 4
 )

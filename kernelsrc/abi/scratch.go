@@ -19,15 +19,40 @@ func (l Launch) draws(family string) int {
 // gumbel_argmax: block p = (z·n + y)·S + x keeps its packed key at word p, its raw and
 // processed log-sum-exp pairs at words n·D·S + 2p and + 1, and its winner's payload at
 // 3·n·D·S + p. topn: block p = y·S + x keeps TopNStride words from TopNStride·p.
-// categorical uses none.
+// filter_max: block x of launch row y keeps its largest processed key at MaxWord(y, x).
+// filtered: the filter_max words, then FilterStride words per block p = (z·n + y)·S + x
+// from FilterWord(y, z, x, 0): its candidates, then FilterMeta words. categorical uses
+// none.
 func (l Launch) PartialsWords(family string) int {
+	s := max(l.Split, 1)
 	switch family {
 	case GumbelArgmax:
-		return 4 * l.Rows * l.draws(family) * max(l.Split, 1)
+		return 4 * l.Rows * l.draws(family) * s
 	case TopN:
-		return TopNStride * l.Rows * max(l.Split, 1)
+		return TopNStride * l.Rows * s
+	case FilterMax:
+		return l.Rows * s
+	case Filtered:
+		return l.Rows*s + l.Rows*l.draws(family)*s*l.FilterStride()
 	}
 	return 0
+}
+
+// FilterCands is the candidates one block of a filtered launch may publish:
+// FilterList/S, and at least FilterMinCands.
+func (l Launch) FilterCands() int { return max(FilterMinCands, FilterList/max(l.Split, 1)) }
+
+// FilterStride is the partials words of one filtered block: its candidates and its
+// FilterMeta words.
+func (l Launch) FilterStride() int { return l.FilterCands() + FilterMeta }
+
+// MaxWord is the partials word of filter_max block x of launch row y.
+func (l Launch) MaxWord(y, x int) int { return y*l.Split + x }
+
+// FilterWord is word j of filtered block x's words for draw z of launch row y: its
+// candidates for j < FilterCands, then its FilterMeta words.
+func (l Launch) FilterWord(y, z, x, j int) int {
+	return l.Rows*l.Split + l.KeyWord(y, z, x)*l.FilterStride() + j
 }
 
 // CountersWords is the uint32 words of counters a launch of the family needs: a pair per
@@ -35,8 +60,11 @@ func (l Launch) PartialsWords(family string) int {
 // one per row counting its finished draws.
 func (l Launch) CountersWords(family string) int {
 	d := l.draws(family)
-	if family == TopN {
+	switch family {
+	case TopN:
 		return 2 * l.Rows
+	case FilterMax:
+		return 0
 	}
 	return 2*l.Rows*d + l.Rows
 }

@@ -224,6 +224,8 @@ struct gb_cat_shared {
     gb_u64 pair[2 * GB_MAX_WARPS]; // gb_block_lse's per-warp pairs
     gb_u64 wc[2 * GB_MAX_WARPS];  // gb_cat_compact's per-warp counts
     gb_i32 token;                 // the drawn token
+    gb_u32 n_list;                // filtered: the candidates listed so far
+    gb_u32 word;                  // filtered: a word every thread reads (arrival, seen)
     // With LOGPROBS, the raw and (greedy rows) processed log-sum-exp sets, as (reference,
     // sum) pairs, so that records are taken from the reference (gb_lse_logprob) and do not
     // cancel when the logits are huge.
@@ -388,7 +390,7 @@ __device__ __forceinline__ gb_u32 gb_topk_threshold_list(gb_cat_shared& sh, gb_u
                                                          gb_u32 prefix, int level) {
     for (; level < 4; ++level) {
         const gb_u32 shift = 24u - 8u * (gb_u32)level;
-        const gb_u32 hi_mask = 0xFFFFFFFFu << (shift + 8u);
+        const gb_u32 hi_mask = level == 0 ? 0u : 0xFFFFFFFFu << (shift + 8u);
         gb_clear_bins(sh.cnt);
         for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
             const gb_u32 k = sh.key[e];
@@ -403,11 +405,15 @@ __device__ __forceinline__ gb_u32 gb_topk_threshold_list(gb_cat_shared& sh, gb_u
 
 // gb_topp_threshold returns Kp: the largest kept key t whose kept mass over keys >= t
 // reaches target = (Z * P) >> 32, by radix select on mass over the candidate list
-// (LISTED) or the row. Z, the mass of every key >= Kk, is the sum of the first level's
-// bins. Only bins with mass count: the answer always has mass.
+// (LISTED) or the row. Z, the mass of every key >= Kk, is z_row when it is not 0 (the
+// filtered kernel's list holds only the top of the row), else the sum of the first
+// level's bins. reached says whether the list's mass reaches the target (always so when
+// Z is its own); Kp is only meaningful then. Only bins with mass count: the answer always
+// has mass.
 template <int KIND, bool LISTED>
 __device__ __forceinline__ gb_u32 gb_topp_threshold(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u32 kk,
-                                                    gb_u32 n_list, gb_cat_shared& sh) {
+                                                    gb_u32 n_list, gb_u64 z_row, bool& reached,
+                                                    gb_cat_shared& sh) {
     gb_u64 rem = 0ull;
     gb_u32 prefix = 0u;
     for (int level = 0; level < 4; ++level) {
@@ -451,9 +457,14 @@ __device__ __forceinline__ gb_u32 gb_topp_threshold(const gb_cat_row<KIND>& r, c
             for (gb_u32 i = threadIdx.x; i < GB_BINS; i += blockDim.x) {
                 part += sh.mass[i];
             }
-            const gb_u64 zsum = gb_block_sum_u64(part, sh.red, sh.bcast);
+            const gb_u64 listed = gb_block_sum_u64(part, sh.red, sh.bcast);
+            const gb_u64 zsum = z_row != 0ull ? z_row : listed;
             const gb_u64 pp = __float2ull_rz(__fmul_rn(r.p.top_p, GB_TWO_POW_32));
             rem = (__umul64hi(zsum, pp) << 32) | ((zsum * pp) >> 32); // (Z * P) >> 32
+            reached = listed >= rem && listed != 0ull;
+            if (!reached) {
+                return 0u; // uniform for the block
+            }
         }
         gb_u64 above = 0ull;
         const gb_u32 b = gb_select_bin((const gb_u32*)0, sh.mass, rem, above, sh.bcast);
@@ -645,6 +656,75 @@ __device__ __forceinline__ gb_u64 gb_cat_draw_row(const gb_cat_row<KIND>& r, con
     return s_kept;
 }
 
+// gb_noisy_key is the packed Gumbel score of element i with processed logit x at step
+// (lo, hi): fl(fl(x * invT) + g) with gumbel_argmax's noise.
+__device__ __forceinline__ gb_u64 gb_noisy_key(float x, gb_u32 i, float invT, gb_u32 lo, gb_u32 hi,
+                                               const gb_row_params& p) {
+    gb_u32 w[4];
+    gb_philox(i >> 2, lo, hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
+    const gb_u32 wi = w[i & 3u];
+    gb_u32 tail = 0u;
+    if (wi < GB_TAIL_THRESHOLD) {
+        gb_u32 t[4];
+        gb_philox(i >> 2, lo, hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi, t);
+        tail = t[i & 3u];
+    }
+    return gb_pack(__fadd_rn(__fmul_rn(x, invT), gb_gumbel(wi, tail)), i);
+}
+
+// gb_gumbel_kept ends a Gumbel-max draw over the kept set: the block's best key and kept
+// mass S from each thread's, the token in sh.token. It returns S.
+__device__ __forceinline__ gb_u64 gb_gumbel_kept(gb_u64 best, gb_u64 mass, gb_cat_shared& sh) {
+    best = gb_block_max_u64_all(best, sh.red, sh.bcast);
+    const gb_u64 s_kept = gb_block_sum_u64(mass, sh.red, sh.bcast);
+    if (threadIdx.x == 0u) {
+        sh.token = best != 0ull ? (gb_i32)(0xFFFFFFFFu - (gb_u32)best) : -1;
+    }
+    __syncthreads();
+    return s_kept;
+}
+
+// gb_gumbel_listed draws by Gumbel-max over the kept entries of the candidate list
+// (index, key and weight in sh) and returns S, their fixed-point mass.
+__device__ __forceinline__ gb_u64 gb_gumbel_listed(const gb_row_state& st, gb_u32 n_list, const gb_row_params& p,
+                                                   gb_u32 lo, gb_u32 hi, gb_cat_shared& sh) {
+    gb_u64 best = 0ull, mass = 0ull;
+    for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
+        const gb_u32 k = sh.key[e];
+        const float w = sh.w[e];
+        if (k < st.threshold || (st.minp_on && !(w >= st.min_p))) {
+            continue;
+        }
+        mass += gb_fixed(w, st.two_pow_f);
+        best = gb_max_u64(best, gb_noisy_key(gb_orderkey_inverse(k), sh.idx[e], st.invT, lo, hi, p));
+    }
+    return gb_gumbel_kept(best, mass, sh);
+}
+
+// gb_gumbel_row draws by Gumbel-max over the kept elements of the whole row and returns
+// S, their fixed-point mass.
+template <int KIND>
+__device__ __forceinline__ gb_u64 gb_gumbel_row(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u32 lo,
+                                                gb_u32 hi, gb_cat_shared& sh) {
+    gb_u64 best = 0ull, mass = 0ull;
+    for (gb_u32 g = 4u * threadIdx.x; g < r.vocab; g += 4u * blockDim.x) {
+        float x[4];
+        const gb_u32 n = gb_load_processed<KIND>(r.row, g, r.vocab, r.vec, r.pc, x);
+        for (gb_u32 j = 0; j < n; ++j) {
+            if (gb_orderkey(x[j]) < st.threshold) {
+                continue;
+            }
+            const float w = gb_weight(x[j], st.m, st.invT, st.cutoff);
+            if (st.minp_on && !(w >= st.min_p)) {
+                continue;
+            }
+            mass += gb_fixed(w, st.two_pow_f);
+            best = gb_max_u64(best, gb_noisy_key(x[j], g + j, st.invT, lo, hi, r.p));
+        }
+    }
+    return gb_gumbel_kept(best, mass, sh);
+}
+
 // gb_cat_finish writes the draw's token, status and record (thread 0) and does the row's
 // end-of-draws work. The record's processed distribution is the kept set renormalised:
 // ln(S_kept · 2^-F) is its log-normaliser relative to exp(fl((x' - m) · invT)).
@@ -696,6 +776,12 @@ __device__ __forceinline__ void gb_cat_finish(const gb_cat_row<KIND>& r, const g
 // 4. otherwise (no top-k, top-p without top-k, more than GB_CAT_CAP keys tied into the
 //    kept set, or too many min-p candidates) the full-row path: top-p's radix levels over
 //    the row, S by tiles, the draw in one tile.
+//
+// With GUMBEL (the filtered kernel's fallback, gb_filtered) the same kept set is drawn
+// from by Gumbel-max instead of the inverse CDF: the filtered route's law.
+template <int KIND, bool GUMBEL>
+__device__ __forceinline__ void gb_categorical_row(gb_cat_row<KIND>& r, gb_cat_shared& sh);
+
 template <int KIND>
 __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem* __restrict__ logits,
                                                gb_row_params* params, gb_i32* tokens, gb_i32* status,
@@ -733,7 +819,13 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     r.logprobs = logprobs;
     r.counters = counters;
     r.counts = counts;
-    gb_cat_shared& sh = gb_cat_smem();
+    gb_categorical_row<KIND, false>(r, gb_cat_smem());
+}
+
+template <int KIND, bool GUMBEL>
+__device__ __forceinline__ void gb_categorical_row(gb_cat_row<KIND>& r, gb_cat_shared& sh) {
+    const gb_u32 vocab = r.vocab;
+    const gb_u32 z = blockIdx.z;
     const bool greedy = r.p.temperature == 0.0f;
     const bool topk_on = r.p.top_k > 0u && r.p.top_k < vocab;
     const bool topp_on = r.p.top_p > 0.0f && r.p.top_p < 1.0f;
@@ -743,11 +835,11 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     gb_cat_first_pass<KIND>(r, topk_on, greedy, sh, mkey, seen);
     if (gb_seen_status(seen) != GB_STATUS_OK) {
         if (threadIdx.x == 0u) {
-            gb_finish(tokens, status, r.o, 0ull, seen);
+            gb_finish(r.tokens, r.status, r.o, 0ull, seen);
             if (r.lp) {
-                gb_write_record(logprobs, r.o, false, 0.0f, 0.0f, 0.0f, 0.0f);
+                gb_write_record(r.logprobs, r.o, false, 0.0f, 0.0f, 0.0f, 0.0f);
             }
-            gb_row_done(params, r.p, r.y, counters, tokens, status, counts, vocab);
+            gb_row_done(r.params, r.p, r.y, r.counters, r.tokens, r.status, r.counts, vocab);
         }
         return;
     }
@@ -796,14 +888,15 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     gb_philox(0u, step_lo, step_hi, GB_PURPOSE_CATEGORICAL, r.p.seed_lo, r.p.seed_hi, ph);
     const gb_u64 u = ((gb_u64)ph[1] << 32) | ph[0];
     gb_u64 s_kept;
+    bool reached = true;
     if (listed) {
-        const gb_u32 kp = topp_on ? gb_topp_threshold<KIND, true>(r, st, kk, n_list, sh) : 0u;
+        const gb_u32 kp = topp_on ? gb_topp_threshold<KIND, true>(r, st, kk, n_list, 0ull, reached, sh) : 0u;
         st.threshold = gb_max_u32(kk, kp);
-        s_kept = gb_cat_draw_listed(st, n_list, u, sh);
+        s_kept = GUMBEL ? gb_gumbel_listed(st, n_list, r.p, step_lo, step_hi, sh) : gb_cat_draw_listed(st, n_list, u, sh);
     } else {
-        const gb_u32 kp = topp_on ? gb_topp_threshold<KIND, false>(r, st, kk, 0u, sh) : 0u;
+        const gb_u32 kp = topp_on ? gb_topp_threshold<KIND, false>(r, st, kk, 0u, 0ull, reached, sh) : 0u;
         st.threshold = gb_max_u32(kk, kp);
-        s_kept = gb_cat_draw_row<KIND>(r, st, u, sh);
+        s_kept = GUMBEL ? gb_gumbel_row<KIND>(r, st, step_lo, step_hi, sh) : gb_cat_draw_row<KIND>(r, st, u, sh);
     }
     gb_cat_finish<KIND>(r, st, s_kept, sh);
 }

@@ -567,8 +567,8 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     const gb_u32 z = blockIdx.z;
     const gb_u32 nblocks = gridDim.x;
     const gb_row_params p = params[y];
-    if ((p.flags & GB_FLAG_ROUTED) && (p.flags & GB_FLAG_CATEGORICAL)) {
-        return; // the categorical kernel's row: left entirely alone
+    if ((p.flags & GB_FLAG_ROUTED) && (p.flags & (GB_FLAG_CATEGORICAL | GB_FLAG_FILTERED))) {
+        return; // another kernel's row: left entirely alone
     }
     const gb_u64 o = (gb_u64)p.row * gridDim.z + z; // this draw's output slot
     if (gb_bad_flags(p.flags) || gb_bad_row(p.temperature, vocab)) {

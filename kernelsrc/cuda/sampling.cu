@@ -27,6 +27,7 @@
 #include "gumbel_argmax.cuh"
 #include "categorical.cuh"
 #include "topn.cuh"
+#include "filtered.cuh"
 
 // Entry points (names and arguments: ABI.md).
 
@@ -85,4 +86,31 @@ extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) topn_f16(GB_TOPN_AR
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) topn_bf16(GB_TOPN_ARGS(gb_u16)) {
     (void)unused;
     gb_topn<GB_BF16>(GB_TOPN_PASS);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filter_max_f32(GB_ARGS(float)) {
+    (void)tokens, (void)status, (void)counters, (void)logprobs;
+    gb_filter_max<GB_F32>(logits, params, partials, row_stride, vocab, bias, counts, mask);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filter_max_f16(GB_ARGS(gb_u16)) {
+    (void)tokens, (void)status, (void)counters, (void)logprobs;
+    gb_filter_max<GB_F16>(logits, params, partials, row_stride, vocab, bias, counts, mask);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filter_max_bf16(GB_ARGS(gb_u16)) {
+    (void)tokens, (void)status, (void)counters, (void)logprobs;
+    gb_filter_max<GB_BF16>(logits, params, partials, row_stride, vocab, bias, counts, mask);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filtered_f32(GB_ARGS(float)) {
+    gb_filtered<GB_F32>(GB_PASS);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filtered_f16(GB_ARGS(gb_u16)) {
+    gb_filtered<GB_F16>(GB_PASS);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filtered_bf16(GB_ARGS(gb_u16)) {
+    gb_filtered<GB_BF16>(GB_PASS);
 }

@@ -362,6 +362,7 @@ inline unsigned long long __ballot_sync(unsigned int mask, bool p) {
     return b;
 }
 inline int __ffsll(long long v) { return __builtin_ffsll(v); }
+inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
 
 template <typename T>
 inline T atomicAdd(T* p, T v) {

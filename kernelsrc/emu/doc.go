@@ -9,6 +9,9 @@
 // per row, RECORD and ADVANCE (counts and params compared bit for bit), device routing,
 // topn (tokens bit for bit) and log-probability records (within 1e-5 relative: the
 // emulation's fast 2^x is exact, the GPU's is not, and the Go edition sums in float64).
+// The filtered route (filter_max, then filtered, filtered_test.go) is run on both of its
+// paths, which the driver observes without code in the kernel: the draw on the blocks'
+// published candidates and the one-block fallback.
 //
 // With the gpu build tag, the same workloads (plus full-size vocabularies) run on a real
 // NVIDIA GPU through the CUDA backend (gpu_test.go), and BenchmarkGPUKernelFeatures

@@ -31,6 +31,9 @@ func encodeJob(t *testing.T, ls []*launch) []byte {
 		w([]uint32{uint32(l.kernel), uint32(l.dtype), uint32(l.gridX), uint32(len(l.params)), uint32(l.draws()),
 			uint32(l.block), uint32(l.warp), uint32(l.vocab), uint32(l.slack), uint32(l.slots)})
 		w(uint64(l.stride))
+		list, minCands := l.filterLists()
+		w(uint64(l.driverPartials()))
+		w([]uint32{uint32(l.numCounters()), uint32(list), uint32(minCands)})
 		w(uint64(len(l.logits)))
 		b.Write(l.logits)
 		b.Write(l.paramBytes())
@@ -71,6 +74,10 @@ func decodeResults(t *testing.T, data []byte, ls []*launch) []outcome {
 			o.params = make([]byte, len(l.params)*paramsBytes)
 			get(o.params)
 		}
+		if l.kernel == kernelFiltered {
+			o.paths = make([]uint32, len(l.params)*l.draws())
+			get(o.paths)
+		}
 		out[i] = o
 	}
 	require.Zero(t, r.Len(), "trailing bytes in the result file")
@@ -99,7 +106,8 @@ func driverPath(t *testing.T) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		args := []string{"-std=c++20", "-O2", "-ffp-contract=off", "-fno-strict-aliasing",
-			"-pthread", "-Wall", "-Wextra", "-Wno-unknown-pragmas", "-I", "..", "-o", driver.path,
+			"-pthread", "-Wall", "-Wextra", "-Wno-unknown-pragmas", "-I", filepath.Join("testdata", "shadow"), "-I", "..",
+			"-o", driver.path,
 			filepath.Join("testdata", "emu_driver.cpp")}
 		msg, err := exec.CommandContext(ctx, gxx, args...).CombinedOutput()
 		driver.log, driver.err = string(msg), err

@@ -103,6 +103,12 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 	bias, mask := upload(auxBuffer(l.bias)), upload(auxBuffer(l.mask))
 	counts := alloc(len(auxBuffer(l.counts)))
 
+	var fm runtime.Kernel // the filtered route's first pass
+	if l.kernel == kernelFiltered {
+		fm, err = mod.Kernel(abi.FilterMax + abi.Suffixes[l.dtype])
+		require.NoError(t, err)
+	}
+
 	var a runtime.Args
 	var runs [2]outcome
 	for i := range runs {
@@ -118,6 +124,10 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 			Buffer(partials).Buffer(counters).U64(uint64(l.stride)).U32(uint32(l.vocab)).
 			Buffer(logprobs).Buffer(bias).Buffer(counts).Buffer(mask)
 		grid := runtime.Dim3{X: l.gridX, Y: n, Z: l.draws()}
+		if fm != nil {
+			require.NoError(t, s.Launch(fm, runtime.Dim3{X: l.gridX, Y: n, Z: 1}, runtime.Dim3{X: block, Y: 1, Z: 1}, &a),
+				"%s: filter_max", l.name)
+		}
 		require.NoError(t, s.Launch(k, grid, runtime.Dim3{X: block, Y: 1, Z: 1}, &a), "%s", l.name)
 		require.NoError(t, s.CopyToHost(runtime.BytesOf(o.tokens), tokens, 0))
 		require.NoError(t, s.CopyToHost(runtime.BytesOf(o.status), status, 0))
@@ -243,4 +253,31 @@ func TestGPULargeMagnitudeLogProbs(t *testing.T) {
 	}
 	seen, _ := matchGoStrict(t, ls, got)
 	require.Positive(t, seen[0], "no slot sampled a token")
+}
+
+// TestGPUFilteredMatchesGoEdition runs the filtered route's workload (filtered_test.go)
+// on the GPU, and full-size launches: V = 151936 and 32000, blocks of 1024, S from 1 to
+// 132, LLM-shaped rows with the serving filters and flat rows.
+func TestGPUFilteredMatchesGoEdition(t *testing.T) {
+	dev, mod := openCUDA(t)
+	r := rand.New(rand.NewPCG(20261130, 61))
+	ls := filteredLaunches(r)
+	for dt := range 3 {
+		for _, s := range []int{1, 4, 37, 132} {
+			v := []int{32000, 151936}[r.IntN(2)]
+			d := 1 + 2*(s%2)
+			ls = append(ls, newFiltered(r, dt, v, filteredShape{s, 1024, 32}, d, 9,
+				[]func(*rand.Rand, int) []float32{strongRow, strongRow, strongRow, steppedRow, tiedRow, equalRow, faintRow, maskedRow},
+				filterConfigs, dt == dtBF16))
+		}
+	}
+	got := make([]outcome, len(ls))
+	for i, l := range ls {
+		got[i] = runDevice(t, dev, mod, l)
+	}
+	seen, kinds := matchGo(t, ls, got)
+	t.Logf("slots by status %v; sampled by kind %v", seen, kinds)
+	for s, n := range seen {
+		require.Positive(t, n, "no slot ended with status %d", s)
+	}
 }

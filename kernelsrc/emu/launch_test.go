@@ -26,19 +26,21 @@ const (
 	kernelGumbel      = 0
 	kernelCategorical = 1
 	kernelTopN        = 2
+	kernelFiltered    = 3 // filter_max, then filtered on the same buffers
 
 	dtF32  = 0
 	dtF16  = 1
 	dtBF16 = 2
 
-	jobMagic    = 0x32454247 // "GBE2"
+	jobMagic    = 0x33454247 // "GBE3"
 	paramsBytes = 64
 	untouched   = -7 // what the driver and the Go run put in every slot beforehand
 	maxTopN     = 20 // the topn kernels' output stride
 	topnStride  = 22 // uint64 partials per topn block
 )
 
-var kernelNames = [3]string{abi.GumbelArgmax, abi.Categorical, abi.TopN}
+// kernelNames are the kernel families; the filtered route launches filter_max first.
+var kernelNames = [4]string{abi.GumbelArgmax, abi.Categorical, abi.TopN, abi.Filtered}
 
 type rowParams = abi.RowParams
 
@@ -63,6 +65,9 @@ type launch struct {
 	counts   []uint32
 	mask     []uint32
 	logprobs bool // pass a logprobs buffer
+	// The filtered route's candidate lists in the emulation (GB_FILTER_LIST and
+	// GB_FILTER_MIN_CANDS, testdata/shadow/abi.h); 0 is the ABI's.
+	filterList, filterMinCands int
 }
 
 // outcome is what a launch leaves behind.
@@ -72,7 +77,17 @@ type outcome struct {
 	counters       []uint32
 	counts         []uint32 // the counts buffer afterwards (RECORD)
 	params         []byte   // the params buffer afterwards (ADVANCE)
+	// paths is what the emulated filtered kernel's last block did for draw z of launch
+	// row y, at z·n + y: pathNone, pathList or pathRow (emulation only).
+	paths []uint32
 }
+
+// The filtered kernel's ways to a draw, as the emulation driver reports them.
+const (
+	pathNone = 0 // no list decision: greedy, min-p alone, bad, skipped or non-finite rows
+	pathList = 1 // drawn on the published candidates
+	pathRow  = 2 // the one-block path over the row
+)
 
 func (l *launch) elemSize() int {
 	if l.dtype == dtF32 {
@@ -103,10 +118,33 @@ func (l *launch) numCounters() int {
 
 func (l *launch) numPartials() int {
 	n := len(l.params)
-	if l.kernel == kernelTopN {
+	switch l.kernel {
+	case kernelTopN:
 		return topnStride * n * l.gridX
+	case kernelFiltered:
+		return abi.Launch{Rows: n, Split: l.gridX, Draws: l.draws()}.PartialsWords(abi.Filtered)
 	}
 	return 4 * n * l.draws() * l.gridX
+}
+
+// filterLists is the candidate-list sizes the emulation runs the launch with.
+func (l *launch) filterLists() (list, minCands int) {
+	list, minCands = abi.FilterList, abi.FilterMinCands
+	if l.filterList != 0 || l.filterMinCands != 0 {
+		list, minCands = l.filterList, l.filterMinCands
+	}
+	return list, minCands
+}
+
+// driverPartials is numPartials for the emulation's candidate lists: ABI.md's layout with
+// C = max(minCands, list/S).
+func (l *launch) driverPartials() int {
+	if l.kernel != kernelFiltered {
+		return l.numPartials()
+	}
+	list, minCands := l.filterLists()
+	n, s := len(l.params), l.gridX
+	return n*s + n*l.draws()*s*(max(minCands, list/s)+abi.FilterMeta)
 }
 
 func (l *launch) paramBytes() []byte {
@@ -174,6 +212,11 @@ func runGo(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) outc
 		Buffer(cpu.Wrap(auxBuffer(l.mask)))
 	s := dev.DefaultStream()
 	grid := runtime.Dim3{X: l.gridX, Y: n, Z: l.draws()}
+	if l.kernel == kernelFiltered {
+		fm, err := mod.Kernel(abi.FilterMax + abi.Suffixes[l.dtype])
+		require.NoError(t, err)
+		require.NoError(t, s.Launch(fm, runtime.Dim3{X: l.gridX, Y: n, Z: 1}, runtime.Dim3{X: l.block, Y: 1, Z: 1}, &a))
+	}
 	require.NoError(t, s.Launch(k, grid, runtime.Dim3{X: l.block, Y: 1, Z: 1}, &a))
 	require.NoError(t, s.Synchronize())
 	if l.kernel != kernelTopN {

@@ -265,7 +265,7 @@ func TestFeatureBuffers(t *testing.T) {
 			edit: func(b *buffers) edit {
 				return cut(abi.ArgLogprobs, bytesOf(b.logprobs)[:4*abi.RecordWords*(abi.Slots(3, draws)-1)])
 			}},
-		{name: "reserved flag", flags: 1 << 9, fail: row1, edit: none},
+		{name: "reserved flag", flags: 1 << 10, fail: row1, edit: none},
 		{name: "eight arguments", flags: abi.FlagBias, untouched: true,
 			edit: func(b *buffers) edit { return edit{nArgs: 8} }},
 		{name: "counters without room for the draws' row counter", flags: abi.FlagAdvance, fail: row1,

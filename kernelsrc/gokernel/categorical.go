@@ -141,23 +141,45 @@ func topPThreshold(keys []uint32, q []uint64, z uint64, topP float32, tmpK []uin
 	return radixSelect(keys, q, target, tmpK, tmpQ)
 }
 
-// drawKept runs steps 2 to 8 of the categorical kernel (weights, filters, the
-// inverse-CDF draw from the kept set) on a row with a finite largest processed logit m
-// and a positive temperature, and returns the token; with LOGPROBS it leaves the token's
-// record in sc.record.
-func (sc *catScratch) drawKept(l *launchRow, raw, row []float32, m float32) int {
-	p := &l.p
+// keptSet is a filtered row after steps 2 to 7 of the categorical kernel: the active set
+// (after top-k) with its weights, the key threshold and the kept mass.
+type keptSet struct {
+	idx       []uint32  // the active set, in index order
+	w         []float32 // weight of each active element
+	keys      []uint32  // orderKey of every element (nil when no filter needs them)
+	threshold uint32    // kept keys are at least this (0: no key filter)
+	minP      float32   // kept weights are at least this (0: off)
+	total     uint64    // S, the fixed-point mass of the kept set
+	invT      float32
+	f         int // F = 63 - bitlen(V)
+	twoPowF   float32
+}
+
+// kept reports whether active element j (element i of the row) is kept.
+func (k *keptSet) kept(j int, i uint32) bool {
+	if k.threshold != 0 && k.keys[i] < k.threshold {
+		return false
+	}
+	return k.minP == 0 || k.w[j] >= k.minP
+}
+
+// keep runs steps 2 to 7 of the categorical kernel (weights, top-k, Z, top-p, min-p, S)
+// on a row with a finite largest processed logit m and a positive temperature.
+func (sc *catScratch) keep(p *abi.RowParams, row []float32, m float32) keptSet {
 	n := len(row)
 	topK := p.TopK > 0 && uint64(p.TopK) < uint64(n)
 	topP := p.TopP > 0 && p.TopP < 1
-	minP := p.MinP > 0 && p.MinP <= 1
+	ks := keptSet{invT: float32(1 / p.Temperature)}
+	if p.MinP > 0 && p.MinP <= 1 {
+		ks.minP = p.MinP
+	}
 
 	// Step 2: weights. F leaves room for V weights of at most 2^F in 63 bits.
-	invT := float32(1 / p.Temperature)
-	f := 63 - bits.Len32(uint32(n))
-	twoPowF := float32(math.Ldexp(1, f))
+	invT := ks.invT
+	ks.f = 63 - bits.Len32(uint32(n))
+	ks.twoPowF = float32(math.Ldexp(1, ks.f))
 	// exp(d) < 2^-F below cutoff, so q = 0 there whatever exp32's last bit.
-	cutoff := -float32(float64(f)*math.Ln2 + 1)
+	cutoff := -float32(float64(ks.f)*math.Ln2 + 1)
 	// weight is w(x) = exp32(fl(fl(x - m)·invT)), 0 for x = -Inf and below cutoff. A
 	// closure called once, so that Go inlines it into the loop over the row.
 	weight := func(x float32) float32 {
@@ -169,12 +191,11 @@ func (sc *catScratch) drawKept(l *launchRow, raw, row []float32, m float32) int 
 	}
 
 	// Step 3: the top-k threshold, and the active set: elements with key ≥ Kk.
-	var keys []uint32
 	if topK || topP {
 		sc.keys = grow(sc.keys, n)
-		keys = sc.keys
+		ks.keys = sc.keys
 		for i, x := range row {
-			keys[i] = orderKey(x)
+			ks.keys[i] = orderKey(x)
 		}
 	}
 	var kk uint32
@@ -182,8 +203,8 @@ func (sc *catScratch) drawKept(l *launchRow, raw, row []float32, m float32) int 
 	idx := sc.idx[:0]
 	if topK {
 		sc.tmpK = grow(sc.tmpK, n)
-		kk = topKThreshold(keys, p.TopK, sc.tmpK)
-		for i, k := range keys {
+		kk = topKThreshold(ks.keys, p.TopK, sc.tmpK)
+		for i, k := range ks.keys {
 			if k >= kk {
 				idx = append(idx, uint32(i))
 			}
@@ -193,14 +214,15 @@ func (sc *catScratch) drawKept(l *launchRow, raw, row []float32, m float32) int 
 			idx = append(idx, uint32(i))
 		}
 	}
+	ks.idx = idx
 
 	// Step 4: Z, the fixed-point mass of the active set.
 	sc.w = grow(sc.w, len(idx))
-	w := sc.w
+	ks.w = sc.w
 	var z uint64
 	for j, i := range idx {
-		w[j] = weight(row[i])
-		z += fixed(w[j], twoPowF)
+		ks.w[j] = weight(row[i])
+		z += fixed(ks.w[j], ks.twoPowF)
 	}
 
 	// Step 5: the top-p threshold, by mass over the active set.
@@ -209,8 +231,8 @@ func (sc *catScratch) drawKept(l *launchRow, raw, row []float32, m float32) int 
 		sc.keysA = grow(sc.keysA, len(idx))
 		sc.q = grow(sc.q, len(idx))
 		for j, i := range idx {
-			sc.keysA[j] = keys[i]
-			sc.q[j] = fixed(w[j], twoPowF)
+			sc.keysA[j] = ks.keys[i]
+			sc.q[j] = fixed(ks.w[j], ks.twoPowF)
 		}
 		sc.tmpK = grow(sc.tmpK, len(idx))
 		sc.tmpQ = grow(sc.tmpQ, len(idx))
@@ -218,28 +240,29 @@ func (sc *catScratch) drawKept(l *launchRow, raw, row []float32, m float32) int 
 	}
 
 	// Steps 6 and 7: the kept set and its mass.
-	threshold := max(kk, kp)
-	kept := func(j int, i uint32) bool {
-		if threshold != 0 && keys[i] < threshold {
-			return false
-		}
-		return !minP || w[j] >= p.MinP
-	}
-	var total uint64
+	ks.threshold = max(kk, kp)
 	for j, i := range idx {
-		if kept(j, i) {
-			total += fixed(w[j], twoPowF)
+		if ks.kept(j, i) {
+			ks.total += fixed(ks.w[j], ks.twoPowF)
 		}
 	}
+	return ks
+}
+
+// drawKept filters a row with a finite largest processed logit m and a positive
+// temperature (steps 2 to 7) and draws its token by inverse CDF (step 8); with LOGPROBS
+// it leaves the token's record in sc.record.
+func (sc *catScratch) drawKept(l *launchRow, raw, row []float32, m float32) int {
+	ks := sc.keep(&l.p, row, m)
 
 	// Step 8: inverse CDF in index order with an exact integer target.
-	u := philox.CategoricalUniform64(p.Seed, stepPlus(p, l.z))
-	target, _ := bits.Mul64(u, total)
+	u := philox.CategoricalUniform64(l.p.Seed, stepPlus(&l.p, l.z))
+	target, _ := bits.Mul64(u, ks.total)
 	var acc uint64
 	tok := -1
-	for j, i := range idx {
-		if kept(j, i) {
-			acc += fixed(w[j], twoPowF)
+	for j, i := range ks.idx {
+		if ks.kept(j, i) {
+			acc += fixed(ks.w[j], ks.twoPowF)
 			if acc > target {
 				tok = int(i)
 				break
@@ -252,7 +275,7 @@ func (sc *catScratch) drawKept(l *launchRow, raw, row []float32, m float32) int 
 		tok = firstIndexOf(row, m)
 	}
 	if l.logprobs != nil {
-		sc.record = keptRecord(raw, row, tok, m, invT, total, f)
+		sc.record = keptRecord(raw, row, tok, m, ks.invT, ks.total, ks.f)
 	}
 	return tok
 }

@@ -22,11 +22,13 @@ import (
 
 // Kernels returns the Go edition: kernel name to function.
 func Kernels() map[string]runtime.GoKernel {
-	m := make(map[string]runtime.GoKernel, 3*len(abi.DTypes))
+	m := make(map[string]runtime.GoKernel, 5*len(abi.DTypes))
 	for _, d := range abi.DTypes {
 		m[abi.KernelName(abi.GumbelArgmax, d)] = gumbelArgmaxKernel(d, true)
 		m[abi.KernelName(abi.Categorical, d)] = categoricalKernel(d)
 		m[abi.KernelName(abi.TopN, d)] = topnKernel(d)
+		m[abi.KernelName(abi.FilterMax, d)] = func(b *runtime.BlockContext) { filterMax(b, d) }
+		m[abi.KernelName(abi.Filtered, d)] = func(b *runtime.BlockContext) { filtered(b, d) }
 	}
 	return m
 }

@@ -18,6 +18,8 @@ func TestKernelsNames(t *testing.T) {
 	slices.Sort(names)
 	assert.Equal(t, []string{
 		"categorical_bf16", "categorical_f16", "categorical_f32",
+		"filter_max_bf16", "filter_max_f16", "filter_max_f32",
+		"filtered_bf16", "filtered_f16", "filtered_f32",
 		"gumbel_argmax_bf16", "gumbel_argmax_f16", "gumbel_argmax_f32",
 		"topn_bf16", "topn_f16", "topn_f32",
 	}, names)

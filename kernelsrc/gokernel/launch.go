@@ -69,13 +69,25 @@ func setup(b *runtime.BlockContext, d abi.DType, family string) (l launchRow, ok
 		return l, false, false
 	}
 	l.p = p
-	if family != abi.TopN && p.Flags&abi.FlagRouted != 0 && (p.Flags&abi.FlagCategorical != 0) != (family == abi.Categorical) {
-		return l, false, false // the other kernel's row: leave it entirely alone
+	if family != abi.TopN && p.Flags&abi.FlagRouted != 0 && routedFamily(p.Flags) != family {
+		return l, false, false // another kernel's row: leave it entirely alone
 	}
 	l.slot = uint64(p.Row)*uint64(dr) + uint64(l.z)
 	l.tokens = a.HostBytesArg(int(abi.ArgTokens))
 	l.status = a.HostBytesArg(int(abi.ArgStatus))
 	return l, true, !l.bind(a, d, family)
+}
+
+// routedFamily is the kernel family a ROUTED row belongs to (filter_max's rows are
+// filtered's).
+func routedFamily(f abi.Flags) string {
+	switch {
+	case f&abi.FlagCategorical != 0:
+		return abi.Categorical
+	case f&abi.FlagFiltered != 0:
+		return abi.Filtered
+	}
+	return abi.GumbelArgmax
 }
 
 // bind checks the row's parameters and views the buffers its features use; false is
@@ -170,7 +182,13 @@ func (l *launchRow) bindScratch(a *runtime.Args, family string) bool {
 		case abi.TopN:
 			counters = sh.DrawCounter(y, 0) + 2
 			partials = sh.TopNWord(y, sh.Split-1, abi.TopNStride-1) + 1
+		case abi.Filtered:
+			counters = sh.DrawCounter(y, last) + 2
 		}
+	}
+	if family == abi.Filtered {
+		// Its blocks publish their words even alone (S = 1).
+		partials = sh.FilterWord(y, last, sh.Split-1, sh.FilterStride()-1) + 1
 	}
 	if family != abi.TopN && sh.Draws > 1 && l.p.Flags&(abi.FlagAdvance|abi.FlagRecord) != 0 {
 		counters = max(counters, sh.RowCounter(y)+1)

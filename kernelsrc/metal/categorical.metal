@@ -1,7 +1,8 @@
 // categorical: temperature, top-k, top-p and min-p filters and an inverse-CDF draw (ABI.md,
 // "categorical"), one threadgroup per row and draw. Every step works on the processed
 // logits x', and every sum is an integer of fixed-point weights, so the draw does not
-// depend on the reduction order.
+// depend on the reduction order. The filtered kernel (filtered.metal) runs the same
+// one-threadgroup path with a Gumbel-max draw over the same kept set.
 
 // q(w) = uint64(w * 2^F), truncated, from the bits of w (0 <= w <= 1), so no float to
 // 64-bit conversion is involved.
@@ -296,27 +297,87 @@ inline bool gb_categorical_walk(device const typename gb_io<KIND>::elem* row, gb
     return false;
 }
 
-// One threadgroup per row and draw: the row's maximum and observations, the top-k and
-// top-p key thresholds, then the draw. SIMD-group g owns the g-th contiguous segment of
-// the row and sums its kept weights; every thread then knows each segment's offset and
-// the total S, and the SIMD-group whose segment holds target = (u * S) >> 64 walks it
-// again. The lane that finds the token writes the draw's slot and does the row's
-// end-of-draws work.
+// gb_noisy_key is the packed Gumbel score of element i with processed logit x:
+// fl(fl(x * invT) + g), g gumbel_argmax's noise for the element at the draw's step (words
+// caches the Philox blocks of the element's group of four). x = -Inf scores -Inf whatever
+// the noise, so it draws none.
+inline ulong gb_noisy_key(float x, uint i, float invT, gb_stream st, thread gb_group_words& words) {
+    if (x == -INFINITY) {
+        return gb_pack(x, i);
+    }
+    float xs = x * invT;
+    float g = gb_group_gumbel(words, st, i >> 2, i & 3u);
+    float score = xs + g;
+    return gb_pack(score, i);
+}
+
+// gb_gumbel_row draws by Gumbel-max over the kept elements of the whole row (the
+// filtered kernel's law): the kept element with the largest gb_noisy_key, ties to the
+// lowest index. It returns the winner's packed key (0: none kept) and leaves S, the
+// fixed-point mass of the kept set, in total, both in every thread. Each thread takes
+// groups of four consecutive elements, so one Philox block serves the whole group; an
+// element whose score cannot reach the thread's best even with the largest noise
+// (ABI.md, gumbel_argmax) skips its noise, but not its mass.
 template <int KIND>
-inline void gb_categorical(device const typename gb_io<KIND>::elem* logits, gb_buffers B, uint3 group, uint3 groups,
-                           gb_thread_ids L, gb_categorical_scratch tg) {
+inline ulong gb_gumbel_row(device const typename gb_io<KIND>::elem* row, uint vocab, gb_processor P, gb_weights W,
+                           gb_filters f, gb_stream st, gb_thread_ids L, gb_categorical_scratch tg,
+                           thread ulong& total) {
+    ulong best = 0ul;
+    float best_score = -INFINITY;
+    ulong mass = 0ul;
+    for (ulong g = 4ul * ulong(L.tid); g < ulong(vocab); g += 4ul * ulong(L.T)) {
+        uint base = uint(g);
+        uint count = uint(gb_min_u64(4ul, ulong(vocab) - g));
+        gb_group_words words = gb_group_words_empty();
+        for (uint j = 0u; j < count; ++j) {
+            uint i = base + j;
+            float x = gb_processed(gb_io<KIND>::load1(row + i), i, P);
+            if (gb_orderkey(x) < f.cut) {
+                continue;
+            }
+            float w = gb_weight(x, W);
+            if (f.min_p_on && !(w >= f.min_p)) {
+                continue;
+            }
+            mass += gb_fixed(w, W.F);
+            if (x != -INFINITY) {
+                float xs = x * W.invT;
+                float bound = xs + GB_MAX_GUMBEL;
+                if (bound < best_score) {
+                    continue;  // fl(xs + g) <= bound < best: cannot win
+                }
+            }
+            ulong key = gb_noisy_key(x, i, W.invT, st, words);
+            if (key > best) {
+                best = key;
+                best_score = gb_orderkey_inverse(uint(key >> 32));
+            }
+        }
+    }
+    uint unused = 0u;
+    gb_block_max_or(best, unused, L, tg.u64s, tg.u32s);
+    total = gb_block_sum_u64(mass, L, tg.u64s);
+    return best;
+}
+
+// gb_categorical_row is the one-threadgroup path of a row's draw, after the routing
+// check: status 3, the row's maximum and observations, greedy rows, the top-k and top-p
+// key thresholds and min-p, then the draw. With GUMBEL (the filtered kernel,
+// gb_filtered) the same kept set is drawn from by Gumbel-max (gb_gumbel_row) instead of
+// the inverse CDF: the filtered route's law.
+//
+// The inverse CDF: SIMD-group g owns the g-th contiguous segment of the row and sums its
+// kept weights; every thread then knows each segment's offset and the total S, and the
+// SIMD-group whose segment holds target = (u * S) >> 64 walks it again. The thread that
+// finds the token writes the draw's slot and does the row's end-of-draws work.
+template <int KIND, bool GUMBEL>
+inline void gb_categorical_row(device const typename gb_io<KIND>::elem* logits, gb_buffers B,
+                               thread const gb_row_params& p, uint3 group, uint3 groups, gb_thread_ids L,
+                               gb_categorical_scratch tg) {
     const uint by = group.y;
     const uint bz = group.z;
     const uint n = groups.y;
     const uint draws = groups.z;
-    if (draws > uint(GB_MAX_DRAWS)) {
-        return;  // not a launch the kernels serve (ABI.md): nothing is written
-    }
-    // A copy: ADVANCE rewrites the step in params once every threadgroup is past it.
-    const gb_row_params p = B.params[by];
-    if ((p.flags & GB_FLAG_ROUTED) != 0u && (p.flags & GB_FLAG_CATEGORICAL) == 0u) {
-        return;  // the gumbel_argmax kernel's row
-    }
     const ulong o = ulong(p.row) * ulong(draws) + ulong(bz);
     const float temp = p.temperature;
     const uint vocab = B.vocab;
@@ -372,6 +433,33 @@ inline void gb_categorical(device const typename gb_io<KIND>::elem* logits, gb_b
     const uint cut = gb_categorical_cut<KIND>(row, vocab, P, p, W, max_key, L, tg);
     const gb_filters f = {cut, p.min_p > 0.0f && p.min_p <= 1.0f, p.min_p};
 
+    if (GUMBEL) {
+        // 4. Gumbel-max over the kept set, and its mass S for the record.
+        ulong total;
+        const ulong best = gb_gumbel_row<KIND>(row, vocab, P, W, f, gb_stream_of(p, bz), L, tg, total);
+        if (best == 0ul) {
+            // Unreachable: the largest logit is always kept. Answer as the inverse CDF
+            // does below.
+            uint tok = gb_first_index_of<KIND>(row, vocab, P, m, L, tg);
+            if (L.tid == 0u) {
+                gb_finish(B, p.flags, o, int(tok), GB_STATUS_OK, float4(NAN));
+                gb_row_done(B, p, by, n, draws);
+            }
+            return;
+        }
+        if (L.tid == 0u) {
+            uint tok = 0xFFFFFFFFu - uint(best);
+            float4 rec = float4(0.0f);
+            if (want_lp) {
+                float x0 = gb_io<KIND>::load1(row + tok);
+                rec = gb_categorical_record(x0, gb_processed(x0, tok, P), W, total, raw, lse_raw);
+            }
+            gb_finish(B, p.flags, o, int(tok), GB_STATUS_OK, rec);
+            gb_row_done(B, p, by, n, draws);
+        }
+        return;
+    }
+
     // 4. Segment sums of kept weights, one segment per SIMD-group.
     const uint seg = ((vocab + L.nsg - 1u) / L.nsg + L.width - 1u) / L.width * L.width;
     const uint seg_begin = min(vocab, L.sg * seg);
@@ -405,4 +493,20 @@ inline void gb_categorical(device const typename gb_io<KIND>::elem* logits, gb_b
         gb_finish(B, p.flags, o, int(tok), GB_STATUS_OK, rec);
         gb_row_done(B, p, by, n, draws);
     }
+}
+
+// One threadgroup per row and draw (ABI.md, "categorical"): routed rows of the other
+// kernels are left alone, the rest go through gb_categorical_row's inverse-CDF draw.
+template <int KIND>
+inline void gb_categorical(device const typename gb_io<KIND>::elem* logits, gb_buffers B, uint3 group, uint3 groups,
+                           gb_thread_ids L, gb_categorical_scratch tg) {
+    if (groups.z > uint(GB_MAX_DRAWS)) {
+        return;  // not a launch the kernels serve (ABI.md): nothing is written
+    }
+    // A copy: ADVANCE rewrites the step in params once every threadgroup is past it.
+    const gb_row_params p = B.params[group.y];
+    if ((p.flags & GB_FLAG_ROUTED) != 0u && (p.flags & GB_FLAG_CATEGORICAL) == 0u) {
+        return;  // another kernel's row (gumbel_argmax or filtered)
+    }
+    gb_categorical_row<KIND, false>(logits, B, p, group, groups, L, tg);
 }

@@ -189,8 +189,8 @@ inline void gb_gumbel_argmax(device const typename gb_io<KIND>::elem* logits, gb
     }
     // A copy: ADVANCE rewrites the step in params once every threadgroup is past it.
     const gb_row_params p = B.params[by];
-    if ((p.flags & GB_FLAG_ROUTED) != 0u && (p.flags & GB_FLAG_CATEGORICAL) != 0u) {
-        return;  // the categorical kernel's row
+    if ((p.flags & GB_FLAG_ROUTED) != 0u && (p.flags & (GB_FLAG_CATEGORICAL | GB_FLAG_FILTERED)) != 0u) {
+        return;  // another kernel's row (categorical or filtered)
     }
     const ulong o = ulong(p.row) * ulong(draws) + ulong(bz);
     const float temp = p.temperature;

@@ -19,8 +19,9 @@
 //
 // Launch shape. Threadgroups are 1-D of T threads, T a multiple of the SIMD-group width
 // (32 on every Apple GPU; any power of two from 8 to 64 works) and at most 1024. The
-// grid is (S, n, D) for gumbel_argmax, (1, n, D) for categorical and (S, n, 1) for topn;
-// threadgroup (x, y, z) works on launch row y, draw z.
+// grid is (S, n, D) for gumbel_argmax and filtered, (1, n, D) for categorical and (S, n, 1)
+// for topn and filter_max; threadgroup (x, y, z) works on launch row y, draw z (filtered:
+// threadgroup x == 0 only).
 //
 // Arguments bind at the index of their ABI position: buffers with setBuffer, row_stride
 // (6) and vocab (7) with setBytes. Every device-side write that another threadgroup of
@@ -43,6 +44,7 @@ using namespace metal;
 #include "gumbel_argmax.metal"
 #include "categorical.metal"
 #include "topn.metal"
+#include "filtered.metal"
 
 // ---------------------------------------------------------------------------------------
 // Entry points (ABI.md: buffers 0-5 and 8-11, row_stride at 6, vocab at 7). Threadgroup
@@ -64,7 +66,7 @@ using namespace metal;
 
 #define GB_THREAD_IDS gb_thread_ids{tid, tg_size.x, lane, sg, width, nsg}
 
-// Arguments 1-11 of gumbel_argmax and categorical.
+// Arguments 1-11 of gumbel_argmax, categorical, filter_max and filtered.
 #define GB_SAMPLING_ARGS                                         \
     device gb_row_params* params [[buffer(1)]],                  \
     device atomic_int* tokens [[buffer(2)]],                     \
@@ -188,4 +190,52 @@ kernel void topn_bf16(device const ushort* logits [[buffer(0)]], GB_TOPN_ARGS, G
     threadgroup uint last[1];
     gb_topn_scratch tg = {scratch_key, scratch_seen, scratch_lse, list, last};
     gb_topn<GB_BF16>(logits, GB_TOPN_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+kernel void filter_max_f32(device const float* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    gb_filter_max<GB_F32>();
+}
+
+kernel void filter_max_f16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    gb_filter_max<GB_F16>();
+}
+
+kernel void filter_max_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    gb_filter_max<GB_BF16>();
+}
+
+kernel void filtered_f32(device const float* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    threadgroup atomic_uint hist_lo[GB_BINS];
+    threadgroup atomic_uint hist_hi[GB_BINS];
+    threadgroup uint sel_bin[1];
+    threadgroup ulong sel_above[1];
+    threadgroup ulong scratch_u64[GB_MAX_SIMDGROUPS];
+    threadgroup uint scratch_u32[GB_MAX_SIMDGROUPS];
+    threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
+    gb_categorical_scratch tg = {{hist_lo, hist_hi, sel_bin, sel_above}, scratch_u64, scratch_u32, scratch_lse};
+    gb_filtered<GB_F32>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+kernel void filtered_f16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    threadgroup atomic_uint hist_lo[GB_BINS];
+    threadgroup atomic_uint hist_hi[GB_BINS];
+    threadgroup uint sel_bin[1];
+    threadgroup ulong sel_above[1];
+    threadgroup ulong scratch_u64[GB_MAX_SIMDGROUPS];
+    threadgroup uint scratch_u32[GB_MAX_SIMDGROUPS];
+    threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
+    gb_categorical_scratch tg = {{hist_lo, hist_hi, sel_bin, sel_above}, scratch_u64, scratch_u32, scratch_lse};
+    gb_filtered<GB_F16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+kernel void filtered_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    threadgroup atomic_uint hist_lo[GB_BINS];
+    threadgroup atomic_uint hist_hi[GB_BINS];
+    threadgroup uint sel_bin[1];
+    threadgroup ulong sel_above[1];
+    threadgroup ulong scratch_u64[GB_MAX_SIMDGROUPS];
+    threadgroup uint scratch_u32[GB_MAX_SIMDGROUPS];
+    threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
+    gb_categorical_scratch tg = {{hist_lo, hist_hi, sel_bin, sel_above}, scratch_u64, scratch_u32, scratch_lse};
+    gb_filtered<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }

@@ -11,16 +11,17 @@ import (
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 )
 
-// TestDrawsEqualAdvancedLaunches runs the emulated kernels the way a captured graph
-// replays them: one launch of D draws (ADVANCE | RECORD | PENALTIES | LOGPROBS) must give
-// the same tokens and records as D one-draw launches that each read the step the
-// previous one advanced on the device, end with the same step, and add every drawn
-// token to the counts once.
+// TestDrawsEqualAdvancedLaunches runs the emulated kernels (gumbel_argmax with 3
+// threadgroups per row, categorical, and filter_max then filtered with 3) the way a
+// captured graph replays them: one launch of D draws (ADVANCE | RECORD | PENALTIES |
+// LOGPROBS) must give the same tokens and records as D one-draw launches that each read
+// the step the previous one advanced on the device, end with the same step, and add
+// every drawn token to the counts once.
 func TestDrawsEqualAdvancedLaunches(t *testing.T) {
 	bin := buildDriver(t)
 	r := rand.New(rand.NewPCG(5, 9))
 	const draws = 4
-	for _, kernel := range []kernelKind{gumbelArgmax, categorical} {
+	for _, kernel := range []kernelKind{gumbelArgmax, categorical, filtered} {
 		whole := newFeatureCase(r, fmt.Sprintf("whole/%d", kernel), kernel, 0, 256, 3, draws, 4, 1000)
 		whole.bias, whole.mask = nil, nil
 		whole.counts = make([]uint32, whole.outRows*whole.vocab)
@@ -35,8 +36,11 @@ func TestDrawsEqualAdvancedLaunches(t *testing.T) {
 			p := abi.RowParams{Row: whole.rowParams(y).Row, Temperature: 1.5, Seed: r.Uint64(), Step: r.Uint64(),
 				Flags:             abi.FlagAdvance | abi.FlagRecord | abi.FlagPenalties | abi.FlagLogprobs,
 				RepetitionPenalty: 1.5, FrequencyPenalty: 0.5, PresencePenalty: 0.25}
-			if kernel == categorical {
+			switch kernel {
+			case categorical:
 				p.TopK = 50
+			case filtered:
+				p.TopK, p.TopP, p.MinP = 50, 0.9, 0.01
 			}
 			whole.setRowParams(y, p)
 			p.Flags &^= abi.FlagRecord // the one-draw launches keep the counts fixed

@@ -13,8 +13,9 @@ import (
 )
 
 // randomFeatures draws the features of one launch row of kernel k: flags (processors;
-// for the sampling kernels also records, ADVANCE, RECORD and routing; for topn
-// PERTURBED), penalties and, for topn, N. A few rows set a reserved flag.
+// for the sampling kernels also records, ADVANCE, RECORD and routing to any of the
+// three; for topn PERTURBED), penalties and, for topn, N. A few rows set a reserved
+// flag.
 func randomFeatures(r *rand.Rand, k kernelKind, p *abi.RowParams) {
 	chance := func(pct int) bool { return r.IntN(100) < pct }
 	set := func(f abi.Flags, pct int) {
@@ -33,8 +34,10 @@ func randomFeatures(r *rand.Rand, k kernelKind, p *abi.RowParams) {
 		set(abi.FlagAdvance, 50)
 		set(abi.FlagRecord, 50)
 		if chance(25) {
+			// Routed to gumbel_argmax, categorical, filtered, or (both flags) categorical.
 			p.Flags |= abi.FlagRouted
 			set(abi.FlagCategorical, 50)
+			set(abi.FlagFiltered, 50)
 		}
 	}
 	if chance(3) {
@@ -122,7 +125,7 @@ func newFeatureCase(r *rand.Rand, name string, kernel kernelKind, dtype, T, S, d
 		if r.IntN(8) == 0 {
 			p.Step = math.MaxUint64 - uint64(r.IntN(2)) // draws wrap the step
 		}
-		if kernel == categorical {
+		if kernel == categorical || kernel == filtered {
 			p.TopK = pick[uint32](r, 0, 0, 1, 2, 5, 50, uint32(max(vocab-1, 0)))
 			p.TopP = pick[float32](r, 0, 0, 0.01, 0.5, 0.9, 0.999, 1)
 			p.MinP = pick[float32](r, 0, 0, 0, 0.05, 0.5, 1)
@@ -142,6 +145,8 @@ func featureCaseName(kernel kernelKind, dtype, T, S, D, vocab, width int) string
 		family = abi.Categorical
 	case topN:
 		family = abi.TopN
+	case filtered:
+		family = abi.Filtered
 	}
 	return fmt.Sprintf("%s%s/T=%d/S=%d/D=%d/V=%d/width=%d", family, abi.Suffixes[dtype], T, S, D, vocab, width)
 }

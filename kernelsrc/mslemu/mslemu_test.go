@@ -110,13 +110,16 @@ func cacheDir(t *testing.T, key string) string {
 	return dir
 }
 
-// kernelKind is one of the three kernel families of the set.
+// kernelKind is one of the kernel families of the set, as driver.cpp numbers them.
 type kernelKind uint32
 
 const (
 	gumbelArgmax kernelKind = 0
 	categorical  kernelKind = 1
 	topN         kernelKind = 2
+	// filtered runs filter_max over an (S, n, 1) grid, then filtered over (S, n, D), on
+	// the same buffers (as the sampler launches the filtered route).
+	filtered kernelKind = 3
 )
 
 // launchCase is one launch: logits of outRows rows, n launch rows sampling some of them.
@@ -174,9 +177,10 @@ func (c *launchCase) launch() abi.Launch {
 	return abi.Launch{Rows: c.launchRows(), Split: c.blocksPerRow(), Draws: c.numDraws()}
 }
 
-// partialWords and counterWords size the scratch as driver.cpp does. gumbel_argmax's
-// partials end before the payload words of ABI.md, which the Metal and Go editions
-// leave alone, so a write there hits the driver's guard page.
+// partialWords and counterWords size the scratch of both editions (driver.cpp takes
+// them from the case). gumbel_argmax's partials end before the payload words of ABI.md,
+// which the Metal and Go editions leave alone, so a write there hits the driver's guard
+// page.
 func (c *launchCase) partialWords() int {
 	l := c.launch()
 	switch c.kernel {
@@ -184,6 +188,8 @@ func (c *launchCase) partialWords() int {
 		return l.PayloadWord(0, 0, 0)
 	case topN:
 		return l.PartialsWords(abi.TopN)
+	case filtered:
+		return l.PartialsWords(abi.Filtered)
 	}
 	return 1
 }
@@ -197,6 +203,8 @@ func (c *launchCase) family() string {
 		return abi.Categorical
 	case topN:
 		return abi.TopN
+	case filtered:
+		return abi.Filtered
 	}
 	return abi.GumbelArgmax
 }
@@ -396,7 +404,7 @@ func newCase(r *rand.Rand, name string, kernel kernelKind, dtype, T, S, n, vocab
 		default:
 			p.Temperature = goodTemps[r.IntN(len(goodTemps))]
 		}
-		if kernel == categorical {
+		if kernel == categorical || kernel == filtered {
 			p.TopK = pick[uint32](r, 0, 0, 1, 2, 5, 50, uint32(max(vocab-1, 0)), uint32(vocab), uint32(vocab+3))
 			p.TopP = pick[float32](r, 0, 0, 1e-12, 0.01, 0.5, 0.9, 0.999, 1, 1.5)
 			p.MinP = pick[float32](r, 0, 0, 0, 1e-30, 0.05, 0.5, 1, 1.5)
@@ -412,7 +420,7 @@ func pick[T any](r *rand.Rand, values ...T) T { return values[r.IntN(len(values)
 func writeCases(cases []*launchCase) []byte {
 	var b bytes.Buffer
 	le := binary.LittleEndian
-	b.WriteString("MSLEMU02")
+	b.WriteString("MSLEMU03")
 	_ = binary.Write(&b, le, uint32(len(cases)))
 	for _, c := range cases {
 		for _, v := range []uint32{uint32(c.kernel), uint32(c.dtype), uint32(c.T), uint32(c.S),
@@ -424,6 +432,8 @@ func writeCases(cases []*launchCase) []byte {
 			_ = binary.Write(&b, le, v)
 		}
 		_ = binary.Write(&b, le, c.seed)
+		_ = binary.Write(&b, le, uint64(c.partialWords()))
+		_ = binary.Write(&b, le, uint64(c.counterWords()))
 		_ = binary.Write(&b, le, uint64(len(c.logits)))
 		b.Write(c.logits)
 		b.Write(c.params)
@@ -452,7 +462,7 @@ func (res result) rowParams(y int) abi.RowParams {
 // readResults decodes the driver's output.
 func readResults(t *testing.T, out []byte, cases []*launchCase) []result {
 	t.Helper()
-	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU02")), "driver output has no header")
+	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU03")), "driver output has no header")
 	rd := bytes.NewReader(out[8:])
 	res := make([]result, len(cases))
 	for i, c := range cases {
@@ -481,7 +491,8 @@ func optional(b []byte) runtime.Buffer {
 	return cpu.Wrap(b)
 }
 
-// runGoEdition runs the case on the Go edition, one block at a time in a shuffled order.
+// runGoEdition runs the case on the Go edition, one block at a time in a shuffled order
+// (a filtered case: filter_max's blocks, then filtered's).
 func runGoEdition(t *testing.T, c *launchCase, kernels map[string]runtime.GoKernel, r *rand.Rand) result {
 	t.Helper()
 	fn := kernels[c.kernelName()]
@@ -502,27 +513,40 @@ func runGoEdition(t *testing.T, c *launchCase, kernels map[string]runtime.GoKern
 	}
 	partials := make([]uint64, c.partialWords())
 	counters := make([]uint32, c.counterWords())
-	var a runtime.Args
-	a.Buffer(cpu.Wrap(c.logits)).
-		Buffer(cpu.Wrap(res.params)).
-		Buffer(cpu.Wrap(runtime.BytesOf(res.tokens))).
-		Buffer(cpu.Wrap(runtime.BytesOf(res.status))).
-		Buffer(cpu.Wrap(runtime.BytesOf(partials))).
-		Buffer(cpu.Wrap(runtime.BytesOf(counters))).
-		U64(uint64(c.stride)).
-		U32(uint32(c.vocab)).
-		Buffer(optional(runtime.BytesOf(res.logprobs))).
-		Buffer(optional(runtime.BytesOf(c.bias))).
-		Buffer(optional(runtime.BytesOf(res.counts))).
-		Buffer(optional(runtime.BytesOf(c.mask)))
-	require.NoError(t, a.Err())
-	grid := runtime.Dim3{X: s, Y: n, Z: d}
-	for _, i := range r.Perm(s * n * d) {
-		fn(&runtime.BlockContext{
-			Block: runtime.Dim3{X: i % s, Y: (i / s) % n, Z: i / (s * n)}, Grid: grid,
-			BlockDim: runtime.Dim3{X: c.T, Y: 1, Z: 1}, Args: &a,
-		})
+	args := func(logprobs runtime.Buffer) *runtime.Args {
+		var a runtime.Args
+		a.Buffer(cpu.Wrap(c.logits)).
+			Buffer(cpu.Wrap(res.params)).
+			Buffer(cpu.Wrap(runtime.BytesOf(res.tokens))).
+			Buffer(cpu.Wrap(runtime.BytesOf(res.status))).
+			Buffer(cpu.Wrap(runtime.BytesOf(partials))).
+			Buffer(cpu.Wrap(runtime.BytesOf(counters))).
+			U64(uint64(c.stride)).
+			U32(uint32(c.vocab)).
+			Buffer(logprobs).
+			Buffer(optional(runtime.BytesOf(c.bias))).
+			Buffer(optional(runtime.BytesOf(res.counts))).
+			Buffer(optional(runtime.BytesOf(c.mask)))
+		require.NoError(t, a.Err())
+		return &a
 	}
+	launch := func(fn runtime.GoKernel, a *runtime.Args, d int) {
+		grid := runtime.Dim3{X: s, Y: n, Z: d}
+		for _, i := range r.Perm(s * n * d) {
+			fn(&runtime.BlockContext{
+				Block: runtime.Dim3{X: i % s, Y: (i / s) % n, Z: i / (s * n)}, Grid: grid,
+				BlockDim: runtime.Dim3{X: c.T, Y: 1, Z: 1}, Args: a,
+			})
+		}
+	}
+	if c.kernel == filtered {
+		// filter_max over (S, n, 1) with the same buffers, its records argument unused.
+		name := abi.KernelName(abi.FilterMax, abi.DTypes[c.dtype])
+		fm := kernels[name]
+		require.NotNil(t, fm, "the Go edition has no kernel %s", name)
+		launch(fm, args(optional(nil)), 1)
+	}
+	launch(fn, args(optional(runtime.BytesOf(res.logprobs))), d)
 	for _, v := range counters {
 		if v != 0 {
 			res.countersLeft++

@@ -30,7 +30,8 @@ type Size uint8
 const (
 	// SizeCI is the CPU suite of `go test`: a million draws for the small-vocabulary
 	// Gumbel-max cases at T = 1, fewer for the others, a few thousand for the large
-	// ones, a reduced temperature grid for the filtered cases.
+	// ones, a reduced temperature grid for the filtered cases (on the filtered route and,
+	// behind the kill switch, on the categorical one).
 	SizeCI Size = iota
 	// SizeFull is the GPU suite: every shape at every temperature, at least a million
 	// draws per case.
@@ -61,8 +62,8 @@ const (
 	// (TestTemperatureCasesHaveTeeth).
 	CISmallTemperatureDraws = 250_000
 	// CISmallCategoricalDraws is the draw count of the small-vocabulary categorical and
-	// filtered cases in SizeCI: a quarter of the Gumbel cases', which halves the
-	// smallest shift of a token's probability they can see.
+	// filtered cases (either route) in SizeCI: a quarter of the Gumbel cases', which
+	// halves the smallest shift of a token's probability they can see.
 	CISmallCategoricalDraws = 250_000
 	// CILargeDraws is the draw count of the large-vocabulary Gumbel-max cases in
 	// SizeCI: enough for the flat decile case to catch a split phase that drops one
@@ -184,10 +185,11 @@ type Case struct {
 	// Name is unique within a suite, e.g. "bimodal/V128/T1.0/topk50-topp0.9".
 	Name  string
 	Shape Shape
-	// Route is the route every draw must take.
+	// Route is the route every draw must take: RouteFiltered for a filtered case with
+	// the Gumbel switch on, RouteCategorical for any case with it off.
 	Route sampler.Route
 	// Gumbel is the sampler's Gumbel switch for this case: off for the kill-switch
-	// cases.
+	// cases, filtered or not.
 	Gumbel      bool
 	Temperature float32
 	TopK        int
@@ -295,9 +297,16 @@ type path struct {
 var (
 	pathGumbel      = path{label: "gumbel", gumbel: true, route: sampler.RouteGumbel}
 	pathCategorical = path{label: "categorical", gumbel: false, route: sampler.RouteCategorical}
-	pathTopKTopP    = path{label: "topk50-topp0.9", gumbel: true, route: sampler.RouteCategorical, topK: 50, topP: 0.9}
-	pathMinP        = path{label: "minp0.05", gumbel: true, route: sampler.RouteCategorical, minP: 0.05}
+	pathTopKTopP    = path{label: "topk50-topp0.9", gumbel: true, route: sampler.RouteFiltered, topK: 50, topP: 0.9}
+	pathMinP        = path{label: "minp0.05", gumbel: true, route: sampler.RouteFiltered, minP: 0.05}
 )
+
+// killSwitch returns a filtered path behind the kill switch: the same filters with the
+// Gumbel switch off, which sends the rows to the categorical kernel.
+func (p path) killSwitch() path {
+	p.label, p.gumbel, p.route = "categorical-"+p.label, false, sampler.RouteCategorical
+	return p
+}
 
 // Cases returns the suite of a configuration, in a fixed order.
 func Cases(cfg Config) []Case {
@@ -345,13 +354,19 @@ func Cases(cfg Config) []Case {
 			add(shape, SmallVocab, t, pathCategorical, BinTokens, categoricalDraws, "")
 		}
 	}
-	// The filtered (categorical) kernel is the slow one on the CPU: the CI grid samples
-	// every shape with top-k + top-p at T = 1 and varies the temperature on the bimodal
-	// shape only, where the filters cut the most.
+	// The filtered kernel is the slow one on the CPU: the CI grid samples every shape
+	// with top-k + top-p at T = 1 and varies the temperature on the bimodal shape only,
+	// where the filters cut the most. Behind the kill switch the same filters take the
+	// categorical kernel, whose filters no other case exercises: the CI grid samples them
+	// with top-k + top-p on every shape at T = 1, and with min-p where it meets masked
+	// tokens (masked at T = 1) and the temperature (bimodal at T = 1.5).
 	for _, shape := range small {
 		for _, t := range Temperatures {
 			if full || t == 1 || shape == Bimodal {
 				add(shape, SmallVocab, t, pathTopKTopP, BinTokens, categoricalDraws, "")
+			}
+			if full || t == 1 {
+				add(shape, SmallVocab, t, pathTopKTopP.killSwitch(), BinTokens, categoricalDraws, "")
 			}
 		}
 	}
@@ -359,6 +374,9 @@ func Cases(cfg Config) []Case {
 		for _, t := range Temperatures {
 			if full || t == 1 || (shape == Bimodal && t == 1.5) {
 				add(shape, SmallVocab, t, pathMinP, BinTokens, categoricalDraws, "")
+			}
+			if full || (shape == Masked && t == 1) || (shape == Bimodal && t == 1.5) {
+				add(shape, SmallVocab, t, pathMinP.killSwitch(), BinTokens, categoricalDraws, "")
 			}
 		}
 	}

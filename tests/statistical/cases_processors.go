@@ -21,20 +21,21 @@ var (
 	// pathMinP, so that at T = 1 the cut falls among the penalised negative logits of
 	// the repetition cases (dividing them instead of multiplying keeps tokens the cut
 	// removes). At T = 1.5 the processed bimodal row may span less than that, and the
-	// case tests the processors on the categorical kernel with little or no cut.
-	pathMinPLoose = path{label: "minp0.02", gumbel: true, route: sampler.RouteCategorical, minP: 0.02}
+	// case tests the processors on the filtered kernel with little or no cut.
+	pathMinPLoose = path{label: "minp0.02", gumbel: true, route: sampler.RouteFiltered, minP: 0.02}
 )
 
 // processorSpec builds a case's processors from its logits row.
 type processorSpec struct {
 	label string
 	build func(x []float32) *Processors
-	// filtered is the filtered path the processor is also sampled on.
+	// filtered is the filtered path the processor is also sampled on, and, behind the
+	// kill switch, on the categorical kernel (every spec in SizeFull, "all" in SizeCI).
 	filtered path
 }
 
-// processorSpecs are the processors of the suite, each sampled on the Gumbel route and on
-// a filtered (categorical) route.
+// processorSpecs are the processors of the suite, each sampled on the Gumbel route, on a
+// filtered route and (see processorCases) with the same filter on the categorical route.
 var processorSpecs = []processorSpec{
 	{"bias", biasProcessors, pathTopKTopP},
 	{"allowed", allowedProcessors, pathMinP},
@@ -148,7 +149,8 @@ func allProcessors(x []float32) *Processors {
 }
 
 // processorCases are the logit-processor cases of a suite: every processor on the Gumbel
-// route and on a filtered route.
+// route and on a filtered route; behind the kill switch, with the same filter on the
+// categorical route, every processor in SizeFull and all of them together in SizeCI.
 func processorCases(cfg Config, seed uint64, alpha float64, draws func(int) int) []Case {
 	full := cfg.Size == SizeFull
 	n, temps := CIProcessorDraws, []float32{1}
@@ -158,7 +160,11 @@ func processorCases(cfg Config, seed uint64, alpha float64, draws func(int) int)
 	var out []Case
 	for _, spec := range processorSpecs {
 		for _, t := range temps {
-			for _, p := range []path{pathGumbel, spec.filtered} {
+			paths := []path{pathGumbel, spec.filtered}
+			if full || spec.label == "all" {
+				paths = append(paths, spec.filtered.killSwitch())
+			}
+			for _, p := range paths {
 				logits := Logits(Bimodal, SmallVocab, t)
 				c := placed(Case{
 					Name:        fmt.Sprintf("%s/V%d/T%.1f/%s/%s", Bimodal, SmallVocab, t, p.label, spec.label),

@@ -32,17 +32,22 @@ func TestCasesAreWellFormed(t *testing.T) {
 				assert.Equal(t, uint64(7), p.Step)
 				assert.True(t, p.HasSeed)
 				filtered := c.TopK > 0 || c.TopP > 0 || c.MinP > 0
-				killSwitch := c.Route == sampler.RouteCategorical && !filtered
+				killSwitch := c.Route == sampler.RouteCategorical
 				assert.Equal(t, !killSwitch, c.Options().Gumbel == sampler.On,
 					"%s: the Gumbel switch is off only for the kill-switch cases", c.Name)
+				assert.Equal(t, c.Gumbel, c.Options().Gumbel == sampler.On, c.Name)
 				switch {
+				case filtered && killSwitch:
+					paths["categorical, filtered"] = true
+					assert.True(t, strings.Contains(c.Name, "/categorical-"), "%s: a filtered kill-switch case says so", c.Name)
 				case filtered:
 					paths["filtered"] = true
-					assert.Equal(t, sampler.RouteCategorical, c.Route, c.Name)
-				case c.Route == sampler.RouteCategorical:
+					assert.Equal(t, sampler.RouteFiltered, c.Route, c.Name)
+				case killSwitch:
 					paths["categorical"] = true
 				default:
 					paths["gumbel"] = true
+					assert.Equal(t, sampler.RouteGumbel, c.Route, c.Name)
 				}
 				if size == SizeFull {
 					assert.GreaterOrEqual(t, c.Draws, 1_000_000, c.Name)
@@ -55,11 +60,12 @@ func TestCasesAreWellFormed(t *testing.T) {
 					t.Logf("%s: %s", c.Name, c.Detects)
 				}
 			}
-			assert.Len(t, paths, 3)
+			assert.Len(t, paths, 4)
 			for _, want := range []string{
 				"flat/V151936/T1.0/gumbel/deciles", "tail/V151936/T1.0/gumbel", "tail/V151936/T1.0/categorical",
 				"peaked/V128/T0.5/gumbel", "bimodal/V128/T1.5/categorical", "masked/V128/T1.0/topk50-topp0.9",
-				"bimodal/V128/T1.0/minp0.05",
+				"bimodal/V128/T1.0/minp0.05", "flat/V128/T1.0/categorical-topk50-topp0.9",
+				"bimodal/V128/T1.5/categorical-minp0.05", "bimodal/V128/T1.0/categorical-minp0.02/all",
 			} {
 				assert.True(t, names[want], "missing %s", want)
 			}
@@ -245,6 +251,13 @@ func TestTrackedCasesAreWellFormed(t *testing.T) {
 				assert.GreaterOrEqual(t, tc.Draws, FullDraws)
 			}
 		}
-		assert.Len(t, names, 2)
+		assert.Len(t, names, 3)
+		routes := map[sampler.Route]int{}
+		for _, tc := range TrackedCases(Config{Size: size}) {
+			routes[tc.Route]++
+			assert.Equal(t, tc.Route == sampler.RouteCategorical, !tc.Gumbel, tc.Name)
+		}
+		assert.Equal(t, map[sampler.Route]int{sampler.RouteGumbel: 1, sampler.RouteFiltered: 1, sampler.RouteCategorical: 1}, routes,
+			"tracked penalties on the Gumbel, filtered and (behind the kill switch) categorical kernels")
 	}
 }

@@ -31,7 +31,7 @@ func Checks() []Check {
 		{"batch-invariance", "a row's token does not depend on the batch size, its position, the other rows or the split phase", checkBatchInvariance},
 		{"greedy", "greedy rows (T = 0, top-k 1) take the lowest index of the largest logit, with the Gumbel switch on or off", checkGreedy},
 		{"gumbel-stream", "Gumbel-max rows draw argmax(x/T + philox.ElementGumbel) of the stream contract", checkGumbelStream},
-		{"kill-switch", "with the Gumbel switch off, unfiltered rows take the categorical path and draw the inverse CDF of philox.CategoricalUniform64; filtered rows do the same with either switch", checkKillSwitch},
+		{"kill-switch", "with the Gumbel switch off, every sampled row, filtered or not, takes the categorical path and draws the inverse CDF of philox.CategoricalUniform64 over its kept set; with it on, filtered rows take the filtered route and draw Gumbel-max (philox.ElementGumbel) over the same kept set, unfiltered rows Gumbel-max", checkKillSwitch},
 		{"half-precision", "float16 and bfloat16 rows draw what their exact float32 values draw", checkHalfPrecision},
 		{"bad-input", "bad rows (logits, temperature, filters, penalties, top log-probabilities) get their own error and token -1; the other rows of the batch keep their tokens; bad calls get call errors", checkBadInput},
 		{"bad-processors", "processor settings out of range (row, token, bias, vocabulary) get call errors", checkBadProcessors},
@@ -339,11 +339,24 @@ const scoreTolerance = 1e-5
 // gumbelReference returns the Gumbel-max token of one row under the stream contract and
 // whether the runner-up is far enough behind for the answer to be certain on any edition.
 func gumbelReference(row []float32, temperature float32, seed, step uint64) (int32, bool) {
+	return gumbelMaxOver(row, temperature, seed, step, func(int) bool { return true })
+}
+
+// filteredReference returns the filtered route's token of one row: Gumbel-max under the
+// stream contract (each element's gumbel_argmax noise) over the kept set, the tokens that
+// probs gives a positive probability; and whether the runner-up among them is far enough
+// behind for the answer to be certain on any edition.
+func filteredReference(row []float32, probs []float64, temperature float32, seed, step uint64) (int32, bool) {
+	return gumbelMaxOver(row, temperature, seed, step, func(i int) bool { return probs[i] > 0 })
+}
+
+// gumbelMaxOver is gumbelReference over the finite elements that keep accepts.
+func gumbelMaxOver(row []float32, temperature float32, seed, step uint64, keep func(int) bool) (int32, bool) {
 	invT := 1 / temperature
 	best, second := float32(math.Inf(-1)), float32(math.Inf(-1))
 	token := int32(-1)
 	for i, x := range row {
-		if math.IsInf(float64(x), -1) {
+		if math.IsInf(float64(x), -1) || !keep(i) {
 			continue
 		}
 		s := philox.Score(x, invT, philox.ElementGumbel(seed, step, uint32(i)))
@@ -450,7 +463,8 @@ func checkKillSwitch(dev runtime.Device) error {
 			Seed: uint64(r)*0x9E3779B9 + 1, HasSeed: true, Step: uint64(r),
 		}
 	}
-	compared := 0
+	compared := map[sampler.Route]int{}
+	tokens := map[sampler.Switch][]int32{}
 	for _, sw := range []sampler.Switch{sampler.Off, sampler.On} {
 		s, err := newSampler(dev, sampler.Options{Gumbel: sw, Split: sampler.On})
 		if err != nil {
@@ -461,39 +475,78 @@ func checkKillSwitch(dev runtime.Device) error {
 		if err != nil {
 			return err
 		}
+		tokens[sw] = res.Tokens
 		for r, p := range params {
 			f := Filter{TopK: p.TopK, TopP: p.TopP, MinP: p.MinP}
 			wantRoute := sampler.RouteCategorical
-			if sw == sampler.On && f == (Filter{}) {
+			switch {
+			case sw == sampler.On && f == (Filter{}):
 				wantRoute = sampler.RouteGumbel
+			case sw == sampler.On:
+				wantRoute = sampler.RouteFiltered
 			}
 			if res.Errs[r] != nil || res.Routes[r] != wantRoute {
 				return fmt.Errorf("gumbel switch %s: row %d: route %v (want %v), err %v", switchName(sw), r, res.Routes[r], wantRoute, res.Errs[r])
 			}
-			if wantRoute != sampler.RouteCategorical {
-				continue
-			}
-			probs, err := Probabilities(logits[r*probeVocab:(r+1)*probeVocab], p.Temperature, f)
+			row := logits[r*probeVocab : (r+1)*probeVocab]
+			probs, err := Probabilities(row, p.Temperature, f)
 			if errors.Is(err, ErrAmbiguous) {
 				continue
 			}
 			if err != nil {
 				return fmt.Errorf("row %d: %w", r, err)
 			}
-			want, certain := categoricalReference(probs, philox.CategoricalUniform64(p.Seed, p.Step))
+			if tok := res.Tokens[r]; tok < 0 || int(tok) >= probeVocab || probs[tok] == 0 {
+				return fmt.Errorf("gumbel switch %s: row %d (T %v, %+v, route %v): drew token %d, outside the kept set",
+					switchName(sw), r, p.Temperature, f, wantRoute, tok)
+			}
+			var want int32
+			var certain bool
+			var what string
+			switch wantRoute {
+			case sampler.RouteCategorical:
+				want, certain = categoricalReference(probs, philox.CategoricalUniform64(p.Seed, p.Step))
+				what = "the inverse CDF of the contract's uniform"
+			case sampler.RouteFiltered:
+				want, certain = filteredReference(row, probs, p.Temperature, p.Seed, p.Step)
+				what = "Gumbel-max over the kept set"
+			default:
+				want, certain = gumbelReference(row, p.Temperature, p.Seed, p.Step)
+				what = "Gumbel-max"
+			}
 			if !certain {
 				continue
 			}
-			compared++
+			compared[wantRoute]++
 			if res.Tokens[r] != want {
-				return fmt.Errorf("gumbel switch %s: row %d (T %v, %+v): drew %d, the inverse CDF of the contract's uniform gives %d",
-					switchName(sw), r, p.Temperature, f, res.Tokens[r], want)
+				return fmt.Errorf("gumbel switch %s: row %d (T %v, %+v): drew %d, %s gives %d",
+					switchName(sw), r, p.Temperature, f, res.Tokens[r], what, want)
 			}
 		}
 	}
-	// Off: 64 categorical rows; on: the 43 filtered ones.
-	if total := rows + rows*4/6; compared < total*9/10 {
-		return fmt.Errorf("only %d of %d categorical rows were clear of a CDF boundary", compared, total)
+	// Off: 64 categorical rows; on: the 42 filtered rows and the 22 others.
+	filteredRows := 0
+	for r := range rows {
+		if r%len(filters) >= 2 {
+			filteredRows++
+		}
+	}
+	for route, total := range map[sampler.Route]int{
+		sampler.RouteCategorical: rows, sampler.RouteFiltered: filteredRows, sampler.RouteGumbel: rows - filteredRows,
+	} {
+		if compared[route] < total*9/10 {
+			return fmt.Errorf("only %d of %d %v rows were clear of a boundary", compared[route], total, route)
+		}
+	}
+	// The switch must change the filtered rows' streams, not only their route.
+	differ := 0
+	for r := range rows {
+		if r%len(filters) >= 2 && tokens[sampler.On][r] != tokens[sampler.Off][r] {
+			differ++
+		}
+	}
+	if differ < filteredRows/2 {
+		return fmt.Errorf("only %d of %d filtered rows drew another token with the Gumbel switch on", differ, filteredRows)
 	}
 	return nil
 }

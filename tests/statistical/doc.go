@@ -1,8 +1,8 @@
 // Package statistical checks that a gumbel device samples from the right distribution.
 //
-// Each [Case] is a logits row, a temperature, a route (Gumbel-max, the categorical path
-// behind the kill switch, or the categorical path with top-k, top-p or min-p) and a number
-// of draws. [Run] draws that many tokens through the public sampler API, many rows per
+// Each [Case] is a logits row, a temperature, a route (Gumbel-max; the filtered route,
+// Gumbel-max over the set that top-k, top-p or min-p keeps; or, behind the kill switch,
+// the categorical path, with or without those filters) and a number of draws. [Run] draws that many tokens through the public sampler API, many rows per
 // call with the same logits, one seed per case and the draw number as the step (tokens of
 // distinct steps are independent under the random stream contract of package philox), and
 // compares the counts with the exact distribution computed here in float64 ([Expected]):
@@ -38,8 +38,8 @@
 // Logit processors (a sparse bias, allowed and banned tokens, the repetition penalty on a
 // tracked prompt) are cases of their own ([Case.Processors]): the reference applies them
 // to the row in the float32 order of kernelsrc/ABI.md ([ProcessedLogits]) and the test is
-// against the exact float64 softmax of the processed logits, on the Gumbel route and on a
-// filtered route. Frequency and presence penalties act on counts the device keeps: a
+// against the exact float64 softmax of the processed logits, on the Gumbel route, on a
+// filtered route and behind the kill switch with the same filter. Frequency and presence penalties act on counts the device keeps: a
 // [TrackedCase] lets every row draw a few tokens (counted by the kernel), compares the
 // device's counts with a recount, then tests the next draw against the distribution those
 // counts give ([RunTracked]). [ModePairs] cases test SampleN (every draw has the row's law,
@@ -53,7 +53,8 @@
 //
 // [SizeCI] is what `go test` runs on the CPU device, in well under a minute on two cores:
 // 1e6 draws for the small-vocabulary Gumbel-max cases at T = 1, 2.5e5 for those at the
-// other temperatures and for the categorical and filtered ones, a few thousand for the
+// other temperatures and for the categorical and filtered ones (the filtered cases on a
+// reduced grid, mirrored behind the kill switch on a smaller one), a few thousand for the
 // 151936-token rows; 1e5 for the processor cases, 4e5 pairs for the pair cases and 3e4
 // tested draws for the tracked cases. A case drawn too few times to catch every bias the
 // suite is about states in [Case.Detects] what it still detects, and the tests show that

@@ -119,6 +119,7 @@ func BenchmarkDraw(b *testing.B) {
 	dev := openCPU(b)
 	for _, name := range []string{
 		"bimodal/V128/T1.0/gumbel", "bimodal/V128/T1.0/categorical", "flat/V128/T1.0/topk50-topp0.9",
+		"flat/V128/T1.0/categorical-topk50-topp0.9", "bimodal/V128/T1.5/minp0.05",
 		"tail/V151936/T1.0/gumbel", "tail/V151936/T1.0/categorical",
 	} {
 		var c Case

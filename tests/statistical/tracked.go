@@ -50,7 +50,8 @@ const (
 )
 
 // TrackedCases returns the tracked penalty cases of a configuration: repetition,
-// frequency and presence penalties together, on the Gumbel route and on a filtered route.
+// frequency and presence penalties together, on the Gumbel route, on a filtered route and
+// with the same filter behind the kill switch (the categorical kernel).
 func TrackedCases(cfg Config) []TrackedCase {
 	seed, alpha, scale := cfg.resolved()
 	n := CITrackedDraws
@@ -58,7 +59,7 @@ func TrackedCases(cfg Config) []TrackedCase {
 		n = FullDraws
 	}
 	var out []TrackedCase
-	for _, p := range []path{pathGumbel, pathMinPLoose} {
+	for _, p := range []path{pathGumbel, pathMinPLoose, pathMinPLoose.killSwitch()} {
 		logits := Logits(Bimodal, SmallVocab, 1)
 		name := fmt.Sprintf("%s/V%d/T1.0/%s/tracked-penalties", Bimodal, SmallVocab, p.label)
 		out = append(out, TrackedCase{

@@ -4,27 +4,81 @@
 //
 // Usage: emu_driver JOB RESULT, or emu_driver --units UNITS RESULT (see units below).
 //
-// JOB (little-endian): u32 magic "GBE2", u32 count, then per launch:
-//   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn), u32 dtype (0 f32, 1 f16, 2 bf16),
-//   u32 grid_x, u32 grid_y, u32 grid_z, u32 block_x, u32 warp_size, u32 vocab, u32 slack,
-//   u32 slots (logits rows), u64 row_stride, u64 logits_bytes, logits, params (grid_y * 64),
-//   u32 aux (elements of bias and counts: 0, or slots * vocab), f32 bias[aux], u32 counts[aux],
-//   u32 mask_words, u32 mask[mask_words], u32 logprobs (1: a logprobs buffer, 0: none).
-// A buffer of no elements is passed as an 8-byte one, as ABI.md allows for a feature no
-// row uses.
-// RESULT, per launch: gumbel_argmax and categorical: i32 tokens[slots * grid_z],
+// JOB (little-endian): u32 magic "GBE3", u32 count, then per launch:
+//   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn, 3 the filtered route: filter_max
+//   with grid (grid_x, grid_y, 1), then filtered with grid (grid_x, grid_y, grid_z), on the
+//   same buffers), u32 dtype (0 f32, 1 f16, 2 bf16), u32 grid_x, u32 grid_y, u32 grid_z,
+//   u32 block_x, u32 warp_size, u32 vocab, u32 slack, u32 slots (logits rows),
+//   u64 row_stride, u64 partials_words, u32 counters_words, u32 filter_list,
+//   u32 filter_min_cands (GB_FILTER_LIST and GB_FILTER_MIN_CANDS for this launch: see
+//   shadow/abi.h), u64 logits_bytes, logits, params (grid_y * 64), u32 aux (elements of
+//   bias and counts: 0, or slots * vocab), f32 bias[aux], u32 counts[aux], u32 mask_words,
+//   u32 mask[mask_words], u32 logprobs (1: a logprobs buffer, 0: none).
+// The scratch sizes come from the job (package abi's formulas, on the Go side): partials
+// and counters hold exactly that many words, so that a kernel that reaches past them
+// ends the process. A buffer of no elements is passed as an 8-byte one, as ABI.md allows
+// for a feature no row uses.
+// RESULT, per launch: the sampling kernels: i32 tokens[slots * grid_z],
 //   i32 status[slots * grid_z], f32 logprobs[4 * slots * grid_z] (when asked for),
-//   u32 counters[2 * grid_y * grid_z + grid_y], u32 counts[aux], params (grid_y * 64);
-//   topn: i32 tokens[slots * 20], f32 values[slots * 20], u32 counters[2 * grid_y].
+//   u32 counters[counters_words], u32 counts[aux], params (grid_y * 64), and for the
+//   filtered route u32 path[grid_z * grid_y] (draw z of launch row y at z * grid_y + y):
+//   0 when the row's last block never asked whether its candidate list holds the kept
+//   set (greedy, min-p alone, bad or skipped rows, a non-finite row), 1 when it drew on
+//   the list, 2 when it fell back to the one-block path;
+//   topn: i32 tokens[slots * 20], f32 values[slots * 20], u32 counters[counters_words].
 //
 // With GB_EMU_TRACE set, each launch is named on stderr as it ends (to see where the
 // time goes: the emulation is slow per barrier, not per element).
 //
 // Every buffer sits between two inaccessible pages, the logits ending slack bytes before
 // the second one: a read or write out of bounds ends the process with SIGSEGV.
+//
+// Build with -I testdata/shadow ahead of the kernelsrc folder: shadow/abi.h stands in
+// for the generated abi.h and turns GB_FILTER_LIST and GB_FILTER_MIN_CANDS into the
+// variables below, so that a job can shrink the filtered kernel's candidate lists.
 #include "../cuda_emu.h"
 
+#include <cstdint>
+#include <vector>
+
+// The filtered route's observables, with no code in the kernel: the candidate-list sizes
+// of the running launch, and which way each draw's last block went. gb_filter_finish_list
+// (filtered.cuh) reports whether the kept set lies in the published list, and draws on it
+// if so; the macro below renames its definition, and the kernel's one call,
+// gb_filter_finish_list<KIND>(...), which the macro does not match (no parenthesis after
+// the name), reaches the wrapper instead. Should filtered.cuh rename the function or call
+// it another way, the wrapper never runs and the tests that require both paths fail.
+namespace gb_emu_filter {
+inline unsigned int list = 0, min_cands = 0; // the job's, per launch
+inline std::vector<std::uint32_t> path;      // per draw and launch row: see RESULT
+
+inline void note(bool listed) {
+    const std::size_t at = std::size_t{gb_emu::block_idx.z} * gb_emu::grid_dim.y + gb_emu::block_idx.y;
+    if (at >= path.size() || path[at] != 0u) {
+        gb_emu::fail("gb_filter_finish_list: called twice for a draw, or outside a filtered launch");
+    }
+    path[at] = listed ? 1u : 2u;
+}
+} // namespace gb_emu_filter
+
+template <int KIND, typename... A>
+bool gb_filter_finish_list(A&&... a) {
+    // Found by argument-dependent lookup when the kernel instantiates this (C++20: a name
+    // followed by < names a template even before its declaration).
+    const bool listed = gb_filter_finish_list_impl<KIND>(static_cast<A&&>(a)...);
+    if (threadIdx.x == 0u) {
+        gb_emu_filter::note(listed); // uniform: every thread returns the same
+    }
+    return listed;
+}
+#define gb_filter_finish_list(...) gb_filter_finish_list_impl(__VA_ARGS__)
+
 #include "../../cuda/sampling.cu"
+
+#undef gb_filter_finish_list
+#if !defined(GB_EMU_SHADOW_ABI)
+#error "build with -I testdata/shadow ahead of the kernelsrc folder (see shadow/abi.h)"
+#endif
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -36,7 +90,7 @@
 
 namespace {
 
-constexpr std::uint32_t kMagic = 0x32454247u; // "GBE2"
+constexpr std::uint32_t kMagic = 0x33454247u; // "GBE3"
 constexpr std::int32_t kUntouched = -7;
 
 // guarded is memory of n bytes that ends slack bytes before an inaccessible page and
@@ -192,11 +246,16 @@ int main(int argc, char** argv) {
         const std::uint32_t slack = r.get<std::uint32_t>();
         const std::uint32_t slots = r.get<std::uint32_t>();
         const std::uint64_t stride = r.get<std::uint64_t>();
+        const std::uint64_t npart = r.get<std::uint64_t>();
+        const std::uint32_t ncnt = r.get<std::uint32_t>();
+        gb_emu_filter::list = r.get<std::uint32_t>();
+        gb_emu_filter::min_cands = r.get<std::uint32_t>();
         const std::uint64_t nbytes = r.get<std::uint64_t>();
-        if (kernel > 2 || dtype > 2 || grid_x == 0 || grid_y == 0 || grid_z == 0 || slots == 0) {
+        if (kernel > 3 || dtype > 2 || grid_x == 0 || grid_y == 0 || grid_z == 0 || slots == 0) {
             gb_emu::fail("bad launch header");
         }
         const bool topn = kernel == 2;
+        const bool filtered = kernel == 3;
 
         guarded logits(nbytes, slack);
         std::memcpy(logits.as<unsigned char>(), r.take(nbytes), nbytes);
@@ -221,13 +280,10 @@ int main(int argc, char** argv) {
         for (std::size_t s = 0; s < nlp; ++s) {
             logprobs.as<float>()[s] = -7.0f;
         }
-        const std::size_t npart =
-            topn ? std::size_t{GB_TOPN_STRIDE} * grid_x * grid_y : std::size_t{4} * grid_x * grid_y * grid_z;
         guarded partials(npart * 8, 0);
         std::memset(partials.as<unsigned char>(), 0xA5, npart * 8);
-        const std::size_t ncnt = topn ? std::size_t{2} * grid_y : std::size_t{2} * grid_y * grid_z + grid_y;
-        guarded counters(ncnt * 4, 0);
-        std::memset(counters.as<unsigned char>(), 0, ncnt * 4);
+        guarded counters(std::size_t{ncnt} * 4, 0);
+        std::memset(counters.as<unsigned char>(), 0, std::size_t{ncnt} * 4);
 
         const gb_emu::dim3 grid{grid_x, grid_y, grid_z};
         const gb_emu::dim3 block{block_x, 1, 1};
@@ -250,6 +306,21 @@ int main(int argc, char** argv) {
                 const topn_fn<gb_u16> fns[2] = {topn_f16, topn_bf16};
                 gb_emu::launch(fns[dtype - 1], grid, block, w, logits.as<const gb_u16>(), prm, tok, values, part, cnt,
                                static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
+            }
+        } else if (filtered) {
+            gb_emu_filter::path.assign(std::size_t{grid_y} * grid_z, 0u);
+            const gb_emu::dim3 grid1{grid_x, grid_y, 1};
+            if (dtype == 0) {
+                gb_emu::launch(sample_fn<float>(filter_max_f32), grid1, block, w, logits.as<const float>(), prm, tok,
+                               st, part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
+                gb_emu::launch(sample_fn<float>(filtered_f32), grid, block, w, logits.as<const float>(), prm, tok, st,
+                               part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
+            } else {
+                const sample_fn<gb_u16> fns[2][2] = {{filter_max_f16, filtered_f16}, {filter_max_bf16, filtered_bf16}};
+                for (int k = 0; k < 2; ++k) {
+                    gb_emu::launch(fns[dtype - 1][k], k == 0 ? grid1 : grid, block, w, logits.as<const gb_u16>(), prm,
+                                   tok, st, part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
+                }
             }
         } else if (dtype == 0) {
             const sample_fn<float> fns[2] = {gumbel_argmax_f32, categorical_f32};
@@ -277,6 +348,10 @@ int main(int argc, char** argv) {
             put(out, cs, aux);
             put(out, params.as<const unsigned char>(), std::size_t{grid_y} * 64);
         }
+        if (filtered) {
+            put(out, gb_emu_filter::path.data(), gb_emu_filter::path.size());
+        }
+        gb_emu_filter::path.clear();
     }
     if (r.off != r.buf.size()) {
         gb_emu::fail("trailing bytes in job file");

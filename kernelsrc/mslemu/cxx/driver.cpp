@@ -1,15 +1,17 @@
 // driver.cpp runs the emulated MSL kernels on cases read from a file and writes what
 // they produced, for mslemu_test.go.
 //
-// Input (little-endian): "MSLEMU02", u32 case count, then per case
-//   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn), u32 dtype (0 f32, 1 f16, 2 bf16),
-//   u32 T, u32 S (threadgroups per row), u32 n (launch rows), u32 D (draws, grid.z),
-//   u32 vocab, u64 row_stride, u32 rows (logits rows: outputs are per row),
-//   u32 max_groups, u32 yield_percent, u32 simd_width (0 means 32), u64 seed,
-//   u64 logits byte count and the logits, n RowParams of 64 bytes, then the bias, counts
-//   and mask buffers, each as a u64 byte count and the bytes (0 bytes: an 8-byte buffer
-//   of poison, which a kernel must not touch).
-// Output: "MSLEMU02", then per case, with slots = rows * D (topn: rows * 20):
+// Input (little-endian): "MSLEMU03", u32 case count, then per case
+//   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn, 3 filtered: filter_max over an
+//   (S, n, 1) grid, then filtered over (S, n, D), on the same buffers), u32 dtype (0 f32,
+//   1 f16, 2 bf16), u32 T, u32 S (threadgroups per row), u32 n (launch rows), u32 D
+//   (draws, grid.z), u32 vocab, u64 row_stride, u32 rows (logits rows: outputs are per
+//   row), u32 max_groups, u32 yield_percent, u32 simd_width (0 means 32), u64 seed,
+//   u64 partials words (uint64), u64 counters words (uint32), u64 logits byte count and
+//   the logits, n RowParams of 64 bytes, then the bias, counts and mask buffers, each as
+//   a u64 byte count and the bytes (0 bytes: an 8-byte buffer of poison, which a kernel
+//   must not touch).
+// Output: "MSLEMU03", then per case, with slots = rows * D (topn: rows * 20):
 //   int32 tokens[slots], int32 status[slots] (topn: float32 values[slots]),
 //   float32 logprobs[4 * rows * D] (none for topn), the counts buffer after the launch,
 //   the n RowParams after the launch, and a u32 count of counter words left non-zero.
@@ -19,7 +21,8 @@
 // blocks (probes.inc) directly.
 //
 // tokens, status, values and logprobs start as 0x7EEEEEEE so that unwritten slots are
-// visible. Every buffer ends at an inaccessible page, so a read or write past its end
+// visible; partials start as 0xA5 bytes and counters as zero. filter_max gets an 8-byte
+// logprobs buffer of poison, as the sampler binds it. Every buffer ends at an inaccessible page, so a read or write past its end
 // kills the process instead of passing unnoticed.
 #include <algorithm>
 #include <cmath>
@@ -55,6 +58,24 @@ void categorical_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, me
     const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
     uint, uint);
 void categorical_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
+    uint, uint);
+void filter_max_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
+    uint, uint);
+void filter_max_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
+    uint, uint);
+void filter_max_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
+    uint, uint);
+void filtered_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
+    uint, uint);
+void filtered_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
+    uint, uint);
+void filtered_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
     const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
     uint, uint);
 void topn_f32(const float*, const gb_row_params*, int*, float*, metal::atomic_uint*, metal::atomic_uint*,
@@ -131,6 +152,10 @@ struct Reader {
     }
 };
 
+// The kernel of a Launch: the input's kernel numbers, and filter_max, which a filtered
+// case runs first.
+enum : uint32_t { kGumbelArgmax = 0, kCategorical = 1, kTopN = 2, kFiltered = 3, kFilterMax = 4 };
+
 struct Launch {
     uint32_t which, dtype;
     const void* logits;
@@ -188,6 +213,24 @@ void thunk(void* ctx, const mslemu::ThreadIds& id) {
         break;
     case 8:
         TOPN_CALL(topn_bf16, ushort);
+        break;
+    case 9:
+        SAMPLING_CALL(filtered_f32, float);
+        break;
+    case 10:
+        SAMPLING_CALL(filtered_f16, ushort);
+        break;
+    case 11:
+        SAMPLING_CALL(filtered_bf16, ushort);
+        break;
+    case 12:
+        SAMPLING_CALL(filter_max_f32, float);
+        break;
+    case 13:
+        SAMPLING_CALL(filter_max_f16, ushort);
+        break;
+    case 14:
+        SAMPLING_CALL(filter_max_bf16, ushort);
         break;
     default:
         die("unknown kernel or dtype");
@@ -345,10 +388,10 @@ int main(int argc, char** argv) {
         }
         return 0;
     }
-    if (std::memcmp(magic, "MSLEMU02", 8) != 0) {
+    if (std::memcmp(magic, "MSLEMU03", 8) != 0) {
         die("bad magic");
     }
-    std::fwrite("MSLEMU02", 1, 8, out);
+    std::fwrite("MSLEMU03", 1, 8, out);
     uint32_t cases = r.get<uint32_t>();
     for (uint32_t c = 0; c < cases; ++c) {
         uint32_t which = r.get<uint32_t>();
@@ -364,8 +407,11 @@ int main(int argc, char** argv) {
         uint32_t yieldPercent = r.get<uint32_t>();
         uint32_t width = r.get<uint32_t>();
         uint64_t seed = r.get<uint64_t>();
+        uint64_t partialWords = r.get<uint64_t>();
+        uint64_t counterWords = r.get<uint64_t>();
         uint64_t logitBytes = r.get<uint64_t>();
-        if (which > 2 || dtype > 2 || T == 0 || S == 0 || n == 0 || D == 0 || (which == 2 && D != 1)) {
+        if (which > kFiltered || dtype > 2 || T == 0 || S == 0 || n == 0 || D == 0 ||
+            (which == kTopN && D != 1) || partialWords == 0 || counterWords == 0) {
             die("case " + std::to_string(c) + ": bad header");
         }
         Guarded logits(logitBytes, 0);
@@ -384,7 +430,7 @@ int main(int argc, char** argv) {
             }
             extra.push_back(g);
         }
-        const bool topn = which == 2;
+        const bool topn = which == kTopN;
         size_t slots = topn ? size_t(rows) * 20 : size_t(rows) * D;
         Guarded tokens(slots * 4, 0);
         Guarded status(slots * 4, 0);
@@ -398,9 +444,7 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < records; ++i) {
             std::memcpy(logprobs.data + 4 * i, &sentinel, 4);
         }
-        size_t partialWords = which == 0 ? 3 * size_t(n) * D * S : which == 2 ? size_t(n) * S * 22 : 1;
         Guarded partials(partialWords * 8, 0xA5);
-        size_t counterWords = topn ? 2 * size_t(n) : 2 * size_t(n) * D + n;
         Guarded counters(counterWords * 4, 0);
 
         Launch l;
@@ -420,7 +464,7 @@ int main(int argc, char** argv) {
         l.mask = reinterpret_cast<const uint*>(extra[2]->data);
 
         mslemu::Dispatch d;
-        d.grid[0] = which == 1 ? 1 : S;
+        d.grid[0] = which == kCategorical ? 1 : S;
         d.grid[1] = n;
         d.grid[2] = D;
         d.T = T;
@@ -430,6 +474,18 @@ int main(int argc, char** argv) {
         d.seed = seed;
         d.maxGroups = maxGroups;
         d.yieldPercent = yieldPercent;
+        if (which == kFiltered) {
+            // filter_max first, over (S, n, 1), its records argument unused.
+            Guarded unused(8, 0xA5);
+            Launch fm = l;
+            fm.which = kFilterMax;
+            fm.logprobs = reinterpret_cast<float*>(unused.data);
+            mslemu::Dispatch dm = d;
+            dm.grid[2] = 1;
+            dm.ctx = &fm;
+            dm.seed = seed ^ 0x9E3779B97F4A7C15ull;
+            mslemu::run(dm);
+        }
         mslemu::run(d);
 
         uint32_t nonzero = 0;

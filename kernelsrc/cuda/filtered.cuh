@@ -1,0 +1,596 @@
+// filtered (ABI.md): top-k, top-p and min-p rows, S >= 1 blocks per row, D draws, drawn by
+// Gumbel-max over the kept set of the categorical kernel's steps 1 to 7. filter_max runs
+// first for rows whose filters need the row's largest logit before a block can select
+// (top-p or min-p without top-k).
+//
+// A block scans its chunk once. With min-p alone it draws over its kept elements itself
+// (the threshold follows from the row's maximum) and publishes its winner and kept mass.
+// Otherwise it publishes candidates: each thread keeps its GB_FILTER_THREAD largest keys
+// while it scans, the block publishes at most FilterCands of those (whole radix bins from
+// the top) and the largest key it left out, Kcov. Every element above the row's Kcov is
+// then a candidate, so the last block to arrive computes top-k and top-p exactly on the
+// list whenever the kept set lies above Kcov (and fits GB_CAT_CAP), and draws over it;
+// otherwise it runs the categorical kernel's one-block path with a Gumbel-max draw over
+// the row. On LLM logits the kept set is a few tokens near the top and the list serves.
+
+// GB_FILTER_THREAD is the candidates a thread keeps while it scans, GB_FILTER_WARP those
+// a warp hands on to its block's merge, and GB_FILTER_RANKED the longest list the last
+// block ranks (half of the categorical list arrays; the ranks take the other half).
+#define GB_FILTER_THREAD 4
+#define GB_FILTER_WARP 16
+#define GB_FILTER_RANKED (GB_CAT_CAP / 2)
+
+// gb_filter_needs_max reports rows whose filters need the row's maximum before a block
+// can select: top-p or min-p without top-k.
+__device__ __forceinline__ bool gb_filter_needs_max(const gb_row_params& p, gb_u32 vocab) {
+    const bool topk = p.top_k > 0u && p.top_k < vocab;
+    const bool topp = p.top_p > 0.0f && p.top_p < 1.0f;
+    const bool minp = p.min_p > 0.0f && p.min_p <= 1.0f;
+    return !topk && (topp || minp);
+}
+
+// gb_filter_owns reports whether a row belongs to filter_max and filtered: not ROUTED, or
+// ROUTED with FILTERED and without CATEGORICAL (which names the categorical kernel).
+__device__ __forceinline__ bool gb_filter_owns(gb_u32 flags) {
+    return !(flags & GB_FLAG_ROUTED) || ((flags & GB_FLAG_FILTERED) && !(flags & GB_FLAG_CATEGORICAL));
+}
+
+// gb_chunk_of is block x's contiguous part [start, end) of a row of vocab elements split
+// over nblocks: a multiple of 4 elements long, so that a Philox block never straddles two
+// blocks and vector loads stay aligned.
+__device__ __forceinline__ void gb_chunk_of(gb_u32 vocab, gb_u32 nblocks, gb_u32 x, gb_u32& start, gb_u32& end) {
+    gb_u32 per = vocab / nblocks + (vocab % nblocks != 0u ? 1u : 0u);
+    per = (per + 3u) & ~3u;
+    const gb_u64 start64 = (gb_u64)x * per;
+    start = start64 < vocab ? (gb_u32)start64 : vocab;
+    end = start64 + per < vocab ? (gb_u32)(start64 + per) : vocab;
+}
+
+// gb_filter_max is the filter_max kernel: block x of launch row y writes the largest
+// order key of its chunk's processed logits to partials word y * S + x.
+template <int KIND>
+__device__ __forceinline__ void gb_filter_max(const typename gb_io<KIND>::elem* __restrict__ logits,
+                                              const gb_row_params* params, gb_u64* partials, gb_u64 row_stride,
+                                              gb_u32 vocab, const float* bias, const gb_u32* counts,
+                                              const gb_u32* mask) {
+    __shared__ gb_u64 s_red[GB_MAX_WARPS];
+    __shared__ gb_u64 s_bcast[2];
+    const gb_row_params p = params[blockIdx.y];
+    if (blockIdx.z != 0u || !gb_filter_owns(p.flags) ||
+        gb_bad_flags(p.flags) || gb_bad_row(p.temperature, vocab) || p.temperature == 0.0f ||
+        !gb_filter_needs_max(p, vocab)) {
+        return;
+    }
+    gb_u32 start, end;
+    gb_chunk_of(vocab, gridDim.x, blockIdx.x, start, end);
+    const typename gb_io<KIND>::elem* row = logits + (gb_u64)p.row * row_stride;
+    const bool vec = gb_io<KIND>::vec_ok(row);
+    const gb_processor pc = gb_processor_of(p, bias, counts, mask, vocab);
+    gb_u32 mkey = 0u, none = 0u;
+    for (gb_u32 g = start + 4u * threadIdx.x; g < end; g += 4u * blockDim.x) {
+        float x[4];
+        const gb_u32 n = gb_load_processed<KIND>(row, g, end, vec, pc, x);
+#pragma unroll
+        for (gb_u32 j = 0; j < 4u; ++j) {
+            if (j < n) {
+                mkey = gb_max_u32(mkey, gb_orderkey(x[j]));
+            }
+        }
+    }
+    gb_block_max_or(mkey, none, s_red, s_bcast);
+    if (threadIdx.x == 0u) {
+        partials[(gb_u64)blockIdx.y * gridDim.x + blockIdx.x] = mkey;
+    }
+}
+
+// gb_filter_shape is what the blocks of a filtered row agree on.
+struct gb_filter_shape {
+    bool topk, topp, minp, minp_only, needs_max;
+    gb_u32 cands;     // FilterCands: the candidates a block may publish
+    gb_u64* part;     // this block's FilterStride words
+    gb_u64* row_part; // block 0's words of this draw
+    gb_u32 stride;    // FilterStride
+};
+
+// GB_FILTER_NUCLEUS is the kept set a top-p row without top-k is expected to fit: its
+// blocks publish as many candidates as top-k with that k would.
+#define GB_FILTER_NUCLEUS 64u
+
+// gb_filter_take is how many candidates a block of the row publishes: enough that about
+// 4k of the row's largest keys lie above the row's Kcov when they are spread over the
+// blocks as LLM logits are (a block holding more of the top k than it publishes only
+// costs that row the one-block path), at most s.cands. Fewer candidates make a shorter
+// list for the last block to rank.
+__device__ __forceinline__ gb_u32 gb_filter_take(const gb_row_params& p, const gb_filter_shape& s,
+                                                 gb_u32 nblocks) {
+    const gb_u64 k = s.topk ? p.top_k : GB_FILTER_NUCLEUS;
+    const gb_u64 want = (4ull * k + nblocks - 1u) / nblocks + 2u;
+    return (gb_u32)(want < 4ull ? 4ull : want < (gb_u64)s.cands ? want : (gb_u64)s.cands);
+}
+
+// gb_filter_scan is one block's pass over its chunk [start, end): the largest processed
+// key (mkey), the observations, with LP the raw log-sum-exp, and
+// - min-p alone (MINP): the best Gumbel key over its kept elements and their mass;
+// - otherwise: the thread's GB_FILTER_THREAD largest keys (lst, largest first) and the
+//   largest key it let go (rej), with TOPP_MASS the fixed-point mass of every element.
+template <int KIND, bool MINP, bool TOPP_MASS, bool LP>
+__device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32 start, gb_u32 end,
+                                               const gb_row_state& st, float dmin, gb_u32 lo, gb_u32 hi,
+                                               gb_u64 lst[GB_FILTER_THREAD], gb_u32& rej, gb_u32& mkey,
+                                               gb_u32& seen, gb_u64& mass, gb_u64& best, gb_lse& raw) {
+    // One group loaded ahead: a block of a large batch's row makes many trips, each
+    // waiting on its load otherwise.
+    const gb_u32 stride = 4u * blockDim.x;
+    float nxt[4];
+    gb_u32 nn = gb_load_group<KIND>(r.row, start + 4u * threadIdx.x, end, r.vec, nxt);
+    for (gb_u32 g = start + 4u * threadIdx.x; g < end; g += stride) {
+        float v[4], x[4];
+        const gb_u32 n = nn;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            v[j] = nxt[j];
+        }
+        nn = gb_load_group<KIND>(r.row, g + stride, end, r.vec, nxt);
+        if (LP) {
+            gb_lse_add4(raw, v, gb_max4(v));
+        }
+        if (r.pc.flags != 0u) {
+            seen |= gb_process_group(r.pc, g, n, v, x);
+        } else {
+            seen |= gb_group_seen(v, n);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                x[j] = v[j];
+            }
+        }
+        if (MINP) {
+            bool need[4];
+            bool any = false;
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                mkey = j < n ? gb_max_u32(mkey, gb_orderkey(x[j])) : mkey;
+                need[j] = j < n && !(__fmul_rn(__fadd_rn(x[j], -st.m), st.invT) < dmin);
+                any = any || need[j];
+            }
+            if (!any) {
+                continue;
+            }
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                if (need[j]) {
+                    const float w = gb_weight(x[j], st.m, st.invT, st.cutoff);
+                    if (w >= st.min_p) {
+                        mass += gb_fixed(w, st.two_pow_f);
+                        best = gb_max_u64(best, gb_noisy_key(x[j], g + j, st.invT, lo, hi, r.p));
+                    }
+                }
+            }
+            continue;
+        }
+#pragma unroll
+        for (gb_u32 j = 0; j < 4u; ++j) {
+            if (j >= n) {
+                continue;
+            }
+            const gb_u32 k = gb_orderkey(x[j]);
+            mkey = gb_max_u32(mkey, k);
+            if (TOPP_MASS) {
+                mass += gb_fixed(gb_weight(x[j], st.m, st.invT, st.cutoff), st.two_pow_f);
+            }
+            gb_u64 key = ((gb_u64)k << 32) | (gb_u64)(0xFFFFFFFFu - (g + j));
+            if (key <= lst[GB_FILTER_THREAD - 1]) {
+                rej = gb_max_u32(rej, k);
+                continue;
+            }
+            rej = gb_max_u32(rej, (gb_u32)(lst[GB_FILTER_THREAD - 1] >> 32));
+#pragma unroll
+            for (int i = 0; i < GB_FILTER_THREAD; ++i) { // a fixed insertion: no local memory
+                const gb_u64 a = lst[i];
+                const bool gt = key > a;
+                lst[i] = gt ? key : a;
+                key = gt ? a : key;
+            }
+        }
+    }
+}
+
+// gb_filter_shared is the filtered kernel's shared memory beside the categorical
+// kernel's (gb_cat_smem), whose list arrays and reduction words it shares.
+struct gb_filter_shared {
+    gb_u64 top[GB_MAX_WARPS * GB_FILTER_WARP]; // each warp's largest keys, largest first
+};
+
+__device__ __forceinline__ gb_filter_shared& gb_filter_smem() {
+    __shared__ gb_filter_shared s;
+    return s;
+}
+
+// gb_warp_take moves the warp's `take` largest keys of its lanes' lists to out, largest
+// first, ending with a 0 when there are fewer, and returns to every lane the order key
+// of the largest entry left in the lists (0: none). One warp maximum per key: no shared
+// atomics, whose single hot bin would serialise a block on LLM logits.
+__device__ __forceinline__ gb_u32 gb_warp_take(gb_u64 lst[GB_FILTER_THREAD], gb_u32 take, gb_u64* out) {
+    for (gb_u32 c = 0; c < take; ++c) {
+        const gb_u64 best = gb_warp_max_u64_all(lst[0]);
+        if (gb_lane() == 0u) {
+            out[c] = best;
+        }
+        if (best == 0ull) {
+            break; // uniform: every lane has the warp's maximum
+        }
+        if (lst[0] == best) { // keys are unique: one lane pops
+#pragma unroll
+            for (int i = 0; i + 1 < GB_FILTER_THREAD; ++i) {
+                lst[i] = lst[i + 1];
+            }
+            lst[GB_FILTER_THREAD - 1] = 0ull;
+        }
+    }
+    return (gb_u32)(gb_warp_max_u64_all(lst[0]) >> 32);
+}
+
+// gb_filter_publish writes the block's `take` largest listed keys (fewer when it holds
+// fewer) to its words, largest first: each warp takes its GB_FILTER_WARP largest, then
+// warp 0 merges the warps' lists. It returns to every thread Kcov, the largest key the
+// block did not publish (beside the threads' rej), and leaves the count in sh.n_list.
+__device__ __forceinline__ gb_u32 gb_filter_publish(gb_u64 lst[GB_FILTER_THREAD], gb_u32 rej, gb_u32 take,
+                                                    const gb_filter_shape& s, gb_cat_shared& sh,
+                                                    gb_filter_shared& fs) {
+    const gb_u32 lane = gb_lane(), warp = gb_warp();
+    gb_u32 left = gb_max_u32(rej, gb_warp_take(lst, GB_FILTER_WARP, fs.top + warp * GB_FILTER_WARP));
+    __syncthreads();
+    if (warp == 0u) {
+        // Lane l walks warp l's list; the lists are sorted, so their heads hold the
+        // largest key not yet taken.
+        const bool own = lane < gb_num_warps();
+        const gb_u64* mine = fs.top + lane * GB_FILTER_WARP;
+        gb_u32 at = 0u;
+        gb_u64 head = own ? mine[0] : 0ull;
+        gb_u32 c = 0u;
+        for (; c < take; ++c) {
+            const gb_u64 best = gb_warp_max_u64_all(head);
+            if (best == 0ull) {
+                break;
+            }
+            if (lane == 0u) {
+                s.part[c] = best;
+            }
+            if (head == best) {
+                ++at;
+                head = at < GB_FILTER_WARP ? mine[at] : 0ull;
+            }
+        }
+        left = gb_max_u32(left, (gb_u32)(gb_warp_max_u64_all(head) >> 32));
+        for (gb_u32 e = c + lane; e < take; e += GB_WARP_SIZE) {
+            s.part[e] = 0ull; // the last block reads all take slots
+        }
+        if (lane == 0u) {
+            sh.n_list = c;
+        }
+    }
+    gb_u32 none = 0u;
+    gb_block_max_or(left, none, sh.red, sh.bcast);
+    return left;
+}
+
+// gb_list_append returns the place of this thread's entry (when take) in a list whose
+// length is *n: one shared atomic per warp.
+__device__ __forceinline__ gb_u32 gb_list_append(bool take, gb_u32* n) {
+    const gb_u64 ballot = (gb_u64)__ballot_sync(0xFFFFFFFFu, take);
+    const gb_u32 lane = gb_lane();
+    const int leader = __ffsll((long long)ballot) - 1;
+    gb_u32 base = 0u;
+    if (leader >= 0 && lane == (gb_u32)leader) {
+        base = atomicAdd(n, (gb_u32)__popcll(ballot));
+    }
+    base = __shfl_sync(0xFFFFFFFFu, base, leader < 0 ? 0 : leader);
+    return base + (gb_u32)__popcll(ballot & ((1ull << lane) - 1ull));
+}
+
+// gb_filter_finish_list is the last block's work for a row with candidates: the list of
+// every published key above the row's Kcov, ranked (each entry counts the larger ones),
+// gives Kk at rank k - 1 and, by one block scan of the weights in rank order, Kp; then
+// the Gumbel-max draw over the kept entries. It returns false, having written nothing,
+// when the kept set is not certain to lie in the list (or the list is too long to rank);
+// the caller then runs the one-block path.
+template <int KIND>
+__device__ __forceinline__ bool gb_filter_finish_list(gb_cat_row<KIND>& r, const gb_filter_shape& s,
+                                                      gb_row_state& st, gb_u32 kcov, gb_u64 z_row, gb_u32 lo,
+                                                      gb_u32 hi, gb_cat_shared& sh) {
+    const gb_u32 nblocks = gridDim.x;
+    if (threadIdx.x == 0u) {
+        sh.n_list = 0u;
+    }
+    __syncthreads();
+    // Each block published its take largest keys, 0 in the slots it had no key for.
+    const gb_u32 take = gb_filter_take(r.p, s, nblocks);
+    const gb_u32 span = nblocks * take;
+    for (gb_u32 i0 = 0u; i0 < span; i0 += blockDim.x) { // block-uniform trips: warps append
+        const gb_u32 i = i0 + threadIdx.x;
+        const gb_u64 key = i < span ? gb_load_published(s.row_part + (gb_u64)(i / take) * s.stride + i % take) : 0ull;
+        const gb_u32 k = (gb_u32)(key >> 32);
+        const bool take = key != 0ull && k > kcov;
+        const gb_u32 at = gb_list_append(take, &sh.n_list);
+        if (take && at < GB_FILTER_RANKED) {
+            sh.idx[at] = 0xFFFFFFFFu - (gb_u32)key;
+            sh.key[at] = k;
+            sh.w[at] = gb_weight(gb_orderkey_inverse(k), st.m, st.invT, st.cutoff);
+        }
+    }
+    __syncthreads();
+    const gb_u32 n_list = sh.n_list;
+    // Uniform: every thread read the same count. Without top-k and top-p (no filter on,
+    // a row the sampler never sends) the kept set is the row, listed only when no block
+    // left anything out.
+    if (n_list > GB_FILTER_RANKED || (s.topk && n_list < r.p.top_k) || (!s.topk && !s.topp && kcov != 0u)) {
+        return false;
+    }
+    // Ranks: entries are distinct packed keys, so rank order is the order of the keys.
+    gb_u32* order = sh.idx + GB_FILTER_RANKED; // order[rank] = entry
+    for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
+        const gb_u64 me = ((gb_u64)sh.key[e] << 32) | (0xFFFFFFFFu - sh.idx[e]);
+        gb_u32 rank = 0u;
+        for (gb_u32 f = 0u; f < n_list; ++f) {
+            rank += (((gb_u64)sh.key[f] << 32) | (0xFFFFFFFFu - sh.idx[f])) > me ? 1u : 0u;
+        }
+        order[rank] = e;
+    }
+    __syncthreads();
+    const gb_u32 kk = s.topk ? sh.key[order[r.p.top_k - 1u]] : 0u;
+    st.threshold = kk;
+    gb_u32 kp = 0u;
+    if (s.topp) {
+        // Each thread owns a run of consecutive ranks; the scan of the runs' masses is the
+        // prefix mass the threshold needs. Z is the mass of keys >= Kk: the list's own
+        // with top-k, else the row's.
+        const gb_u32 per = n_list / blockDim.x + (n_list % blockDim.x != 0u ? 1u : 0u);
+        const gb_u32 p0 = gb_min_u32(threadIdx.x * per, n_list), p1 = gb_min_u32(p0 + per, n_list);
+        gb_u64 local = 0ull;
+        for (gb_u32 q = p0; q < p1; ++q) {
+            const gb_u32 e = order[q];
+            local += sh.key[e] >= kk ? gb_fixed(sh.w[e], st.two_pow_f) : 0ull;
+        }
+        gb_u64 listed = 0ull;
+        gb_u64 acc = gb_block_exclusive_scan_u64(local, listed, sh.red, sh.bcast);
+        const gb_u64 z = s.topk ? listed : z_row;
+        const gb_u64 pp = __float2ull_rz(__fmul_rn(r.p.top_p, GB_TWO_POW_32));
+        const gb_u64 target = (__umul64hi(z, pp) << 32) | ((z * pp) >> 32); // (Z * P) >> 32
+        if (listed < target || listed == 0ull) {
+            return false; // the nucleus reaches below Kcov
+        }
+        // Kp: the key where the prefix mass in rank order first reaches the target.
+        for (gb_u32 q = p0; q < p1; ++q) {
+            const gb_u32 e = order[q];
+            const gb_u64 w = sh.key[e] >= kk ? gb_fixed(sh.w[e], st.two_pow_f) : 0ull;
+            if (acc + w >= target && (acc < target || q == 0u)) {
+                sh.word = sh.key[e];
+            }
+            acc += w;
+        }
+        __syncthreads();
+        kp = sh.word;
+    }
+    st.threshold = gb_max_u32(kk, kp);
+    const gb_u64 s_kept = gb_gumbel_listed(st, n_list, r.p, lo, hi, sh);
+    gb_cat_finish<KIND>(r, st, s_kept, sh);
+    return true;
+}
+
+// gb_filtered is the kernel: block (x, y, z) scans its chunk of launch row y for draw z
+// and publishes its words; the row's last block to arrive finishes the draw.
+template <int KIND>
+__device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __restrict__ logits,
+                                            gb_row_params* params, gb_i32* tokens, gb_i32* status,
+                                            gb_u64* partials, gb_u32* counters, gb_u64 row_stride, gb_u32 vocab,
+                                            float* logprobs, const float* bias, gb_u32* counts, const gb_u32* mask) {
+    gb_cat_row<KIND> r;
+    r.y = blockIdx.y;
+    r.p = params[r.y];
+    if (!gb_filter_owns(r.p.flags)) {
+        return; // another kernel's row: left entirely alone
+    }
+    const gb_u32 z = blockIdx.z;
+    const gb_u32 nblocks = gridDim.x;
+    r.o = (gb_u64)r.p.row * gridDim.z + z;
+    r.lp = (r.p.flags & GB_FLAG_LOGPROBS) != 0u;
+    if (gb_bad_flags(r.p.flags) || gb_bad_row(r.p.temperature, vocab)) {
+        if (blockIdx.x == 0u && threadIdx.x == 0u) {
+            tokens[r.o] = -1;
+            status[r.o] = GB_STATUS_BAD_PARAMS;
+            if (r.lp) {
+                gb_write_record(logprobs, r.o, false, 0.0f, 0.0f, 0.0f, 0.0f);
+            }
+        }
+        return;
+    }
+    r.row = logits + (gb_u64)r.p.row * row_stride;
+    r.vocab = vocab;
+    r.vec = gb_io<KIND>::vec_ok(r.row);
+    r.pc = gb_processor_of(r.p, bias, counts, mask, vocab);
+    r.params = params;
+    r.tokens = tokens;
+    r.status = status;
+    r.logprobs = logprobs;
+    r.counters = counters;
+    r.counts = counts;
+    gb_cat_shared& sh = gb_cat_smem();
+    if (r.p.temperature == 0.0f) {
+        if (blockIdx.x == 0u) {
+            gb_categorical_row<KIND, true>(r, sh); // greedy: the first largest logit
+        }
+        return;
+    }
+
+    gb_filter_shape s;
+    s.topk = r.p.top_k > 0u && r.p.top_k < vocab;
+    s.topp = r.p.top_p > 0.0f && r.p.top_p < 1.0f;
+    s.minp = r.p.min_p > 0.0f && r.p.min_p <= 1.0f;
+    s.minp_only = s.minp && !s.topk && !s.topp;
+    s.needs_max = !s.topk && (s.topp || s.minp);
+    s.cands = gb_max_u32(GB_FILTER_MIN_CANDS, GB_FILTER_LIST / nblocks);
+    s.stride = s.cands + GB_FILTER_META;
+    const gb_u64 rows = gridDim.y;
+    s.row_part = partials + rows * nblocks + ((gb_u64)z * rows + r.y) * nblocks * s.stride;
+    s.part = s.row_part + (gb_u64)blockIdx.x * s.stride;
+
+    gb_row_state st;
+    st.invT = 1.0f / r.p.temperature;
+    st.bitlen = 32u - (gb_u32)__clz((int)vocab);
+    st.two_pow_f = __uint_as_float((127u + 63u - st.bitlen) << 23);
+    st.cutoff = -__fadd_rn(__fmul_rn((float)(63u - st.bitlen), 0.6931472f), 1.0f);
+    st.threshold = 0u;
+    st.minp_on = s.minp;
+    st.min_p = r.p.min_p;
+    st.m = 0.0f;
+    if (s.needs_max) {
+        // filter_max's words: a previous launch wrote them.
+        gb_u32 mk = 0u, none = 0u;
+        for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
+            mk = gb_max_u32(mk, (gb_u32)partials[(gb_u64)r.y * nblocks + i]);
+        }
+        gb_block_max_or(mk, none, sh.red, sh.bcast);
+        st.m = gb_orderkey_inverse(mk);
+    }
+    gb_u32 lo, hi;
+    gb_step_plus(r.p, z, lo, hi);
+    const float dmin = s.minp_only ? __fadd_rn(__fmul_rn(logf(st.min_p), 1.0001f), -1.0e-3f) : 0.0f;
+
+    gb_u32 start, end;
+    gb_chunk_of(vocab, nblocks, blockIdx.x, start, end);
+    gb_u64 lst[GB_FILTER_THREAD];
+#pragma unroll
+    for (int i = 0; i < GB_FILTER_THREAD; ++i) {
+        lst[i] = 0ull;
+    }
+    gb_u32 rej = 0u, mkey = 0u, seen = 0u;
+    gb_u64 mass = 0ull, best = 0ull;
+    gb_lse raw;
+    gb_lse_init(raw);
+    const bool topp_mass = s.topp && !s.topk;
+    if (s.minp_only) {
+        if (r.lp) {
+            gb_filter_scan<KIND, true, false, true>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw);
+        } else {
+            gb_filter_scan<KIND, true, false, false>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw);
+        }
+    } else if (topp_mass) {
+        if (r.lp) {
+            gb_filter_scan<KIND, false, true, true>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw);
+        } else {
+            gb_filter_scan<KIND, false, true, false>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw);
+        }
+    } else if (r.lp) {
+        gb_filter_scan<KIND, false, false, true>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw);
+    } else {
+        gb_filter_scan<KIND, false, false, false>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw);
+    }
+
+    // The block's words: candidates (or, min-p alone, none), then the meta words
+    // [count | mkey << 32, Kcov or the min-p winner, mass, raw log-sum-exp].
+    gb_block_max_or(mkey, seen, sh.red, sh.bcast);
+    gb_u64 meta1;
+    if (s.minp_only) {
+        meta1 = gb_block_max_u64_all(best, sh.red, sh.bcast);
+        if (threadIdx.x == 0u) {
+            sh.n_list = 0u;
+        }
+    } else {
+        meta1 = gb_filter_publish(lst, rej, gb_filter_take(r.p, s, nblocks), s, sh, gb_filter_smem());
+    }
+    mass = gb_block_sum_u64(mass, sh.red, sh.bcast);
+    if (r.lp) {
+        gb_block_lse(raw, raw, false, sh.pair);
+    }
+    if (threadIdx.x == 0u) {
+        s.part[s.cands] = ((gb_u64)mkey << 32) | sh.n_list;
+        s.part[s.cands + 1u] = meta1;
+        s.part[s.cands + 2u] = mass;
+        s.part[s.cands + 3u] = gb_lse_pack(raw);
+        gb_u32 last = 1u;
+        if (nblocks > 1u) {
+            gb_u32* cnt = counters + 2u * ((gb_u64)z * rows + r.y);
+            if (seen != 0u) {
+                atomicOr(&cnt[1], seen);
+            }
+            __threadfence();
+            last = atomicAdd(&cnt[0], 1u) == nblocks - 1u ? 1u : 0u;
+            if (last) {
+                __threadfence();
+                seen = atomicExch(&cnt[1], 0u);
+                atomicExch(&cnt[0], 0u);
+            }
+        }
+        sh.word = last ? (seen | 0x80000000u) : 0u;
+    }
+    __syncthreads();
+    const gb_u32 verdict = sh.word;
+    if (verdict == 0u) {
+        return;
+    }
+    __threadfence();
+
+    // The last block: the row's observations, maximum, mass and log-sum-exp.
+    seen = verdict & ~0x80000000u;
+    if (gb_seen_status(seen) != GB_STATUS_OK) {
+        if (threadIdx.x == 0u) {
+            gb_finish(tokens, status, r.o, 0ull, seen);
+            if (r.lp) {
+                gb_write_record(logprobs, r.o, false, 0.0f, 0.0f, 0.0f, 0.0f);
+            }
+            gb_row_done(params, r.p, r.y, counters, tokens, status, counts, vocab);
+        }
+        return;
+    }
+    // Warp 0 merges the blocks' meta words (no block-wide round: the list below waits on
+    // them) and hands them on through shared memory.
+    if (gb_warp() == 0u) {
+        gb_u32 mk = 0u, kcov = 0u;
+        gb_u64 win = 0ull, z_row = 0ull;
+        gb_lse rl;
+        gb_lse_init(rl);
+        for (gb_u32 i = gb_lane(); i < nblocks; i += GB_WARP_SIZE) {
+            const gb_u64* bp = s.row_part + (gb_u64)i * s.stride + s.cands;
+            const gb_u64 m0 = gb_load_published(bp), m1 = gb_load_published(bp + 1);
+            const gb_u64 m2 = gb_load_published(bp + 2);
+            mk = gb_max_u32(mk, (gb_u32)(m0 >> 32));
+            win = gb_max_u64(win, m1);
+            kcov = gb_max_u32(kcov, (gb_u32)m1);
+            z_row += m2;
+            if (r.lp) {
+                gb_lse_merge_packed(rl, gb_load_published(bp + 3));
+            }
+        }
+        win = gb_warp_max_u64_all(win);
+        mk = gb_warp_max_u32_all(mk);
+        kcov = gb_warp_max_u32_all(kcov);
+        for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
+            z_row += gb_shfl_down_u64(z_row, d);
+        }
+        if (r.lp) {
+            gb_warp_lse2(rl, rl, false);
+        }
+        if (gb_lane() == 0u) {
+            sh.bcast[0] = win;
+            sh.bcast[1] = z_row;
+            sh.red[0] = ((gb_u64)mk << 32) | kcov;
+            sh.lse[0] = rl.m;
+            sh.lse[1] = rl.s;
+        }
+    }
+    __syncthreads();
+    const gb_u64 win = sh.bcast[0], z_row = sh.bcast[1];
+    const gb_u32 kcov = (gb_u32)sh.red[0];
+    st.m = gb_orderkey_inverse((gb_u32)(sh.red[0] >> 32));
+    __syncthreads(); // sh.bcast and sh.red are the reductions' words
+    if (s.minp_only) {
+        if (threadIdx.x == 0u) {
+            sh.token = (gb_i32)(0xFFFFFFFFu - (gb_u32)win);
+        }
+        __syncthreads();
+        gb_cat_finish<KIND>(r, st, z_row, sh);
+        return;
+    }
+    if (!gb_filter_finish_list<KIND>(r, s, st, kcov, z_row, lo, hi, sh)) {
+        gb_categorical_row<KIND, true>(r, sh);
+    }
+}

@@ -1,0 +1,140 @@
+package mslemu
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
+	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
+)
+
+// Filter combinations of a filtered row: which of top-k, top-p and min-p are on.
+const (
+	comboTopK = 1 << iota
+	comboTopP
+	comboMinP
+	numCombos = 1 << 3
+)
+
+// setFilters gives p the filters of combo: an active value for each filter in it, an
+// inactive one (0, or out of range: top-k ≥ V, top-p ≥ 1, min-p > 1) for the rest.
+func setFilters(r *rand.Rand, p *abi.RowParams, combo, vocab int) {
+	v := uint32(vocab)
+	if combo&comboTopK != 0 && vocab > 1 {
+		p.TopK = pick[uint32](r, 1, 2, 5, 50, v/3+1, v-1)
+		p.TopK = min(p.TopK, v-1)
+	} else {
+		p.TopK = pick[uint32](r, 0, 0, v, v+3)
+	}
+	if combo&comboTopP != 0 {
+		p.TopP = pick[float32](r, 1e-12, 0.01, 0.3, 0.5, 0.9, 0.999)
+	} else {
+		p.TopP = pick[float32](r, 0, 0, 1, 1.5)
+	}
+	if combo&comboMinP != 0 {
+		p.MinP = pick[float32](r, 1e-30, 0.01, 0.05, 0.3, 0.5, 1)
+	} else {
+		p.MinP = pick[float32](r, 0, 0, 1.5)
+	}
+}
+
+// activeCombo is the filters that are on in p (ABI.md, "categorical": top-k for
+// 0 < k < V, top-p for 0 < p < 1, min-p for 0 < min_p ≤ 1).
+func activeCombo(p abi.RowParams, vocab int) int {
+	c := 0
+	if p.TopK > 0 && uint64(p.TopK) < uint64(vocab) {
+		c |= comboTopK
+	}
+	if p.TopP > 0 && p.TopP < 1 {
+		c |= comboTopP
+	}
+	if p.MinP > 0 && p.MinP <= 1 {
+		c |= comboMinP
+	}
+	return c
+}
+
+// TestFilteredMatchesGoEdition runs the filtered route in the emulator (filter_max over
+// (S, n, 1), then filtered over (S, n, D), on the same buffers) over every dtype,
+// threadgroups of 32, 256 and 1024, 1, 2, 3 and 16 threadgroups per row, 1 and 3 draws
+// and SIMD widths of 8 to 64. Each launch has rows with every combination of top-k, top-p
+// and min-p (and rows whose filters are off or out of range), greedy and bad rows, the
+// row features of TestRowFeaturesMatchGoEdition (processors, LOGPROBS, ADVANCE, RECORD,
+// routing to any kernel, reserved flags) on every row shape. Tokens, status, counts and
+// params must equal the Go edition's, records agree within recordTolerance, and counters
+// be left at zero.
+func TestFilteredMatchesGoEdition(t *testing.T) {
+	bin := buildDriver(t)
+	r := rand.New(rand.NewPCG(2026, 9))
+	var cases []*launchCase
+	splits := []int{1, 2, 3, 16}
+	add := func(dtype, T, S, D, width int) {
+		v := vocabs[r.IntN(len(vocabs))]
+		c := newFeatureCase(r, featureCaseName(filtered, dtype, T, S, D, v, width), filtered, dtype, T, S, D,
+			numCombos, v)
+		c.simdWidth = width
+		for y := range c.launchRows() {
+			p := c.rowParams(y)
+			setFilters(r, &p, (y+len(cases))%numCombos, v)
+			c.setRowParams(y, p)
+		}
+		cases = append(cases, c)
+	}
+	draws := func() int { return pick(r, 1, 3) }
+	for dtype := range abi.Suffixes {
+		for _, T := range []int{32, 256, 1024} {
+			for _, S := range splits {
+				add(dtype, T, S, draws(), 0)
+			}
+		}
+	}
+	for _, width := range []int{8, 16, 64} {
+		for _, T := range []int{64, 512} {
+			add(0, T, pick(r, splits...), draws(), width)
+		}
+	}
+	got := runDriver(t, bin, cases)
+	kernels := gokernel.Kernels()
+	var records, greedy, sampled int
+	var worst float64
+	var statusCounts [4]int
+	var combos [numCombos]int
+	for i, c := range cases {
+		want := runGoEdition(t, c, kernels, r)
+		n, w := compareOutputs(t, c, want, got[i])
+		records += n
+		worst = max(worst, w)
+		for y := range c.launchRows() {
+			p := c.rowParams(y)
+			for z := range c.numDraws() {
+				st := want.status[int(p.Row)*c.numDraws()+z]
+				if st < 0 || st >= 4 {
+					continue // routed away
+				}
+				statusCounts[st]++
+				if st != int32(abi.StatusOK) {
+					continue
+				}
+				if p.Temperature == 0 {
+					greedy++
+				} else {
+					sampled++
+					combos[activeCombo(p, c.vocab)]++
+				}
+			}
+		}
+	}
+	t.Logf("%d launches: slots by status 0/1/2/3 %v, %d greedy and %d sampled draws (by filters "+
+		"none/k/p/kp/min/k+min/p+min/all: %v); %d records compared, largest deviation %.3g of the normaliser",
+		len(cases), statusCounts, greedy, sampled, combos, records, worst)
+	for st, n := range statusCounts {
+		assert.Positive(t, n, "no slot ended with status %d", st)
+	}
+	for combo, n := range combos {
+		assert.Positive(t, n, "no draw with filter combination %d", combo)
+	}
+	assert.Positive(t, greedy, "no greedy draw")
+	assert.Greater(t, records, 150, "too few log-probability records compared")
+}
