@@ -672,16 +672,27 @@ __device__ __forceinline__ gb_u64 gb_noisy_key(float x, gb_u32 i, float invT, gb
     return gb_pack(__fadd_rn(__fmul_rn(x, invT), gb_gumbel(wi, tail)), i);
 }
 
-// gb_gumbel_kept ends a Gumbel-max draw over the kept set: the block's best key and kept
-// mass S from each thread's, the token in sh.token. It returns S.
+// gb_gumbel_kept ends a Gumbel-max draw over the kept set in one round of shared memory:
+// thread 0 gets the block's best key and kept mass S from each thread's, puts the token
+// in sh.token and returns S (which only gb_cat_finish's thread 0 reads).
 __device__ __forceinline__ gb_u64 gb_gumbel_kept(gb_u64 best, gb_u64 mass, gb_cat_shared& sh) {
-    best = gb_block_max_u64_all(best, sh.red, sh.bcast);
-    const gb_u64 s_kept = gb_block_sum_u64(mass, sh.red, sh.bcast);
-    if (threadIdx.x == 0u) {
-        sh.token = best != 0ull ? (gb_i32)(0xFFFFFFFFu - (gb_u32)best) : -1;
+    best = gb_warp_max_u64_all(best);
+    for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
+        mass += gb_shfl_down_u64(mass, d); // lane 0's sum is exact
+    }
+    if (gb_lane() == 0u) {
+        sh.wc[gb_warp()] = best;
+        sh.wc[GB_MAX_WARPS + gb_warp()] = mass;
     }
     __syncthreads();
-    return s_kept;
+    if (threadIdx.x == 0u) {
+        for (gb_u32 i = 1u; i < gb_num_warps(); ++i) {
+            best = gb_max_u64(best, sh.wc[i]);
+            mass += sh.wc[GB_MAX_WARPS + i];
+        }
+        sh.token = best != 0ull ? (gb_i32)(0xFFFFFFFFu - (gb_u32)best) : -1;
+    }
+    return mass;
 }
 
 // gb_gumbel_listed draws by Gumbel-max over the kept entries of the candidate list

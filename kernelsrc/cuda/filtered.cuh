@@ -146,9 +146,9 @@ __device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32
         if (MINP) {
             bool need[4];
             bool any = false;
+            mkey = gb_max_u32(mkey, gb_orderkey(gb_max4(x)));
 #pragma unroll
             for (gb_u32 j = 0; j < 4u; ++j) {
-                mkey = j < n ? gb_max_u32(mkey, gb_orderkey(x[j])) : mkey;
                 need[j] = j < n && !(__fmul_rn(__fadd_rn(x[j], -st.m), st.invT) < dmin);
                 any = any || need[j];
             }
@@ -167,16 +167,26 @@ __device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32
             }
             continue;
         }
+        // A group whose largest key does not pass the thread's fourth is let go whole:
+        // on LLM logits nearly every group after the first few, at one comparison.
+        const gb_u32 gk = gb_orderkey(gb_max4(x)); // elements past end read -Inf
+        mkey = gb_max_u32(mkey, gk);
+        if (TOPP_MASS) {
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                mass += j < n ? gb_fixed(gb_weight(x[j], st.m, st.invT, st.cutoff), st.two_pow_f) : 0ull;
+            }
+        }
+        if (gk <= (gb_u32)(lst[GB_FILTER_THREAD - 1] >> 32)) {
+            rej = gb_max_u32(rej, gk);
+            continue;
+        }
 #pragma unroll
         for (gb_u32 j = 0; j < 4u; ++j) {
             if (j >= n) {
                 continue;
             }
             const gb_u32 k = gb_orderkey(x[j]);
-            mkey = gb_max_u32(mkey, k);
-            if (TOPP_MASS) {
-                mass += gb_fixed(gb_weight(x[j], st.m, st.invT, st.cutoff), st.two_pow_f);
-            }
             gb_u64 key = ((gb_u64)k << 32) | (gb_u64)(0xFFFFFFFFu - (g + j));
             if (key <= lst[GB_FILTER_THREAD - 1]) {
                 rej = gb_max_u32(rej, k);
@@ -205,39 +215,18 @@ __device__ __forceinline__ gb_filter_shared& gb_filter_smem() {
     return s;
 }
 
-// gb_warp_take moves the warp's `take` largest keys of its lanes' lists to out, largest
-// first, ending with a 0 when there are fewer, and returns to every lane the order key
-// of the largest entry left in the lists (0: none). One warp maximum per key: no shared
-// atomics, whose single hot bin would serialise a block on LLM logits.
-__device__ __forceinline__ gb_u32 gb_warp_take(gb_u64 lst[GB_FILTER_THREAD], gb_u32 take, gb_u64* out) {
-    for (gb_u32 c = 0; c < take; ++c) {
-        const gb_u64 best = gb_warp_max_u64_all(lst[0]);
-        if (gb_lane() == 0u) {
-            out[c] = best;
-        }
-        if (best == 0ull) {
-            break; // uniform: every lane has the warp's maximum
-        }
-        if (lst[0] == best) { // keys are unique: one lane pops
-#pragma unroll
-            for (int i = 0; i + 1 < GB_FILTER_THREAD; ++i) {
-                lst[i] = lst[i + 1];
-            }
-            lst[GB_FILTER_THREAD - 1] = 0ull;
-        }
-    }
-    return (gb_u32)(gb_warp_max_u64_all(lst[0]) >> 32);
-}
-
 // gb_filter_publish writes the block's `take` largest listed keys (fewer when it holds
 // fewer) to its words, largest first: each warp takes its GB_FILTER_WARP largest, then
-// warp 0 merges the warps' lists. It returns to every thread Kcov, the largest key the
-// block did not publish (beside the threads' rej), and leaves the count in sh.n_list.
+// warp 0 merges the warps' lists. It returns the largest key this thread knows the block
+// did not publish (the block's maximum of them is Kcov; rej is the thread's own), and
+// warp 0 leaves the count in sh.n_list.
 __device__ __forceinline__ gb_u32 gb_filter_publish(gb_u64 lst[GB_FILTER_THREAD], gb_u32 rej, gb_u32 take,
                                                     const gb_filter_shape& s, gb_cat_shared& sh,
                                                     gb_filter_shared& fs) {
     const gb_u32 lane = gb_lane(), warp = gb_warp();
-    gb_u32 left = gb_max_u32(rej, gb_warp_take(lst, GB_FILTER_WARP, fs.top + warp * GB_FILTER_WARP));
+    // A warp hands on at most take keys: the block's take largest are among its warps'.
+    const gb_u32 wtake = gb_min_u32(take, GB_FILTER_WARP);
+    gb_u32 left = gb_max_u32(rej, gb_warp_take<GB_FILTER_THREAD>(lst, wtake, fs.top + warp * GB_FILTER_WARP));
     __syncthreads();
     if (warp == 0u) {
         // Lane l walks warp l's list; the lists are sorted, so their heads hold the
@@ -257,7 +246,7 @@ __device__ __forceinline__ gb_u32 gb_filter_publish(gb_u64 lst[GB_FILTER_THREAD]
             }
             if (head == best) {
                 ++at;
-                head = at < GB_FILTER_WARP ? mine[at] : 0ull;
+                head = at < wtake ? mine[at] : 0ull;
             }
         }
         left = gb_max_u32(left, (gb_u32)(gb_warp_max_u64_all(head) >> 32));
@@ -268,9 +257,36 @@ __device__ __forceinline__ gb_u32 gb_filter_publish(gb_u64 lst[GB_FILTER_THREAD]
             sh.n_list = c;
         }
     }
-    gb_u32 none = 0u;
-    gb_block_max_or(left, none, sh.red, sh.bcast);
     return left;
+}
+
+// gb_filter_block_end merges the block's scan results in one round of shared memory:
+// thread 0 gets the largest key (mkey), the observations (seen), the largest meta1 (the
+// min-p winner, or Kcov) and the summed mass; the other threads' values are left as
+// they were.
+__device__ __forceinline__ void gb_filter_block_end(gb_u32& mkey, gb_u32& seen, gb_u64& meta1, gb_u64& mass,
+                                                    gb_cat_shared& sh) {
+    mkey = gb_warp_max_u32_all(mkey);
+    seen = gb_warp_or_all(seen);
+    meta1 = gb_warp_max_u64_all(meta1);
+    for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
+        mass += gb_shfl_down_u64(mass, d); // lane 0's sum is exact
+    }
+    const gb_u32 w = gb_warp();
+    if (gb_lane() == 0u) {
+        sh.red[w] = ((gb_u64)mkey << 32) | seen;
+        sh.wc[w] = meta1;
+        sh.wc[GB_MAX_WARPS + w] = mass;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0u) {
+        for (gb_u32 i = 1u; i < gb_num_warps(); ++i) {
+            mkey = gb_max_u32(mkey, (gb_u32)(sh.red[i] >> 32));
+            seen |= (gb_u32)sh.red[i];
+            meta1 = gb_max_u64(meta1, sh.wc[i]);
+            mass += sh.wc[GB_MAX_WARPS + i];
+        }
+    }
 }
 
 // gb_list_append returns the place of this thread's entry (when take) in a list whose
@@ -487,20 +503,18 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
 
     // The block's words: candidates (or, min-p alone, none), then the meta words
     // [count | mkey << 32, Kcov or the min-p winner, mass, raw log-sum-exp].
-    gb_block_max_or(mkey, seen, sh.red, sh.bcast);
-    gb_u64 meta1;
+    gb_u64 meta1 = best;
     if (s.minp_only) {
-        meta1 = gb_block_max_u64_all(best, sh.red, sh.bcast);
         if (threadIdx.x == 0u) {
             sh.n_list = 0u;
         }
     } else {
         meta1 = gb_filter_publish(lst, rej, gb_filter_take(r.p, s, nblocks), s, sh, gb_filter_smem());
     }
-    mass = gb_block_sum_u64(mass, sh.red, sh.bcast);
     if (r.lp) {
         gb_block_lse(raw, raw, false, sh.pair);
     }
+    gb_filter_block_end(mkey, seen, meta1, mass, sh);
     if (threadIdx.x == 0u) {
         s.part[s.cands] = ((gb_u64)mkey << 32) | sh.n_list;
         s.part[s.cands + 1u] = meta1;

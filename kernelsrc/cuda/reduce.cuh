@@ -350,3 +350,29 @@ __device__ __forceinline__ gb_u64 gb_block_max_u64_all(gb_u64 v, gb_u64* s_red, 
     __syncthreads();
     return best;
 }
+
+// gb_warp_take moves the warp's `take` largest keys of its lanes' lists (L keys each,
+// largest first, 0 = empty) to out, largest first, ending with a 0 when there are fewer,
+// and returns to every lane the order key of the largest entry left in the lists (0:
+// none). One warp maximum per key and no shared atomics, whose single hot bin would
+// serialise a block on LLM logits: the selection step of the filtered and topn kernels.
+template <int L>
+__device__ __forceinline__ gb_u32 gb_warp_take(gb_u64 lst[L], gb_u32 take, gb_u64* out) {
+    for (gb_u32 c = 0; c < take; ++c) {
+        const gb_u64 best = gb_warp_max_u64_all(lst[0]);
+        if (gb_lane() == 0u) {
+            out[c] = best;
+        }
+        if (best == 0ull) {
+            break; // uniform: every lane has the warp's maximum
+        }
+        if (lst[0] == best) { // keys are unique: one lane pops
+#pragma unroll
+            for (int i = 0; i + 1 < L; ++i) {
+                lst[i] = lst[i + 1];
+            }
+            lst[L - 1] = 0ull;
+        }
+    }
+    return (gb_u32)(gb_warp_max_u64_all(lst[0]) >> 32);
+}

@@ -1,9 +1,9 @@
 // topn (ABI.md): the N <= GB_MAX_TOPN largest keys of a row (raw logits, or Gumbel
 // scores with PERTURBED), S >= 1 blocks per row, one launch. Each thread keeps its own
 // top list in registers (a fixed-size, fully unrolled insertion, so nothing goes to local
-// memory) behind one comparison with its N-th key; a block merges its threads' lists in
-// N rounds of a block-wide max, and the last block of the row merges the S lists the
-// same way.
+// memory) behind one comparison with its N-th key; a block merges its threads' lists
+// warp by warp (gb_topn_merge, as the filtered kernel's blocks do), and the last block of
+// the row merges the S lists the same way.
 
 // gb_topn_insert puts key into a thread's list (largest first, 0 = empty) and returns the
 // new N-th entry, the threshold a key must beat to enter.
@@ -21,20 +21,26 @@ __device__ __forceinline__ gb_u64 gb_topn_insert(gb_u64 lst[GB_MAX_TOPN], gb_u64
 }
 
 // gb_topn_merge moves the block's N largest keys of the threads' lists into s_top
-// (0 where there are fewer), emptying the lists as it goes.
-__device__ __forceinline__ void gb_topn_merge(gb_u64 lst[GB_MAX_TOPN], gb_u32 N, gb_u64* s_top, gb_u64* s_red,
-                                              gb_u64* s_bcast) {
-    for (gb_u32 k = 0; k < N; ++k) {
-        const gb_u64 best = gb_block_max_u64_all(lst[0], s_red, s_bcast);
-        if (threadIdx.x == 0u) {
-            s_top[k] = best;
-        }
-        if (best != 0ull && lst[0] == best) { // keys are unique: one thread pops
-#pragma unroll
-            for (int j = 0; j + 1 < GB_MAX_TOPN; ++j) {
-                lst[j] = lst[j + 1];
+// (0 where there are fewer), emptying the lists as it goes: each warp takes its N largest
+// by N warp maxima into s_wtop, then warp 0 merges the warps' sorted lists the same way,
+// so the block meets at one barrier instead of one per key.
+__device__ __forceinline__ void gb_topn_merge(gb_u64 lst[GB_MAX_TOPN], gb_u32 N, gb_u64* s_top, gb_u64* s_wtop) {
+    const gb_u32 lane = gb_lane(), warp = gb_warp();
+    gb_warp_take<GB_MAX_TOPN>(lst, N, s_wtop + warp * GB_MAX_TOPN);
+    __syncthreads();
+    if (warp == 0u) {
+        const gb_u64* list = s_wtop + lane * GB_MAX_TOPN;
+        gb_u32 at = 0u;
+        gb_u64 head = lane < gb_num_warps() ? list[0] : 0ull;
+        for (gb_u32 k = 0; k < N; ++k) {
+            const gb_u64 best = gb_warp_max_u64_all(head);
+            if (lane == 0u) {
+                s_top[k] = best;
             }
-            lst[GB_MAX_TOPN - 1] = 0ull;
+            if (best != 0ull && head == best) { // a list ends at its first 0
+                ++at;
+                head = at < N ? list[at] : 0ull;
+            }
         }
     }
     __syncthreads();
@@ -67,6 +73,11 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
             continue; // -Inf keys never enter
         }
         if (!NOISY) {
+            // A group whose largest value is below the thread's N-th cannot enter (equal
+            // values still may, by a lower index).
+            if (gb_orderkey(mx) < (gb_u32)(thr >> 32)) {
+                continue;
+            }
 #pragma unroll
             for (gb_u32 j = 0; j < 4u; ++j) {
                 if (j < n && v[j] > -gb_inf()) {
@@ -115,8 +126,7 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
 // It returns whether this block is that last one (then it writes the row's entries).
 __device__ __forceinline__ bool gb_topn_merge_blocks(gb_u64 lst[GB_MAX_TOPN], gb_u32 N, gb_u32& seen, gb_lse& lse,
                                                      gb_u64* partials, gb_u32* counters, gb_u64* s_top,
-                                                     gb_u64* s_red, gb_u64* s_bcast, gb_u64* s_pair,
-                                                     gb_u32* s_last) {
+                                                     gb_u64* s_wtop, gb_u64* s_pair, gb_u32* s_last) {
     const gb_u32 y = blockIdx.y;
     const gb_u32 nblocks = gridDim.x;
     gb_u64* part = partials + (gb_u64)GB_TOPN_STRIDE * ((gb_u64)y * nblocks + blockIdx.x);
@@ -155,7 +165,7 @@ __device__ __forceinline__ bool gb_topn_merge_blocks(gb_u64 lst[GB_MAX_TOPN], gb
         gb_lse_merge_packed(lse, gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * i + GB_MAX_TOPN));
     }
     gb_block_lse(lse, lse, false, s_pair);
-    gb_topn_merge(lst, N, s_top, s_red, s_bcast);
+    gb_topn_merge(lst, N, s_top, s_wtop);
     if (threadIdx.x == 0u) {
         seen = atomicExch(&counters[2u * y + 1u], 0u);
         atomicExch(&counters[2u * y], 0u);
@@ -201,6 +211,7 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     __shared__ gb_u64 s_red[GB_MAX_WARPS];
     __shared__ gb_u64 s_bcast[2];
     __shared__ gb_u64 s_top[GB_MAX_TOPN];
+    __shared__ gb_u64 s_wtop[GB_MAX_WARPS * GB_MAX_TOPN]; // each warp's largest keys
     __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
     __shared__ gb_u32 s_last;
     __shared__ gb_lse s_lse; // the row's merged log-sum-exp
@@ -266,10 +277,10 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     gb_u32 none = 0u;
     gb_block_max_or(none, seen, s_red, s_bcast);
     gb_block_lse(lse, lse, false, s_pair);
-    gb_topn_merge(lst, N, s_top, s_red, s_bcast);
+    gb_topn_merge(lst, N, s_top, s_wtop);
 
-    if (nblocks > 1u && !gb_topn_merge_blocks(lst, N, seen, lse, partials, counters, s_top, s_red, s_bcast,
-                                              s_pair, &s_last)) {
+    if (nblocks > 1u &&
+        !gb_topn_merge_blocks(lst, N, seen, lse, partials, counters, s_top, s_wtop, s_pair, &s_last)) {
         return;
     }
     if (threadIdx.x == 0u) {
