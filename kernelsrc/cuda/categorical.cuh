@@ -260,6 +260,39 @@ struct gb_cat_row {
     gb_u32* counts;
 };
 
+// gb_cat_row_bind fills r for draw blockIdx.z of its launch row (r.y and r.p set) and
+// returns true; a row with bad parameters gets status 3 and a NaN record from thread 0 of
+// block 0 instead, and false.
+template <int KIND>
+__device__ __forceinline__ bool gb_cat_row_bind(gb_cat_row<KIND>& r, const typename gb_io<KIND>::elem* logits,
+                                                gb_row_params* params, gb_i32* tokens, gb_i32* status,
+                                                gb_u32* counters, gb_u64 row_stride, gb_u32 vocab, float* logprobs,
+                                                const float* bias, gb_u32* counts, const gb_u32* mask) {
+    r.o = (gb_u64)r.p.row * gridDim.z + blockIdx.z;
+    r.lp = (r.p.flags & GB_FLAG_LOGPROBS) != 0u;
+    if (gb_bad_flags(r.p.flags) || gb_bad_row(r.p.temperature, vocab)) {
+        if (blockIdx.x == 0u && threadIdx.x == 0u) {
+            tokens[r.o] = -1;
+            status[r.o] = GB_STATUS_BAD_PARAMS;
+            if (r.lp) {
+                gb_write_record(logprobs, r.o, false, 0.0f, 0.0f, 0.0f, 0.0f);
+            }
+        }
+        return false;
+    }
+    r.row = logits + (gb_u64)r.p.row * row_stride;
+    r.vocab = vocab;
+    r.vec = gb_io<KIND>::vec_ok(r.row);
+    r.pc = gb_processor_of(r.p, bias, counts, mask, vocab);
+    r.params = params;
+    r.tokens = tokens;
+    r.status = status;
+    r.logprobs = logprobs;
+    r.counters = counters;
+    r.counts = counts;
+    return true;
+}
+
 // gb_cat_first_pass is the first pass over the row: the largest processed key (mkey), the
 // observations, with top-k the histogram of the top key digit, and with LOGPROBS the raw
 // log-sum-exp over the logits and, for greedy rows, the one over x' (their record's
@@ -807,30 +840,10 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
     if ((r.p.flags & GB_FLAG_ROUTED) && !(r.p.flags & GB_FLAG_CATEGORICAL)) {
         return; // the gumbel_argmax kernel's row: left entirely alone
     }
-    const gb_u32 z = blockIdx.z;
-    r.o = (gb_u64)r.p.row * gridDim.z + z;
-    r.lp = (r.p.flags & GB_FLAG_LOGPROBS) != 0u;
-    if (gb_bad_flags(r.p.flags) || gb_bad_row(r.p.temperature, vocab)) {
-        if (threadIdx.x == 0u) {
-            tokens[r.o] = -1;
-            status[r.o] = GB_STATUS_BAD_PARAMS;
-            if (r.lp) {
-                gb_write_record(logprobs, r.o, false, 0.0f, 0.0f, 0.0f, 0.0f);
-            }
-        }
-        return;
+    if (gb_cat_row_bind<KIND>(r, logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts,
+                              mask)) {
+        gb_categorical_row<KIND, false>(r, gb_cat_smem());
     }
-    r.row = logits + (gb_u64)r.p.row * row_stride;
-    r.vocab = vocab;
-    r.vec = gb_io<KIND>::vec_ok(r.row);
-    r.pc = gb_processor_of(r.p, bias, counts, mask, vocab);
-    r.params = params;
-    r.tokens = tokens;
-    r.status = status;
-    r.logprobs = logprobs;
-    r.counters = counters;
-    r.counts = counts;
-    gb_categorical_row<KIND, false>(r, gb_cat_smem());
 }
 
 template <int KIND, bool GUMBEL>

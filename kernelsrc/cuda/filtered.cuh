@@ -407,28 +407,10 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
     }
     const gb_u32 z = blockIdx.z;
     const gb_u32 nblocks = gridDim.x;
-    r.o = (gb_u64)r.p.row * gridDim.z + z;
-    r.lp = (r.p.flags & GB_FLAG_LOGPROBS) != 0u;
-    if (gb_bad_flags(r.p.flags) || gb_bad_row(r.p.temperature, vocab)) {
-        if (blockIdx.x == 0u && threadIdx.x == 0u) {
-            tokens[r.o] = -1;
-            status[r.o] = GB_STATUS_BAD_PARAMS;
-            if (r.lp) {
-                gb_write_record(logprobs, r.o, false, 0.0f, 0.0f, 0.0f, 0.0f);
-            }
-        }
+    if (!gb_cat_row_bind<KIND>(r, logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts,
+                               mask)) {
         return;
     }
-    r.row = logits + (gb_u64)r.p.row * row_stride;
-    r.vocab = vocab;
-    r.vec = gb_io<KIND>::vec_ok(r.row);
-    r.pc = gb_processor_of(r.p, bias, counts, mask, vocab);
-    r.params = params;
-    r.tokens = tokens;
-    r.status = status;
-    r.logprobs = logprobs;
-    r.counters = counters;
-    r.counts = counts;
     gb_cat_shared& sh = gb_cat_smem();
     if (r.p.temperature == 0.0f) {
         if (blockIdx.x == 0u) {

@@ -28,9 +28,19 @@ type catScratch struct {
 
 // categorical is the categorical kernel's block (ABI.md, "categorical"): block 0 of each
 // draw filters the whole row and draws its token by inverse CDF.
-func categorical(b *runtime.BlockContext, d abi.DType) {
-	l, ok, bad := setup(b, d, abi.Categorical)
-	if !ok || l.x != 0 {
+func categorical(b *runtime.BlockContext, d abi.DType) { oneBlockRow(b, d, abi.Categorical) }
+
+// oneBlockRow is block 0 of each draw of the categorical and filtered kernels: the whole
+// row filtered (steps 1 to 7 of ABI.md "categorical") and its token drawn, by inverse
+// CDF (categorical) or by Gumbel-max over the kept set (filtered). The other blocks of
+// the draw return at once: block 0 may advance the row's step, which they must not be
+// reading.
+func oneBlockRow(b *runtime.BlockContext, d abi.DType, family string) {
+	if b.Block.X != 0 {
+		return
+	}
+	l, ok, bad := setup(b, d, family)
+	if !ok {
 		return
 	}
 	if bad {
@@ -56,6 +66,13 @@ func categorical(b *runtime.BlockContext, d abi.DType) {
 		t := firstIndexOf(row, m)
 		if l.logprobs != nil {
 			sc.record = greedyRecord(raw, row, t, l.proc.active)
+		}
+		tok = int32(t)
+	case family == abi.Filtered:
+		ks := sc.keep(&l.p, row, m)
+		t := gumbelKept(&ks, row, l.p.Seed, stepPlus(&l.p, l.z))
+		if l.logprobs != nil {
+			sc.record = keptRecord(raw, row, t, m, ks.invT, ks.total, ks.f)
 		}
 		tok = int32(t)
 	default:
