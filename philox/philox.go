@@ -20,8 +20,14 @@
 //     index 0 and 1 give the two words of its 64-bit uniform), and reserved values for
 //     later uses. Changing any of this changes sampled streams for equal seeds, so it
 //     bumps [ContractVersion] and is noted in the CHANGELOG.
-//   - A row without its own seed gets [RowSeed](sampler seed, request id): SplitMix64
-//     mixing, never the row's position.
+//   - A row's seed is its own (a nonzero seed, or seed 0 asked for explicitly). A row
+//     without one gets [RowSeed](sampler seed, request id): SplitMix64 mixing, never
+//     the row's position. A row with neither a seed nor a request id (request id 0)
+//     gets [UnnamedRowSeed](sampler seed, n), n counting such rows of the sampler: no
+//     two of them share a stream, and they are reproducible only by replaying the same
+//     calls on a sampler with the same seed. A sampler seed not fixed by its user is
+//     fresh randomness (crypto/rand, drawn once per sampler). Rows with their own seed
+//     draw the same tokens whatever the sampler seed.
 //   - Rows with top-k, top-p or min-p draw by Gumbel-max over the filters' kept set with
 //     the [PurposeGumbel] and [PurposeGumbelTail] words of the kept elements (version 2;
 //     version 1 drew them by inverse CDF with the [PurposeCategorical] uniform, which
@@ -107,6 +113,18 @@ func Counter(index uint32, step uint64, purpose Purpose) [4]uint32 {
 // consecutive elements; Word is the one-element form for tests and host code.
 func Word(seed, step uint64, index uint32, purpose Purpose) uint32 {
 	return Block(Counter(index, step, purpose), Key(seed))[index&3]
+}
+
+// unnamedDomain separates the seeds of unnamed rows (UnnamedRowSeed) from those of
+// request ids (RowSeed): "unnamed!" in ASCII.
+const unnamedDomain = 0x756E6E616D656421
+
+// UnnamedRowSeed derives the seed of the n-th row that carries neither a seed nor a
+// request id from the sampler's seed: SplitMix64 of a sampler key plus n. For one sampler
+// seed it is a bijection of n, so no two such rows of a sampler share a seed; with a
+// fresh sampler seed it is fresh randomness.
+func UnnamedRowSeed(samplerSeed, n uint64) uint64 {
+	return SplitMix64(SplitMix64(samplerSeed^unnamedDomain) + n)
 }
 
 // RowSeed derives the seed of a row that carries none from the sampler's seed and the

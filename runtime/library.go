@@ -64,9 +64,28 @@ func (s LibrarySearch) Find(load func(path string) (uintptr, error)) (uintptr, s
 			tried = append(tried, c+": "+err.Error())
 		}
 	}
-	hint := ""
+	return 0, "", s.notFound(tried)
+}
+
+// notFound is Find's error: what is missing and how to name it on the first line, then
+// one line per path tried, in order, with why it did not load.
+func (s LibrarySearch) notFound(tried []string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s not found", s.What)
 	if s.EnvVar != "" {
-		hint = " (set " + s.EnvVar + " to its path)"
+		fmt.Fprintf(&b, " (set %s to its path)", s.EnvVar)
 	}
-	return 0, "", fmt.Errorf("%w: %s not found%s; tried %s", ErrUnavailable, s.What, hint, strings.Join(tried, "; "))
+	switch len(tried) {
+	case 0:
+		b.WriteString("; nothing to try")
+	case 1:
+		b.WriteString("; tried 1 path:")
+	default:
+		fmt.Fprintf(&b, "; tried %d paths:", len(tried))
+	}
+	for _, t := range tried {
+		b.WriteString("\n  ")
+		b.WriteString(t)
+	}
+	return fmt.Errorf("%w: %s", ErrUnavailable, b.String())
 }

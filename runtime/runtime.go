@@ -79,6 +79,9 @@ type Device interface {
 	// NewEvent returns an event that can be recorded on a stream and timed.
 	NewEvent() (Event, error)
 	// Close releases the device. Buffers, streams and modules must not be used after.
+	// Close is idempotent on every backend, as the sampler's Close is: a second Close
+	// (and any later one) does nothing and returns nil, so a deferred Close after an
+	// explicit one is harmless.
 	Close() error
 }
 

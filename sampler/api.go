@@ -64,7 +64,16 @@ func (d DType) String() string {
 }
 
 // Params are one row's sampling parameters. The zero value of each filter turns it off,
-// so Params{Temperature: 0.7, Seed: s, HasSeed: true} is plain temperature sampling.
+// so Params{Temperature: 0.7, Seed: s} is plain temperature sampling, reproducible for
+// s != 0.
+//
+// A row's random stream comes from, in order: its own seed (Seed nonzero, or HasSeed);
+// else its RequestID (nonzero) under the sampler seed ([Options.Seed]); else fresh
+// randomness: every such row gets a stream of its own, so identical rows of one batch
+// (n completions of one prompt) draw independently, and their tokens are not
+// reproducible across calls. Rows with a seed or request id reproduce their tokens
+// whatever batch they share; give each completion its own seed or request id to
+// reproduce it.
 type Params struct {
 	// Temperature divides the logits; 0 means greedy. Negative, NaN or infinite is an
 	// error for the row.
@@ -78,11 +87,16 @@ type Params struct {
 	// MinP keeps tokens whose probability is at least MinP times the top token's; 0
 	// turns it off. Outside [0, 1] or NaN is an error.
 	MinP float32
-	// Seed is the row's own seed, used when HasSeed is true. Otherwise the seed is
-	// philox.RowSeed(Options.Seed, RequestID).
-	Seed    uint64
+	// Seed is the row's own seed. A nonzero Seed is always used; a row without one
+	// samples with philox.RowSeed(Options.Seed, RequestID), or with fresh randomness
+	// when RequestID is 0.
+	Seed uint64
+	// HasSeed asks for Seed even when it is 0 (seed 0 is a seed like any other). It is
+	// not needed for a nonzero Seed; it is kept for compatibility with code written when
+	// Seed was ignored without it.
 	HasSeed bool
-	// RequestID names the request the row belongs to (used only without HasSeed).
+	// RequestID names the request the row belongs to; it chooses the stream of a row
+	// without its own seed. 0 means none: such a row draws fresh randomness.
 	RequestID uint64
 	// Step is the decode step: the same (seed, step) draws the same token.
 	Step uint64

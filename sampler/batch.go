@@ -186,7 +186,7 @@ func (b *Batch) SetRow(i int, p Params) error {
 	if p.Logprobs {
 		flags |= abi.FlagLogprobs
 	}
-	putRowParams(b.record, i, r, p, b.vocab, rowSeed(s.set.Seed, p), flags, uint32(p.TopLogprobs))
+	putRowParams(b.record, i, r, p, b.vocab, s.seedOf(p), flags, uint32(p.TopLogprobs))
 	if err := s.stream.CopyToDevice(b.params, i*RowParamsSize, b.record); err != nil {
 		return fmt.Errorf("gumbel/sampler: uploading row %d's parameters: %w", i, err)
 	}

@@ -221,10 +221,10 @@ func TestRelaunchRepeatsServingLaunches(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	logits := randomLogits(rng, 4, vocab, 2)
 	params := []Params{
-		{Temperature: 0.9, TopLogprobs: 4, Logprobs: true},
-		{Temperature: 1, TopK: 10, Logprobs: true},
+		{Temperature: 0.9, TopLogprobs: 4, Logprobs: true, RequestID: 1},
+		{Temperature: 1, TopK: 10, Logprobs: true, RequestID: 2},
 		{},
-		{Temperature: 1.2, TopP: 0.9, Logprobs: true}, // needs the row maximum: filter_max
+		{Temperature: 1.2, TopP: 0.9, Logprobs: true, RequestID: 4}, // needs the row maximum: filter_max
 	}
 	tests := []struct {
 		name string

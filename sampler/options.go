@@ -1,6 +1,8 @@
 package sampler
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"strings"
@@ -12,9 +14,19 @@ import (
 // from the environment, the device's default stream, the device's default split policy
 // and the widest block the kernels allow (up to 1024 threads).
 type Options struct {
-	// Seed is the sampler seed: a row without its own seed (Params.HasSeed false)
-	// samples with philox.RowSeed(Seed, Params.RequestID).
+	// Seed is the sampler seed: a row without its own seed samples with
+	// philox.RowSeed(Seed, Params.RequestID), and a row with neither a seed nor a
+	// request id with philox.UnnamedRowSeed(Seed, n), n counting such rows of the
+	// sampler. 0 (the default) means fresh randomness: New draws the sampler seed from
+	// crypto/rand, so two samplers, and two runs of a program, draw different tokens for
+	// rows without their own seed. Settings().Seed reports the seed drawn; pass it back
+	// as Seed to reproduce a run (for tests, or to replay a bug), or set any nonzero
+	// Seed to fix it. Rows with their own seed (Params.Seed) never depend on it.
 	Seed uint64
+	// HasSeed fixes the sampler seed to Seed even when Seed is 0 (the default sampler
+	// seed of earlier versions, whose streams it reproduces). A nonzero Seed is fixed
+	// without it.
+	HasSeed bool
 	// Gumbel chooses Gumbel-max for rows with temperature > 0 and no filter. FromEnv
 	// (the default) reads MLXCEL_SAMPLING_GUMBEL, where "0" means off. Off sends those
 	// rows to the categorical path (the kill switch); greedy rows stay greedy.
@@ -43,7 +55,9 @@ const DefaultBlockSize = 1024
 // Settings are the sampler's resolved options: what the switches, policy and block size
 // became once the environment and the device were consulted.
 type Settings struct {
-	// Seed is Options.Seed.
+	// Seed is the sampler seed in force: Options.Seed when it is fixed (nonzero, or
+	// Options.HasSeed), else the fresh seed New drew, which is never 0, so that
+	// Options{Seed: Settings().Seed} reproduces this sampler's streams.
 	Seed uint64
 	// Gumbel is true when unfiltered sampled rows take Gumbel-max.
 	Gumbel bool
@@ -54,6 +68,24 @@ type Settings struct {
 	// GumbelBlockSize and CategoricalBlockSize are the threads per block of each
 	// kernel's launches.
 	GumbelBlockSize, CategoricalBlockSize int
+}
+
+// resolveSeed returns the sampler seed: Options.Seed when it is fixed, else a fresh
+// nonzero seed from crypto/rand. It is called once, by New: the hot path draws no
+// randomness from the system.
+func (o Options) resolveSeed() (uint64, error) {
+	if o.Seed != 0 || o.HasSeed {
+		return o.Seed, nil
+	}
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, fmt.Errorf("gumbel/sampler: drawing a fresh sampler seed: %w", err)
+		}
+		if seed := binary.LittleEndian.Uint64(b[:]); seed != 0 {
+			return seed, nil
+		}
+	}
 }
 
 // resolve turns a Switch into on or off, consulting env for FromEnv.

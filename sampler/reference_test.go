@@ -205,10 +205,12 @@ func refTopK(p Params, vocab int) int {
 	return p.TopK
 }
 
-// refSample samples one row as the sampler should, given the route the row takes.
+// refSample samples one row as the sampler should, given the route the row takes. A
+// sampled row needs its own seed or a request id: the seed of a row with neither is
+// fresh randomness the reference cannot know.
 func refSample(row []float32, p Params, r Route, samplerSeed uint64) (int32, uint32) {
 	seed := p.Seed
-	if !p.HasSeed {
+	if !hasSeed(p) {
 		seed = philox.RowSeed(samplerSeed, p.RequestID)
 	}
 	switch r {

@@ -92,13 +92,33 @@ func penaltiesOn(p Params) bool {
 	return (p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1) || p.FrequencyPenalty != 0 || p.PresencePenalty != 0
 }
 
-// rowSeed is the seed a row samples with: its own, or one derived from the sampler
-// seed and its request id (never from its position in the batch).
+// hasSeed reports whether a row carries its own seed: a nonzero Seed, or HasSeed (which
+// asks for Seed even when it is 0).
+func hasSeed(p Params) bool { return p.HasSeed || p.Seed != 0 }
+
+// named reports whether a row's stream is reproducible: it has its own seed or a
+// request id.
+func named(p Params) bool { return hasSeed(p) || p.RequestID != 0 }
+
+// rowSeed is the seed of a named row (see named): its own, or one derived from the
+// sampler seed and its request id (never from its position in the batch).
 func rowSeed(samplerSeed uint64, p Params) uint64 {
-	if p.HasSeed {
+	if hasSeed(p) {
 		return p.Seed
 	}
 	return philox.RowSeed(samplerSeed, p.RequestID)
+}
+
+// seedOf is the seed a row samples with in this call: rowSeed for a named row; a row
+// with neither a seed nor a request id takes the sampler's next unnamed seed, so no two
+// such rows share a stream. The caller holds s.mu. It neither allocates nor calls the
+// system.
+func (s *Sampler) seedOf(p Params) uint64 {
+	if named(p) {
+		return rowSeed(s.set.Seed, p)
+	}
+	s.unnamedRows++
+	return philox.UnnamedRowSeed(s.set.Seed, s.unnamedRows)
 }
 
 // putRowParams writes the RowParams record of logits row `row` into dst (at least

@@ -204,7 +204,8 @@ func TestRowSeed(t *testing.T) {
 	}{
 		{"own seed", Params{Seed: 5, HasSeed: true, RequestID: 9}, 5},
 		{"own seed zero", Params{Seed: 0, HasSeed: true, RequestID: 9}, 0},
-		{"derived", Params{Seed: 5, RequestID: 9}, philox.RowSeed(77, 9)},
+		{"own nonzero seed without HasSeed", Params{Seed: 5, RequestID: 9}, 5},
+		{"derived", Params{RequestID: 9}, philox.RowSeed(77, 9)},
 		{"derived, request 0", Params{}, philox.RowSeed(77, 0)},
 	}
 	for _, tc := range tests {
@@ -228,7 +229,7 @@ func TestRowResult(t *testing.T) {
 		{"ok, first", 0, 0, 0, nil},
 		{"non-finite", -1, 1, -1, ErrNonFiniteLogit},
 		{"no finite", -1, 2, -1, ErrNoFiniteLogit},
-		{"bad temperature", -1, 3, -1, ErrTemperature},
+		{"rejected by the kernel", -1, 3, -1, ErrKernelRejected},
 		{"unknown status", 4, 9, -1, ErrDevice},
 		{"token past vocab", 100, 0, -1, ErrDevice},
 		{"negative token", -5, 0, -1, ErrDevice},

@@ -63,6 +63,8 @@ type Sampler struct {
 	last plan
 	// batches counts the open Batches, which hold the processor buffers' layout.
 	batches int
+	// unnamedRows counts the rows sampled without a seed or request id (seedOf).
+	unnamedRows uint64
 }
 
 // New loads the sampling kernels on dev and resolves the options.
@@ -75,6 +77,10 @@ func New(dev runtime.Device, opts Options) (*Sampler, error) {
 		return nil, err
 	}
 	split, err := opts.Split.resolve(EnvSplit)
+	if err != nil {
+		return nil, err
+	}
+	seed, err := opts.resolveSeed()
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +106,7 @@ func New(dev runtime.Device, opts Options) (*Sampler, error) {
 		module:  module,
 		scratch: newScratch(),
 		procs:   newProcessors(),
-		set:     Settings{Seed: opts.Seed, Gumbel: gumbel, Split: split, Policy: policy},
+		set:     Settings{Seed: seed, Gumbel: gumbel, Split: split, Policy: policy},
 	}
 	for d, dt := range abi.DTypes {
 		for k, family := range kernelFamilies {
@@ -315,7 +321,7 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 			continue
 		}
 		r := res.Routes[i]
-		seed := rowSeed(s.set.Seed, p)
+		seed := s.seedOf(p)
 		procFlags := s.procs.flags(i, p)
 		g := groupDistinct
 		var flags abi.Flags
@@ -707,7 +713,7 @@ func rowResult(row int, token int32, status uint32, vocab int) (int32, error) {
 	case 2:
 		return -1, fmt.Errorf("row %d: %w", row, ErrNoFiniteLogit)
 	case 3:
-		return -1, fmt.Errorf("row %d: rejected by the kernel: %w", row, ErrTemperature)
+		return -1, kernelRejected(row)
 	}
 	return -1, fmt.Errorf("row %d: unknown kernel status %d: %w", row, status, ErrDevice)
 }

@@ -297,7 +297,7 @@ func TestSeedDerivedFromRequestID(t *testing.T) {
 	derived := make([]Params, rows)
 	explicit := make([]Params, rows)
 	for i := range derived {
-		p := Params{Temperature: 1, RequestID: uint64(1000 + i), Step: 6, Seed: 123}
+		p := Params{Temperature: 1, RequestID: uint64(1000 + i), Step: 6}
 		if i%2 == 1 {
 			p.TopP = 0.8
 		}
@@ -453,6 +453,7 @@ func TestBadLogitRows(t *testing.T) {
 			r.poison(logits[i*vocab : (i+1)*vocab])
 		}
 		params[i] = r.params
+		params[i].RequestID = uint64(i) + 1 // a stream the reference can reproduce
 	}
 	for _, opts := range []Options{{Seed: 4}, {Seed: 4, Policy: &forcedSplit}, {Seed: 4, Gumbel: Off}} {
 		s := newSampler(t, dev, opts)
@@ -466,7 +467,7 @@ func TestBadLogitRows(t *testing.T) {
 			}
 			require.NoError(t, res.Errs[i], r.name)
 			assert.Equal(t, s.RouteFor(r.params, vocab), res.Routes[i], r.name)
-			want, _ := refSample(logits[i*vocab:(i+1)*vocab], r.params, res.Routes[i], 4)
+			want, _ := refSample(logits[i*vocab:(i+1)*vocab], params[i], res.Routes[i], 4)
 			assert.Equal(t, want, res.Tokens[i], r.name)
 		}
 		assert.Equal(t, int32(2999), res.Tokens[11], "the only finite logit must be drawn")
@@ -484,7 +485,7 @@ func TestBadParamsAreRowErrors(t *testing.T) {
 		{Temperature: nan},
 		{Temperature: posInf},
 		{Temperature: 1, TopK: -2},
-		{Temperature: 1, TopK: 10},
+		{Temperature: 1, TopK: 10, RequestID: 5},
 		{Temperature: 1, TopP: 1.5},
 		{Temperature: 1, TopP: nan},
 		{Temperature: 1, MinP: -0.1},
@@ -648,9 +649,10 @@ func TestLaunchPlan(t *testing.T) {
 	dev := openCPU(t)
 	const vocab = 40000
 	policy := SplitPolicy{TargetBlocks: 12, MinElementsPerBlock: 5000}
-	greedy, gumbel, topK := Params{}, Params{Temperature: 1}, Params{Temperature: 1, TopK: 9}
-	topP, minP := Params{Temperature: 1, TopP: 0.5}, Params{Temperature: 0.7, MinP: 0.2}
-	topKP := Params{Temperature: 1, TopK: 9, TopP: 0.5}
+	// Request ids give the rows streams the reference can reproduce.
+	greedy, gumbel, topK := Params{}, Params{Temperature: 1, RequestID: 1}, Params{Temperature: 1, TopK: 9, RequestID: 2}
+	topP, minP := Params{Temperature: 1, TopP: 0.5, RequestID: 3}, Params{Temperature: 0.7, MinP: 0.2, RequestID: 4}
+	topKP := Params{Temperature: 1, TopK: 9, TopP: 0.5, RequestID: 5}
 	tests := []struct {
 		name       string
 		params     []Params
@@ -706,7 +708,7 @@ func TestLaunchPlan(t *testing.T) {
 				if p.Temperature == 0 {
 					assert.Zero(t, res.Tokens[i], "all-zero logits: lowest index for greedy")
 				}
-				want, _ := refSample(logits[i*vocab:(i+1)*vocab], p, res.Routes[i], 0)
+				want, _ := refSample(logits[i*vocab:(i+1)*vocab], p, res.Routes[i], s.Settings().Seed)
 				assert.Equal(t, want, res.Tokens[i], "row %d (%s)", i, res.Routes[i])
 			}
 		})

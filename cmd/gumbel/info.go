@@ -131,7 +131,13 @@ func printInfo(w io.Writer, r infoReport) error {
 
 // oneLine keeps a multi-line error (a list of tried paths) readable in the table.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	var parts []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.Join(strings.Fields(l), " "); l != "" {
+			parts = append(parts, strings.TrimRight(l, ";:"))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 func formatBytes(n uint64, unified bool) string {

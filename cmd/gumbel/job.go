@@ -122,7 +122,7 @@ func runJob(e env, args []string) error {
 
 	params := jobParams()
 	for r := range params {
-		params[r].RequestID = uint64(r)
+		params[r].RequestID = uint64(r) + 1 // 0 is no request id
 	}
 	tokens, routes, err := sampleSteps(s, logits, params, cfg.steps)
 	if err != nil {

@@ -74,6 +74,9 @@ func TestCheckJobCatchesWrongTokens(t *testing.T) {
 	defer buf.Free()
 	logits := sampler.Logits{Data: buf, DType: sampler.Float32, Rows: jobRows, Vocab: vocab}
 	params := jobParams()
+	for r := range params {
+		params[r].RequestID = uint64(r) + 1 // reproducible: checkJob samples again
+	}
 
 	tokens, _, err := sampleSteps(s, logits, params, 1)
 	require.NoError(t, err)

@@ -24,6 +24,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/gumbel-go/gumbel/runtime"
 )
 
 // env is what a command may touch of the outside world, so tests can run commands in
@@ -89,7 +91,7 @@ func run(args []string, e env) int {
 			return exitOK
 		case errors.Is(err, flag.ErrHelp):
 			return exitOK
-		case errors.As(err, new(usageError)):
+		case errors.As(err, new(usageError)), errors.Is(err, runtime.ErrUnknownBackend):
 			fmt.Fprintf(e.stderr, "gumbel %s: %v\n(run 'gumbel %s -h' for its flags)\n", name, err, name)
 			return exitUsage
 		default:
@@ -127,8 +129,45 @@ func newFlags(name, synopsis string, w io.Writer) *flag.FlagSet {
 
 // parseArgs parses flags that may come before, between or after positional arguments
 // (the standard flag package stops at the first positional one), and returns the
-// positional arguments. Everything after "--" is positional.
+// positional arguments. Everything after "--" is positional. A --backend flag (or
+// $GUMBEL_BACKEND) that names no backend is a usage error here, before any work.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	pos, err := parseAll(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBackend(fs); err != nil {
+		return nil, err
+	}
+	return pos, nil
+}
+
+// checkBackend returns a usage error when fs has a --backend flag and it, or when it is
+// empty $GUMBEL_BACKEND, names neither a registered backend nor auto.
+func checkBackend(fs *flag.FlagSet) error {
+	f := fs.Lookup("backend")
+	if f == nil {
+		return nil
+	}
+	source, value := "--backend", f.Value.String()
+	if strings.TrimSpace(value) == "" {
+		source, value = "$"+runtime.EnvBackend, os.Getenv(runtime.EnvBackend)
+	}
+	name := strings.ToLower(strings.TrimSpace(value))
+	if name == "" || name == "auto" {
+		return nil
+	}
+	var known []string
+	for _, b := range runtime.Backends() {
+		if string(b) == name {
+			return nil
+		}
+		known = append(known, string(b))
+	}
+	return usagef("%s %q: %w (want %s or auto)", source, value, runtime.ErrUnknownBackend, strings.Join(known, ", "))
+}
+
+func parseAll(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {

@@ -38,7 +38,7 @@ func TestDispatch(t *testing.T) {
 		{name: "bad --steps", args: []string{"run", "--steps", "0"}, code: exitUsage, stderr: "--steps 0: must be between 1 and 1000"},
 		{name: "bad --calls", args: []string{"--calls", "-3"}, code: exitUsage, stderr: "--calls -3"},
 		{name: "bad --device", args: []string{"run", "--device", "-1"}, code: exitUsage, stderr: "--device -1: must be >= 0"},
-		{name: "unknown backend", args: []string{"run", "--backend", "tpu"}, code: exitFailure, stderr: `unknown backend: "tpu"`},
+		{name: "unknown backend", args: []string{"run", "--backend", "tpu"}, code: exitUsage, stderr: `--backend "tpu": gumbel/runtime: unknown backend`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -136,7 +136,7 @@ func TestReadNPYErrors(t *testing.T) {
 		{name: "huge header shape", file: rawNPY("<f4", false, "(4000000000, 4000000000)", []float32{1}), want: "too large"},
 		{name: "overflowing shape", file: rawNPY("<f4", false, "(4611686018427387904, 8)", []float32{1}), want: "too large"},
 		{name: "truncated header", file: []byte("\x93NUMPY\x01\x00\xff\xff{'descr"), want: "malformed .npy file"},
-		{name: "garbled shape", file: rawNPY("<f4", false, "(x,)", []float32{1}), want: "not a .npy file"},
+		{name: "garbled shape", file: rawNPY("<f4", false, "(x,)", []float32{1}), want: "malformed .npy header"},
 		{name: "garbled descr", file: rawNPY("[(", false, "(1,)", []float32{1}), want: "not supported"},
 	}
 	for _, tc := range tests {

@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
+	"time"
+
+	"golang.org/x/term"
 
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/sampler"
@@ -92,7 +96,9 @@ func runSample(e env, args []string) error {
 		return err
 	}
 	defer s.Close()
-	out, err := drawRows(dev, s, logits, cfg.params, cfg.draws, !cfg.counts)
+	prog := newDrawProgress(e.stderr, logits.rows, cfg.draws)
+	out, err := drawRows(dev, s, logits, cfg.params, cfg.draws, !cfg.counts, prog.set)
+	prog.close()
 	if err != nil {
 		return err
 	}
@@ -160,8 +166,9 @@ func (d drawResult) failure() error {
 
 // drawRows samples every row of logits draws times with steps p.Step, p.Step+1, ...
 // Many draws go into one call: the device holds `copies` copies of the matrix and a
-// call samples all of them, copy c with the step of draw d0+c.
-func drawRows(dev runtime.Device, s *sampler.Sampler, logits *hostLogits, p sampler.Params, draws int, keepTokens bool) (drawResult, error) {
+// call samples all of them, copy c with the step of draw d0+c. After each call,
+// progress (when not nil) gets the number of draws per row done so far.
+func drawRows(dev runtime.Device, s *sampler.Sampler, logits *hostLogits, p sampler.Params, draws int, keepTokens bool, progress func(done int)) (drawResult, error) {
 	rows, rowBytes := logits.rows, logits.vocab*logits.dtype.Size()
 	copies := max(1, min(draws, stagingBudget/(rows*rowBytes), maxRowsPerCall/rows))
 	buf, err := uploadCopies(dev, logits.bytes(), copies)
@@ -215,8 +222,62 @@ func drawRows(dev runtime.Device, s *sampler.Sampler, logits *hostLogits, p samp
 		if failed == rows {
 			break
 		}
+		if progress != nil {
+			progress(d0 + n)
+		}
 	}
 	return out, nil
+}
+
+// progressDelay is how long `gumbel sample` runs before it shows a progress bar: a
+// quick run prints nothing but its result.
+const progressDelay = time.Second
+
+// drawProgress shows the draws done on a terminal, as selftest's bar does, once the run
+// has taken progressDelay. Elsewhere (a pipe, a file, a CI log) it writes nothing: stderr
+// then carries only the notes and the errors.
+type drawProgress struct {
+	began time.Time
+	now   func() time.Time
+	open  func() caseProgress // nil: not a terminal
+	bar   caseProgress        // opened after progressDelay
+}
+
+func newDrawProgress(w io.Writer, rows, draws int) *drawProgress {
+	p := &drawProgress{began: time.Now(), now: time.Now}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		label := fmt.Sprintf("sampling %d row(s)", rows)
+		p.open = func() caseProgress {
+			bar := newProgress(w, int64(draws))
+			if b, ok := bar.(*barProgress); ok {
+				b.bar.Describe(label)
+			}
+			return bar
+		}
+	}
+	return p
+}
+
+// set reports done draws per row.
+func (p *drawProgress) set(done int) {
+	if p.open == nil {
+		return
+	}
+	if p.bar == nil {
+		if p.now().Sub(p.began) < progressDelay {
+			return
+		}
+		p.bar = p.open()
+	}
+	p.bar.set(int64(done))
+}
+
+// close removes the bar, if one was shown, before the results are printed.
+func (p *drawProgress) close() {
+	if p.bar != nil {
+		p.bar.close()
+		p.bar = nil
+	}
 }
 
 // uploadCopies returns a device buffer holding copies back-to-back copies of data.
@@ -239,12 +300,20 @@ func uploadCopies(dev runtime.Device, data []byte, copies int) (runtime.Buffer, 
 	return buf, nil
 }
 
-// writeTokens prints one line per row: its tokens in draw order (empty for a row that
-// could not be sampled; the error goes to stderr).
+// writeTokens prints one line per row: its tokens in draw order, or for a row that
+// could not be sampled "error: row R: " and why (stderr lists the failed rows too).
 func writeTokens(w io.Writer, d drawResult) error {
 	var line []byte
-	for _, row := range d.rows {
+	for r, row := range d.rows {
 		line = line[:0]
+		if row.err != nil {
+			// The error names its row already (see failure); add the number if not.
+			msg := strings.ReplaceAll(row.err.Error(), "\n", " ")
+			if !strings.HasPrefix(msg, fmt.Sprintf("row %d: ", r)) {
+				msg = fmt.Sprintf("row %d: %s", r, msg)
+			}
+			line = append(line, "error: "+msg...)
+		}
 		for i, tok := range row.tokens {
 			if i > 0 {
 				line = append(line, ' ')

@@ -225,10 +225,10 @@ func TestSampleBadInput(t *testing.T) {
 		{name: "top-p above 1", args: []string{good, "--top-p", "2"}, code: exitUsage, stderr: "--top-p: gumbel/sampler: top-p must be in (0, 1]"},
 		{name: "negative top-k", args: []string{good, "--top-k", "-3"}, code: exitUsage, stderr: "--top-k: gumbel/sampler: top-k must be >= 0"},
 		{name: "min-p above 1", args: []string{good, "--min-p", "1.5"}, code: exitUsage, stderr: "--min-p: gumbel/sampler: min-p must be in [0, 1]"},
-		{name: "unknown backend", args: []string{good, "--backend", "tpu"}, code: exitFailure, stderr: "unknown backend"},
+		{name: "unknown backend", args: []string{good, "--backend", "tpu"}, code: exitUsage, stderr: `--backend "tpu": gumbel/runtime: unknown backend`},
 		{
 			name: "NaN row fails, the other row is sampled", args: []string{withNaN, "--temperature", "0", "--draws", "2"},
-			code: exitFailure, stderr: "1 of 2 rows could not be sampled:\n  row 0: gumbel/sampler: row holds NaN or +Inf", stdout: "\n0 0\n",
+			code: exitFailure, stderr: "1 of 2 rows could not be sampled:\n  row 0: gumbel/sampler: row holds NaN or +Inf", stdout: "error: row 0: gumbel/sampler: row holds NaN or +Inf\n0 0\n",
 		},
 	}
 	for _, tc := range tests {

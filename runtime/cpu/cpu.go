@@ -149,10 +149,11 @@ func (d *device) NewEvent() (runtime.Event, error) {
 	return &event{dev: d}, nil
 }
 
-// Close stops the workers once the launch in progress (if any) is done.
+// Close stops the workers once the launch in progress (if any) is done. A second Close
+// does nothing and returns nil.
 func (d *device) Close() error {
 	if d.closed.Swap(true) {
-		return fmt.Errorf("cpu: Close: %w", runtime.ErrClosed)
+		return nil
 	}
 	d.pool.close()
 	return nil

@@ -157,7 +157,7 @@ func (d *Device) NewEvent() (runtime.Event, error) { return d.core.NewEvent() }
 // Close releases every object of the device still open (memory, streams, events,
 // modules, graphs) and the device's hold on its primary context; later Free and Close
 // calls on them do nothing, and other calls fail with runtime.ErrClosed. A second Close
-// does nothing.
+// does nothing and returns nil.
 func (d *Device) Close() error {
 	return d.core.Close(func() error {
 		if r := Result(gpurt.CallN(d.drv.cuDevicePrimaryCtxRelease, uintptr(d.props.Handle))); r != Success {

@@ -174,7 +174,7 @@ func (d *Device) NewEvent() (runtime.Event, error) { return d.core.NewEvent() }
 
 // Close releases every object of the device still open (memory, streams, events,
 // modules); later Free and Close calls on them do nothing, and other calls fail with
-// runtime.ErrClosed. A second Close does nothing.
+// runtime.ErrClosed. A second Close does nothing and returns nil.
 func (d *Device) Close() error { return d.core.Close(nil) }
 
 // WrapDevicePointer makes a runtime.Buffer of bytes bytes of device memory at ptr that

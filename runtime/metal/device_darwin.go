@@ -198,7 +198,8 @@ func (d *Device) NewEvent() (runtime.Event, error) {
 }
 
 // Close waits for the default stream and releases it, the compiled modules and the
-// device. Buffers, other streams and modules must not be used after.
+// device. Buffers, other streams and modules must not be used after. A second Close
+// does nothing and returns nil.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

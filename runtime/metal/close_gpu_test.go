@@ -1,0 +1,23 @@
+//go:build gpu && darwin
+
+package metal
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gumbel-go/gumbel/runtime"
+)
+
+// TestCloseTwice: closing a device is idempotent, as runtime.Device documents.
+func TestCloseTwice(t *testing.T) {
+	d, err := Open(0)
+	require.NoError(t, err)
+	require.NoError(t, d.Close())
+	assert.NoError(t, d.Close(), "a second Close does nothing")
+	assert.NoError(t, d.Close(), "nor does a third")
+	_, err = d.Alloc(8)
+	assert.ErrorIs(t, err, runtime.ErrClosed, "the device stays closed")
+}
