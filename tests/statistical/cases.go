@@ -281,7 +281,7 @@ func (c *Case) Options() sampler.Options {
 	if c.Gumbel {
 		sw = sampler.On
 	}
-	return sampler.Options{Seed: c.Seed, Gumbel: sw, Split: sampler.On}
+	return sampler.Options{Seed: c.Seed, HasSeed: true, Gumbel: sw, Split: sampler.On}
 }
 
 // path describes how a case samples: its route and filter.

@@ -68,7 +68,7 @@ func checkDistinct(dev runtime.Device) error {
 	for r := range params {
 		params[r] = sampler.Params{Temperature: temps[r], Seed: uint64(r) + 50, HasSeed: true, Step: uint64(3 * r), Logprobs: true}
 	}
-	s, err := newSampler(dev, sampler.Options{Gumbel: sampler.On, Split: sampler.On})
+	s, err := newSampler(dev, sampler.Options{HasSeed: true, Gumbel: sampler.On, Split: sampler.On})
 	if err != nil {
 		return err
 	}
@@ -131,7 +131,7 @@ func checkBadDraws(dev runtime.Device) error {
 	vocab := probeVocab
 	good := randomRows(1, vocab, 1, 151)
 	seeded := func(p sampler.Params) sampler.Params { p.Seed, p.HasSeed, p.Step = 21, true, 2; return p }
-	s, err := newSampler(dev, sampler.Options{Gumbel: sampler.On, Split: sampler.On})
+	s, err := newSampler(dev, sampler.Options{HasSeed: true, Gumbel: sampler.On, Split: sampler.On})
 	if err != nil {
 		return err
 	}

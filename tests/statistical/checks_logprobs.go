@@ -245,7 +245,7 @@ func checkTopLogprobs(dev runtime.Device) error {
 		params[r] = sampler.Params{Temperature: float32(r%3) * 0.5, TopLogprobs: asks[r], Seed: uint64(r), HasSeed: true}
 	}
 	params[5].TopK, params[5].Temperature = 10, 1 // a filtered row: top log-probabilities stay raw
-	s, err := newSampler(dev, sampler.Options{Gumbel: sampler.On, Split: sampler.On})
+	s, err := newSampler(dev, sampler.Options{HasSeed: true, Gumbel: sampler.On, Split: sampler.On})
 	if err != nil {
 		return err
 	}
