@@ -28,18 +28,21 @@ const (
 	GumbelSplit Route = "gumbel-split"
 	GumbelOne   Route = "gumbel-single-block"
 	TopKTopP    Route = "topk50-topp0.9"
-	MinP        Route = "minp0.05"
-	TopK50      Route = "topk50"   // top-k 50 alone
-	TopP095     Route = "topp0.95" // top-p 0.95 alone
+	// TopK40TopP09 is llama.cpp's and ollama's default top-k 40 with top-p 0.9, the
+	// configuration the CPU peers (bench/peers/cpu) are measured at.
+	TopK40TopP09 Route = "topk40-topp0.9"
+	MinP         Route = "minp0.05"
+	TopK50       Route = "topk50"   // top-k 50 alone
+	TopP095      Route = "topp0.95" // top-p 0.95 alone
 )
 
 // Routes lists every route of the default matrix in table order.
 var Routes = []Route{Greedy, Categorical, GumbelSplit, GumbelOne, TopKTopP, MinP}
 
-// FilterRoutes lists the filtered-sampling routes, each with a FlashInfer counterpart in
-// Compare, and the unfiltered Gumbel and categorical routes they are set against
-// (`gumbel bench --route filters`).
-var FilterRoutes = []Route{TopKTopP, TopK50, TopP095, MinP, GumbelSplit, Categorical}
+// FilterRoutes lists the filtered-sampling routes, each with a FlashInfer or CPU-peer
+// counterpart in Compare, and the unfiltered Gumbel and categorical routes they are set
+// against (`gumbel bench --route filters`).
+var FilterRoutes = []Route{TopKTopP, TopK40TopP09, TopK50, TopP095, MinP, GumbelSplit, Categorical}
 
 // IsOwn reports whether r is one of gumbel's routes (of Routes, FilterRoutes or
 // FeatureRoutes) rather than a peer's.
@@ -99,6 +102,8 @@ func params(r Route, batch int, step uint64) []sampler.Params {
 			p.Temperature = 0
 		case TopKTopP:
 			p.TopK, p.TopP = 50, 0.9
+		case TopK40TopP09:
+			p.TopK, p.TopP = 40, 0.9
 		case TopK50:
 			p.TopK = 50
 		case TopP095:

@@ -70,6 +70,7 @@ func TestFilterRouteParams(t *testing.T) {
 		topP, minP, temp float32
 	}{
 		{TopKTopP, 50, 0.9, 0, 0.8},
+		{TopK40TopP09, 40, 0.9, 0, 0.8},
 		{TopK50, 50, 0, 0, 0.8},
 		{TopP095, 0, 0.95, 0, 0.8},
 		{MinP, 0, 0, 0.05, 0.8},

@@ -14,8 +14,9 @@ import (
 
 // ourColumns are gumbel's routes that a peer comparison can show, in column order: the
 // sampler, the floor (greedy) and the filtered routes that filtering peers are measured
-// against. The first three are always shown, the others where a peer is set against them.
-var ourColumns = []Route{GumbelSplit, Greedy, TopKTopP, TopK50, TopP095, MinP}
+// against. The first two are always shown, the third (topk50-topp0.9) where gumbel
+// measured it, and every filtered route where a peer is set against it.
+var ourColumns = []Route{GumbelSplit, Greedy, TopKTopP, TopK40TopP09, TopK50, TopP095, MinP}
 
 // LoadMeasurements reads measurements written as JSON, either a bare array or an object
 // with a "measurements" array (what `gumbel bench --json`, bench/peers/torch_peers.py and
@@ -77,16 +78,20 @@ func (m *Measurement) validate() error {
 }
 
 // peerBase is the gumbel route a peer is measured against, told by the filter its name
-// names (case, "_" and "-" ignored): top-k and top-p together, top-k alone, top-p alone,
-// min-p; any other peer is measured against gumbel-split. So
-// "flashinfer:softmax+top_k_top_p" and "torch.sort-topk50-topp0.9" go against
-// topk50-topp0.9, "flashinfer:softmax+top_k" against topk50, "flashinfer:softmax+top_p"
-// against topp0.95, "flashinfer:softmax+min_p" against minp0.05, and
-// "flashinfer:sampling_from_logits" against gumbel-split.
+// names (case, "_" and "-" ignored): top-k and top-p together (topk40-topp0.9 where the
+// name says top-k 40, else topk50-topp0.9), top-k alone, top-p alone, min-p; a peer with
+// no filter that names itself greedy is measured against greedy, any other against
+// gumbel-split. So "flashinfer:softmax+top_k_top_p" and "torch.sort-topk50-topp0.9" go
+// against topk50-topp0.9, "llamacpp:topk40-topp0.9" against topk40-topp0.9,
+// "flashinfer:softmax+top_k" against topk50, "flashinfer:softmax+top_p" against topp0.95,
+// "flashinfer:softmax+min_p" against minp0.05, "ollama:greedy" against greedy, and
+// "flashinfer:sampling_from_logits" and "torch.argmax" against gumbel-split.
 func peerBase(r Route) Route {
 	s := strings.NewReplacer("_", "", "-", "").Replace(strings.ToLower(string(r)))
 	topK, topP := strings.Contains(s, "topk"), strings.Contains(s, "topp")
 	switch {
+	case topK && topP && topK40(s):
+		return TopK40TopP09
 	case topK && topP:
 		return TopKTopP
 	case topK:
@@ -95,8 +100,28 @@ func peerBase(r Route) Route {
 		return TopP095
 	case strings.Contains(s, "minp"):
 		return MinP
+	case strings.Contains(s, "greedy"):
+		return Greedy
 	}
 	return GumbelSplit
+}
+
+// topK40 reports whether s, a peer's name folded as peerBase folds it, names top-k 40:
+// "topk40" or "topk=40" not followed by another digit.
+func topK40(s string) bool {
+	for _, k := range []string{"topk40", "topk=40"} {
+		for rest := s; ; {
+			_, after, ok := strings.Cut(rest, k)
+			if !ok {
+				break
+			}
+			if after == "" || after[0] < '0' || after[0] > '9' {
+				return true
+			}
+			rest = after
+		}
+	}
+	return false
 }
 
 // peerFamily is the peer's name up to its first "." or ":" ("torch", "flashinfer"):
@@ -110,12 +135,13 @@ func peerFamily(r Route) string {
 
 // Compare renders gumbel's measurements against peers' as markdown: per dtype, one table
 // per peer family (the name before its first "." or ":", such as torch or flashinfer),
-// rows vocab x batch, columns the device µs of gumbel-split, greedy and topk50-topp0.9
-// (and of topk50, topp0.95 and minp0.05 where a peer of the family is set against them)
-// and of every peer route of the family, then for each peer its time over its gumbel
-// counterpart's (peerBase: peer / topk50-topp0.9 for a top-k + top-p peer, peer / minp0.05
-// for a min-p peer, ..., peer / gumbel-split for an unfiltered one). Ratios above 1 mean
-// gumbel is faster. A missing cell reads "–".
+// rows vocab x batch, columns the device µs of gumbel-split and greedy (and of
+// topk50-topp0.9 where gumbel measured it, and of topk50-topp0.9, topk40-topp0.9, topk50,
+// topp0.95 and minp0.05 where a peer of the family is set against them) and of every peer route of the family, then for each peer its time over
+// its gumbel counterpart's (peerBase: peer / topk50-topp0.9 for a top-k + top-p peer,
+// peer / minp0.05 for a min-p peer, peer / greedy for a greedy one, ..., peer /
+// gumbel-split for an unfiltered one). Ratios above 1 mean gumbel is faster. A missing
+// cell reads "–".
 //
 // The first tables set DeviceUs against DeviceUs: for gumbel, back-to-back launches
 // from Go; for the PyTorch and FlashInfer peers, CUDA-graph replay (their best case, as
@@ -156,9 +182,11 @@ func compareTables(sb *strings.Builder, title string, ours, peers []Measurement,
 		}
 		cells[k][m.Route] = m
 	}
+	measuredTopKTopP := false
 	for _, m := range ours {
 		if slices.Contains(ourColumns, m.Route) {
 			add(m)
+			measuredTopKTopP = measuredTopKTopP || m.Route == TopKTopP
 		}
 	}
 	// The peer families in order of appearance, each with its routes, and the dtypes
@@ -204,7 +232,8 @@ func compareTables(sb *strings.Builder, title string, ours, peers []Measurement,
 			peerRoutes := familyRoutes[f]
 			var cols []Route
 			for i, r := range ourColumns {
-				if i < 3 || slices.ContainsFunc(peerRoutes, func(p Route) bool { return peerBase(p) == r }) {
+				if i < 2 || (r == TopKTopP && measuredTopKTopP) ||
+					slices.ContainsFunc(peerRoutes, func(p Route) bool { return peerBase(p) == r }) {
 					cols = append(cols, r)
 				}
 			}

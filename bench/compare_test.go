@@ -130,6 +130,19 @@ func TestPeerBase(t *testing.T) {
 		{"torch.exponential-race", GumbelSplit},
 		{"vllm.Top-P", TopP095},
 		{"sglang.minp", MinP},
+		// The CPU peers (bench/peers/cpu).
+		{"llamacpp:greedy", Greedy},
+		{"ollama:greedy", Greedy},
+		{"llamacpp:temp+dist", GumbelSplit},
+		{"ollama:temp", GumbelSplit},
+		{"llamacpp:topk40-topp0.9", TopK40TopP09},
+		{"ollama:TOP_K40_TOP_P0.9", TopK40TopP09},
+		{"other:top_k=40+top_p=0.9", TopK40TopP09},
+		{"other:topk400-topp0.9", TopKTopP}, // k 400, not 40
+		{"other:topk40", TopK50},            // top-k alone: the one top-k route
+		{"llamacpp:minp0.05", MinP},
+		{"ollama:minp0.05", MinP},
+		{"torch.argmax", GumbelSplit}, // the floor, set against the sampler
 	}
 	for _, tc := range tests {
 		t.Run(string(tc.peer), func(t *testing.T) {
@@ -222,7 +235,7 @@ func TestCompareFamiliesByDType(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, strings.Contains(md, tc.heading), "%q in\n%s", tc.heading, md)
 	}
-	assert.Equal(t, []string{"4096", "1", "5.00", "–", "–"},
+	assert.Equal(t, []string{"4096", "1", "5.00", "–"}, // no topk50-topp0.9 column: not measured
 		tableRow(t, md, "float16, device time", "| 4096 | 1 |"))
 }
 
@@ -336,6 +349,50 @@ func TestChartErrors(t *testing.T) {
 			err := Chart(tc.ms, tc.path)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+}
+
+// The CPU peers' families each get a table with the greedy, topk40-topp0.9 and minp0.05
+// columns their routes are set against, and no topk50-topp0.9 column: gumbel did not
+// measure it and no peer is set against it.
+func TestCompareCPUPeers(t *testing.T) {
+	ours := []Measurement{
+		meas(Greedy, "float32", 151936, 1, 200),
+		meas(GumbelSplit, "float32", 151936, 1, 400),
+		meas(TopK40TopP09, "float32", 151936, 1, 500),
+		meas(MinP, "float32", 151936, 1, 800),
+	}
+	peers := []Measurement{
+		meas("llamacpp:greedy", "float32", 151936, 1, 100),
+		meas("llamacpp:temp+dist", "float32", 151936, 1, 1200),
+		meas("llamacpp:topk40-topp0.9", "float32", 151936, 1, 100),
+		meas("llamacpp:minp0.05", "float32", 151936, 1, 200),
+		meas("ollama:greedy", "float32", 151936, 1, 100),
+		meas("ollama:temp", "float32", 151936, 1, 2000),
+		meas("ollama:topk40-topp0.9", "float32", 151936, 1, 150),
+		meas("ollama:minp0.05", "float32", 151936, 1, 2400),
+	}
+	md := Compare(ours, peers)
+	tests := []struct {
+		family string
+		want   []string
+	}{
+		{"llamacpp", []string{"151936", "1", "400.00", "200.00", "500.00", "800.00",
+			"100.00", "1200.00", "100.00", "200.00", "0.50x", "3.00x", "0.20x", "0.25x"}},
+		{"ollama", []string{"151936", "1", "400.00", "200.00", "500.00", "800.00",
+			"100.00", "2000.00", "150.00", "2400.00", "0.50x", "5.00x", "0.30x", "3.00x"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.family, func(t *testing.T) {
+			f := tc.family
+			assert.Contains(t, md, ", "+f+" peers\n\n| vocab | batch | gumbel-split | greedy | topk40-topp0.9 | minp0.05 | "+
+				f+":greedy | ")
+			assert.Contains(t, md, " | "+f+":greedy / greedy | ")
+			assert.Contains(t, md, " / gumbel-split | "+f+":topk40-topp0.9 / topk40-topp0.9 | "+f+":minp0.05 / minp0.05 |\n")
+			_, after, ok := strings.Cut(md, ", "+f+" peers")
+			require.True(t, ok)
+			assert.Equal(t, tc.want, tableRow(t, after, "|", "| 151936 | 1 |"))
 		})
 	}
 }

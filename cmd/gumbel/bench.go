@@ -27,7 +27,8 @@ type benchConfig struct {
 	// sweep, when set, is the split sweep to run instead of the matrix.
 	sweep *bench.Sweep
 	// compare names peers' measurements (bench/peers/torch_peers.py --out,
-	// bench/peers/flashinfer.sh --out) to set against this run's.
+	// bench/peers/flashinfer.sh --out, bench/peers/cpu's llamacpp.sh --out and
+	// ollama --out) to set against this run's.
 	compare []string
 	// chart names an image of this run's measurements and the peers'.
 	chart string
@@ -67,7 +68,7 @@ func parseBenchFlags(args []string, w io.Writer) (benchConfig, error) {
 	sweep := fs.Bool("split-sweep", false, fmt.Sprintf("time the Gumbel route at every blocks-per-row value of --splits, the measurements the split policy is chosen from: dtype defaults to %s, vocab to %s, batch to %s; on a GPU %d groups of %d launches per point", bench.DefaultSweep.DType, joinInts(bench.DefaultSweep.Vocabs), joinInts(bench.DefaultSweep.Batches), bench.SweepConfig.Groups, bench.SweepConfig.Repeats))
 	splits := fs.String("splits", joinInts(bench.DefaultSweep.Splits), "blocks per row of --split-sweep, comma-separated")
 	fs.BoolVar(&c.asJSON, "json", false, "print the measurements as JSON instead of markdown tables")
-	fs.Func("compare", "peer measurements to compare with this run's: JSON files from bench/peers/torch_peers.py or bench/peers/flashinfer.sh, comma-separated or the flag repeated", func(s string) error {
+	fs.Func("compare", "peer measurements to compare with this run's: JSON files from bench/peers/torch_peers.py, bench/peers/flashinfer.sh or the CPU peers of bench/peers/cpu, comma-separated or the flag repeated", func(s string) error {
 		files := splitList(s)
 		if files == nil {
 			return fmt.Errorf("no file named")

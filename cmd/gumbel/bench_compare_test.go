@@ -75,8 +75,8 @@ func TestBenchCompareFlashInferOnCPU(t *testing.T) {
 
 	code, stdout, stderr := runCLI(args...)
 	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-	assert.Contains(t, stderr, "[14/14] ", "greedy and the six filter routes, two batches")
-	assert.Contains(t, stdout, "| dtype | vocab | batch | greedy | topk50-topp0.9 | topk50 | topp0.95 | minp0.05 | gumbel-split | categorical |")
+	assert.Contains(t, stderr, "[16/16] ", "greedy and the seven filter routes, two batches")
+	assert.Contains(t, stdout, "| dtype | vocab | batch | greedy | topk50-topp0.9 | topk40-topp0.9 | topk50 | topp0.95 | minp0.05 | gumbel-split | categorical |")
 	assert.Contains(t, stdout, ", torch peers\n\n| vocab | batch | gumbel-split | greedy | topk50-topp0.9 | torch.gumbel-eager | torch.sort-topk50-topp0.9 |")
 	assert.Contains(t, stdout, ", flashinfer peers\n\n| vocab | batch | gumbel-split | greedy | topk50-topp0.9 | topk50 | topp0.95 | minp0.05 | "+
 		"flashinfer:sampling_from_logits | flashinfer:softmax+sampling_from_probs | flashinfer:softmax+top_k_top_p | "+
@@ -89,6 +89,36 @@ func TestBenchCompareFlashInferOnCPU(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	var rep benchReport
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
-	assert.Len(t, rep.Measurements, 14)
+	assert.Len(t, rep.Measurements, 16)
 	assert.Len(t, rep.Peers, 2+8+2, "every file's measurements, the repeated flag's too")
+}
+
+// cpuPeersJSON is what bench/peers/cpu/llamacpp.sh and bench/peers/cpu/ollama write, for
+// one point.
+const cpuPeersJSON = `{"backend": "cpu", "peer": "llama.cpp-style", "threads": 1, "temperature": 0.8, "measurements": [
+  {"route": "llamacpp:greedy", "vocab": 2048, "batch": 1, "dtype": "float32", "device_us": 1.5, "host_us": 1.5, "allocs_per_call": 0, "token": 3},
+  {"route": "llamacpp:temp+dist", "vocab": 2048, "batch": 1, "dtype": "float32", "device_us": 14, "host_us": 14, "allocs_per_call": 0, "token": 3},
+  {"route": "llamacpp:topk40-topp0.9", "vocab": 2048, "batch": 1, "dtype": "float32", "device_us": 2.5, "host_us": 2.5, "allocs_per_call": 0, "token": 3},
+  {"route": "llamacpp:minp0.05", "vocab": 2048, "batch": 1, "dtype": "float32", "device_us": 3.5, "host_us": 3.5, "allocs_per_call": 0, "token": 3},
+  {"route": "ollama:greedy", "vocab": 2048, "batch": 1, "dtype": "float32", "device_us": 1.25, "host_us": 1.25, "allocs_per_call": 0, "token": 3},
+  {"route": "ollama:topk40-topp0.9", "vocab": 2048, "batch": 1, "dtype": "float32", "device_us": 4.5, "host_us": 4.5, "allocs_per_call": 2, "token": 3}]}`
+
+// The CPU device against the llama.cpp-style and ollama-style CPU samplers: each family
+// gets its table, each peer its ratio to the gumbel route of its filter.
+func TestBenchCompareCPUPeers(t *testing.T) {
+	peers := filepath.Join(t.TempDir(), "cpu.json")
+	require.NoError(t, os.WriteFile(peers, []byte(cpuPeersJSON), 0o644))
+	code, stdout, stderr := runCLI("bench", "--backend", "cpu", "--route", "greedy,gumbel-split,topk40-topp0.9,minp0.05",
+		"--dtype", "float32", "--vocab", "2048", "--batch", "1", "--groups", "2", "--repeats", "2", "--calls", "3", "--warmup", "1",
+		"--compare", peers)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stdout, ", llamacpp peers\n\n| vocab | batch | gumbel-split | greedy | topk40-topp0.9 | minp0.05 | "+
+		"llamacpp:greedy | llamacpp:temp+dist | llamacpp:topk40-topp0.9 | llamacpp:minp0.05 | "+
+		"llamacpp:greedy / greedy | llamacpp:temp+dist / gumbel-split | llamacpp:topk40-topp0.9 / topk40-topp0.9 | llamacpp:minp0.05 / minp0.05 |")
+	assert.Contains(t, stdout, ", ollama peers\n\n| vocab | batch | gumbel-split | greedy | topk40-topp0.9 | "+
+		"ollama:greedy | ollama:topk40-topp0.9 | ollama:greedy / greedy | ollama:topk40-topp0.9 / topk40-topp0.9 |")
+	num, ratio := `[0-9.]+`, `[0-9.]+x`
+	assert.Regexp(t, `\| 2048 \| 1 \| `+num+` \| `+num+` \| `+num+` \| `+num+` \| 1\.50 \| 14\.00 \| 2\.50 \| 3\.50 \|`+
+		strings.Repeat(` `+ratio+` \|`, 4), stdout)
+	assert.Regexp(t, `\| 2048 \| 1 \| `+num+` \| `+num+` \| `+num+` \| 1\.25 \| 4\.50 \| `+ratio+` \| `+ratio+` \|`, stdout)
 }

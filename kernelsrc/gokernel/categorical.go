@@ -1,8 +1,10 @@
 package gokernel
 
 import (
+	"cmp"
 	"math"
 	"math/bits"
+	"slices"
 
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/philox"
@@ -21,6 +23,13 @@ type catScratch struct {
 	q     []uint64  // fixed-point weight of each active element (top-p)
 	tmpK  []uint32  // radix select's candidates
 	tmpQ  []uint64
+	heap  []uint32 // keepFew: the k largest keys
+	cand  []uint32 // keepFew: the elements that met the heap's smallest key
+	// candK is the k whose candidates and Kk (candKk) rowMaxTopK left for this row's
+	// keepFew, 0 when none are waiting.
+	candK  int
+	candKk uint32
+	order  []uint32 // keepFew: the active set by key
 	// record is the log-probability record of the row's token, when the row asked for
 	// one and its status is 0.
 	record [abi.RecordWords]float32
@@ -56,8 +65,14 @@ func oneBlockRow(b *runtime.BlockContext, d abi.DType, family string) {
 	}
 
 	raw, row, seen := sc.load(&l)
-	// Step 1: the largest logit m and the observations.
-	m, seen := rowMax(row, seen)
+	// Step 1: the largest logit m and the observations; for a small top-k, keepFew's
+	// candidates in the same pass.
+	var m float32
+	if k := fewTopK(&l.p, len(row)); k > 0 {
+		m, seen = sc.rowMaxTopK(row, seen, k)
+	} else {
+		m, seen = rowMax(row, seen)
+	}
 	tok, status := int32(-1), seenStatus(seen)
 	switch {
 	case status != abi.StatusOK:
@@ -107,8 +122,47 @@ func (sc *catScratch) load(l *launchRow) (raw, row []float32, s abi.Seen) {
 }
 
 // rowMax is the largest finite value of row (-Inf when none is), with the row's
-// observations added to s.
+// observations added to s. A row of finite values, the usual one, takes one pass that
+// ORs nonFinite beside the maximum; any other row takes the exact loop.
 func rowMax(row []float32, s abi.Seen) (float32, abi.Seen) {
+	m0, m1, m2, m3 := negInf, negInf, negInf, negInf
+	var bad uint32
+	i := 0
+	for ; i+4 <= len(row); i += 4 {
+		x0, x1, x2, x3 := row[i], row[i+1], row[i+2], row[i+3]
+		bad |= nonFinite(x0) | nonFinite(x1) | nonFinite(x2) | nonFinite(x3)
+		if x0 > m0 {
+			m0 = x0
+		}
+		if x1 > m1 {
+			m1 = x1
+		}
+		if x2 > m2 {
+			m2 = x2
+		}
+		if x3 > m3 {
+			m3 = x3
+		}
+	}
+	for ; i < len(row); i++ {
+		bad |= nonFinite(row[i])
+		if row[i] > m0 {
+			m0 = row[i]
+		}
+	}
+	if bad == 0 {
+		if len(row) == 0 {
+			return negInf, s
+		}
+		m := max(m0, m1, m2, m3)
+		if m == 0 {
+			// max's answer for signed zeros: +0 when the row holds one.
+			for _, x := range row {
+				m = max(m, x)
+			}
+		}
+		return m, s | abi.SeenFinite
+	}
 	m := negInf
 	for _, x := range row {
 		if x-x != 0 {
@@ -163,7 +217,7 @@ func topPThreshold(keys []uint32, q []uint64, z uint64, topP float32, tmpK []uin
 type keptSet struct {
 	idx       []uint32  // the active set, in index order
 	w         []float32 // weight of each active element
-	keys      []uint32  // orderKey of every element (nil when no filter needs them)
+	keys      []uint32  // orderKey of each active element (nil when no filter needs them)
 	threshold uint32    // kept keys are at least this (0: no key filter)
 	minP      float32   // kept weights are at least this (0: off)
 	total     uint64    // S, the fixed-point mass of the kept set
@@ -174,15 +228,25 @@ type keptSet struct {
 
 // kept reports whether active element j (element i of the row) is kept.
 func (k *keptSet) kept(j int, i uint32) bool {
-	if k.threshold != 0 && k.keys[i] < k.threshold {
+	if k.threshold != 0 && k.keys[j] < k.threshold {
 		return false
 	}
 	return k.minP == 0 || k.w[j] >= k.minP
 }
 
 // keep runs steps 2 to 7 of the categorical kernel (weights, top-k, Z, top-p, min-p, S)
-// on a row with a finite largest processed logit m and a positive temperature.
+// on a row with a finite largest processed logit m and a positive temperature: by
+// keepFew where it serves, else by keepRow.
 func (sc *catScratch) keep(p *abi.RowParams, row []float32, m float32) keptSet {
+	if ks, ok := sc.keepFew(p, row, m); ok {
+		return ks
+	}
+	return sc.keepRow(p, row, m)
+}
+
+// keepRow is keep written as ABI.md states it, over the whole row: the reference that
+// keepFew is checked against, and the path of the rows keepFew does not take.
+func (sc *catScratch) keepRow(p *abi.RowParams, row []float32, m float32) keptSet {
 	n := len(row)
 	topK := p.TopK > 0 && uint64(p.TopK) < uint64(n)
 	topP := p.TopP > 0 && p.TopP < 1
@@ -210,9 +274,8 @@ func (sc *catScratch) keep(p *abi.RowParams, row []float32, m float32) keptSet {
 	// Step 3: the top-k threshold, and the active set: elements with key ≥ Kk.
 	if topK || topP {
 		sc.keys = grow(sc.keys, n)
-		ks.keys = sc.keys
 		for i, x := range row {
-			ks.keys[i] = orderKey(x)
+			sc.keys[i] = orderKey(x)
 		}
 	}
 	var kk uint32
@@ -220,8 +283,8 @@ func (sc *catScratch) keep(p *abi.RowParams, row []float32, m float32) keptSet {
 	idx := sc.idx[:0]
 	if topK {
 		sc.tmpK = grow(sc.tmpK, n)
-		kk = topKThreshold(ks.keys, p.TopK, sc.tmpK)
-		for i, k := range ks.keys {
+		kk = topKThreshold(sc.keys, p.TopK, sc.tmpK)
+		for i, k := range sc.keys {
 			if k >= kk {
 				idx = append(idx, uint32(i))
 			}
@@ -244,11 +307,16 @@ func (sc *catScratch) keep(p *abi.RowParams, row []float32, m float32) keptSet {
 
 	// Step 5: the top-p threshold, by mass over the active set.
 	var kp uint32
-	if topP {
+	if topK || topP {
 		sc.keysA = grow(sc.keysA, len(idx))
-		sc.q = grow(sc.q, len(idx))
 		for j, i := range idx {
-			sc.keysA[j] = ks.keys[i]
+			sc.keysA[j] = sc.keys[i]
+		}
+		ks.keys = sc.keysA
+	}
+	if topP {
+		sc.q = grow(sc.q, len(idx))
+		for j := range idx {
 			sc.q[j] = fixed(ks.w[j], ks.twoPowF)
 		}
 		sc.tmpK = grow(sc.tmpK, len(idx))
@@ -310,4 +378,257 @@ func keptRecord(raw, row []float32, tok int, m, invT float32, total uint64, f in
 		float32(rawLSE.value()),
 		float32(float64(m)*float64(invT) + logKept),
 	}
+}
+
+// fewKeys is the largest top-k that keepFew takes: it keeps a heap of k keys.
+const fewKeys = 1024
+
+// keepFew is keep for the rows whose kept set one scan can find, shaped for a CPU: top-k
+// with k ≤ fewKeys (with or without top-p and min-p), and min-p alone. It returns the same
+// kept set, weights, threshold and S as keep, over an active set that holds every kept
+// element (top-k: exactly keep's, every key ≥ Kk; min-p alone: the elements whose scaled
+// difference can pass min-p), and false for the other rows. keep's full-row passes (an
+// order key per element, radix selects over the row, an exponential per element) are
+// what a CPU pays most for; here one comparison per element remains.
+func (sc *catScratch) keepFew(p *abi.RowParams, row []float32, m float32) (keptSet, bool) {
+	n := len(row)
+	topK := p.TopK > 0 && uint64(p.TopK) < uint64(n)
+	topP := p.TopP > 0 && p.TopP < 1
+	minP := p.MinP > 0 && p.MinP <= 1
+	ks := keptSet{invT: float32(1 / p.Temperature)}
+	if minP {
+		ks.minP = p.MinP
+	}
+	ks.f = 63 - bits.Len32(uint32(n))
+	ks.twoPowF = float32(math.Ldexp(1, ks.f))
+	wt := weigher{m: m, invT: ks.invT, cutoff: -float32(float64(ks.f)*math.Ln2 + 1)}
+
+	var kk uint32
+	switch {
+	case topK && p.TopK <= fewKeys:
+		if sc.candK == int(p.TopK) {
+			kk = sc.candKk
+		} else {
+			kk = sc.topKCandidates(row, int(p.TopK))
+		}
+		sc.candK = 0
+		idx := sc.idx[:0]
+		for _, i := range sc.cand {
+			if orderKey(row[i]) >= kk {
+				idx = append(idx, i)
+			}
+		}
+		sc.idx = idx
+	case !topK && !topP && minP:
+		// w = exp32(d) ≥ min_p needs d ≥ ln(min_p); the margin covers exp32's and
+		// log's last places many times over, so no kept element is left out.
+		dmin := float32(math.Log(float64(p.MinP)))*1.0001 - 1e-3
+		// lim is a logit below which d = fl(fl(x - m)·invT) stays under dmin, by a margin
+		// far above the roundings of d: the scan compares logits, and only the elements
+		// it passes pay for d.
+		lim := math.Nextafter32(float32(float64(m)+(float64(dmin)-0.01)/float64(ks.invT)), negInf)
+		idx := sc.idx[:0]
+		for i, x := range row {
+			if x >= lim && float32(float32(x-m)*ks.invT) >= dmin {
+				idx = append(idx, uint32(i))
+			}
+		}
+		sc.idx = idx
+	default:
+		return ks, false
+	}
+	ks.idx = sc.idx
+
+	// Steps 4 to 7 of keep, on the active set.
+	sc.w = grow(sc.w, len(ks.idx))
+	ks.w = sc.w
+	var z uint64
+	for j, i := range ks.idx {
+		ks.w[j] = wt.weight(row[i])
+		z += fixed(ks.w[j], ks.twoPowF)
+	}
+	var kp uint32
+	if topK {
+		sc.keysA = grow(sc.keysA, len(ks.idx))
+		ks.keys = sc.keysA
+		for j, i := range ks.idx {
+			ks.keys[j] = orderKey(row[i])
+		}
+		if topP {
+			kp = topPSorted(ks.keys, ks.w, ks.twoPowF, z, p.TopP, &sc.order)
+		}
+	}
+	ks.threshold = max(kk, kp)
+	for j, i := range ks.idx {
+		if ks.kept(j, i) {
+			ks.total += fixed(ks.w[j], ks.twoPowF)
+		}
+	}
+	return ks, true
+}
+
+// fewTopK is the k of a sampled row whose kept set keepFew finds from a heap of the k
+// largest keys, 0 for other rows.
+func fewTopK(p *abi.RowParams, n int) int {
+	if p.Temperature == 0 || p.TopK == 0 || uint64(p.TopK) >= uint64(n) || p.TopK > fewKeys {
+		return 0
+	}
+	return int(p.TopK)
+}
+
+// nonFinite has its top bit set when x is ±Inf or NaN (exponent all ones): integer
+// operations without a branch, so that a scan ORs it over the row and tests once.
+func nonFinite(x float32) uint32 {
+	return (math.Float32bits(x)&0x7FFFFFFF + 0x00800000) & 0x80000000
+}
+
+// rowMaxTopK is rowMax and topKCandidates in one pass over a row of finite values (any
+// other row takes them one after the other), leaving the candidates for keepFew. Most
+// elements cost two comparisons, with the maximum and with the heap's floor: a NaN or
+// +Inf passes the floor (NaN fails every comparison, so it is not below it), so the
+// candidates' path is where they are caught.
+func (sc *catScratch) rowMaxTopK(row []float32, s abi.Seen, k int) (float32, abi.Seen) {
+	heap := grow(sc.heap, k)[:0]
+	cand := sc.cand[:0]
+	m, bad := negInf, false
+	for i := range k {
+		x := row[i]
+		bad = bad || x-x != 0 && x != negInf
+		m = max(m, x)
+		cand = append(cand, uint32(i))
+		heap = heapPush(heap, orderKey(x))
+	}
+	floor := orderKeyInverse(heap[0])
+	for i, x := range row[k:] {
+		if x > m {
+			m = x
+		}
+		if x < floor {
+			continue
+		}
+		if x-x != 0 && x != negInf {
+			bad = true
+			continue
+		}
+		cand = append(cand, uint32(k+i))
+		if key := orderKey(x); key > heap[0] {
+			heap[0] = key
+			heapDown(heap)
+			floor = orderKeyInverse(heap[0])
+		}
+	}
+	sc.heap, sc.cand = heap, cand
+	if bad || m == negInf || math.IsInf(float64(floor), -1) {
+		// NaN or +Inf somewhere, no finite value, or -Inf among the k largest: the exact
+		// observations first, then the candidates again if the row samples.
+		m, s = rowMax(row, s)
+		if seenStatus(s) == abi.StatusOK {
+			sc.candKk, sc.candK = sc.topKCandidates(row, k), k
+		}
+		return m, s
+	}
+	if m == 0 {
+		for _, x := range row {
+			m = max(m, x) // max's answer for signed zeros: +0 when the row holds one
+		}
+	}
+	sc.candKk, sc.candK = heap[0], k
+	return m, s | abi.SeenFinite
+}
+
+// topKCandidates scans row once for the k largest keys (a min-heap of k keys) and returns
+// Kk, the k-th largest counting repeats, leaving in sc.cand, in index order, every element
+// that was at least the heap's smallest key when the scan met it: a superset of the
+// elements with key ≥ Kk (the heap's smallest key only grows). Most elements cost one
+// float comparison with that key's value.
+func (sc *catScratch) topKCandidates(row []float32, k int) uint32 {
+	heap := grow(sc.heap, k)[:0]
+	cand := sc.cand[:0]
+	for i := range k {
+		cand = append(cand, uint32(i))
+		heap = heapPush(heap, orderKey(row[i]))
+	}
+	floor := orderKeyInverse(heap[0]) // the value of the heap's smallest key
+	for i := k; i < len(row); i++ {
+		x := row[i]
+		if x < floor {
+			continue
+		}
+		cand = append(cand, uint32(i))
+		if key := orderKey(x); key > heap[0] {
+			heap[0] = key
+			heapDown(heap)
+			floor = orderKeyInverse(heap[0])
+		}
+	}
+	sc.heap, sc.cand = heap, cand
+	return heap[0]
+}
+
+// heapPush adds key to the min-heap h.
+func heapPush(h []uint32, key uint32) []uint32 {
+	h = append(h, key)
+	for c := len(h) - 1; c > 0; {
+		parent := (c - 1) / 2
+		if h[parent] <= h[c] {
+			break
+		}
+		h[parent], h[c] = h[c], h[parent]
+		c = parent
+	}
+	return h
+}
+
+// heapDown restores the min-heap h after its root grew.
+func heapDown(h []uint32) {
+	for p := 0; ; {
+		c := 2*p + 1
+		if c >= len(h) {
+			return
+		}
+		if c+1 < len(h) && h[c+1] < h[c] {
+			c++
+		}
+		if h[p] <= h[c] {
+			return
+		}
+		h[p], h[c] = h[c], h[p]
+		p = c
+	}
+}
+
+// topPSorted is topPThreshold over a short active set (keys and weights per element):
+// the keys in descending order, and Kp the first whose running fixed-point mass reaches
+// the target, which is radixSelect's answer (the largest key whose mass over keys ≥ it
+// reaches the target). order is scratch.
+func topPSorted(keys []uint32, w []float32, twoPowF float32, z uint64, topP float32, order *[]uint32) uint32 {
+	P := uint64(uint32(topP * 0x1p32))
+	hi, lo := bits.Mul64(z, P)
+	target := hi<<32 | lo>>32 // (z·P) >> 32
+	o := grow(*order, len(keys))
+	for j := range o {
+		o[j] = uint32(j)
+	}
+	*order = o
+	slices.SortFunc(o, func(a, b uint32) int { return cmp.Compare(keys[b], keys[a]) })
+	var acc uint64
+	for _, j := range o {
+		acc += fixed(w[j], twoPowF)
+		if acc >= target {
+			return keys[j]
+		}
+	}
+	return keys[o[len(o)-1]] // unreachable: the target never exceeds z
+}
+
+// weigher is the weight w(x) = exp32(fl(fl(x - m)·invT)) of ABI.md's categorical step 2,
+// 0 for x = -Inf and below cutoff (where q = 0 whatever exp32's last bit).
+type weigher struct{ m, invT, cutoff float32 }
+
+func (wt weigher) weight(x float32) float32 {
+	d := float32(float32(x-wt.m) * wt.invT)
+	if d < wt.cutoff {
+		return 0
+	}
+	return exp32(d)
 }

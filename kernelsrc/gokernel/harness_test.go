@@ -99,7 +99,7 @@ func (p *problem) layout(s int) *buffers {
 		params:   make([]byte, n*abi.RowParamsSize),
 		tokens:   make([]int32, slots),
 		status:   make([]abi.Status, slots),
-		partials: make([]uint64, max(shape.PartialsWords(abi.GumbelArgmax), shape.PartialsWords(abi.TopN))),
+		partials: make([]uint64, max(shape.PartialsWords(abi.GumbelArgmax), shape.PartialsWords(abi.TopN), shape.PartialsWords(abi.Filtered))),
 		counters: make([]uint32, shape.CountersWords(abi.GumbelArgmax)),
 		logprobs: make([]float32, abi.RecordWords*slots),
 		bias:     make([]float32, len(p.rows)*p.vocab),
