@@ -166,7 +166,18 @@ func (sc *gumbelScan) scanGumbel(xs []float32, base int) {
 		}
 	}
 
-	for g := 0; 4*g < len(xs); g++ {
+	// Four blocks at a time where any of them is needed (nearly always, since
+	// MaxGumbel is a loose bound): Block4's interleaved chains run about twice as fast.
+	groups := (len(xs) + 3) / 4
+	g := 0
+	for ; g+4 <= groups; g += 4 {
+		if need[g]|need[g+1]|need[g+2]|need[g+3] != 0 {
+			c := philox.Counter(uint32(base+4*g), sc.step, philox.PurposeGumbel)
+			w := philox.Block4(c[0], c[1], c[2], c[3], sc.key)
+			copy(words[4*g:4*g+16], w[:])
+		}
+	}
+	for ; g < groups; g++ {
 		if need[g] != 0 {
 			w := philox.Block(philox.Counter(uint32(base+4*g), sc.step, philox.PurposeGumbel), sc.key)
 			copy(words[4*g:4*g+4], w[:])
