@@ -412,7 +412,7 @@ func (sc *catScratch) keepFew(p *abi.RowParams, row []float32, m float32) (keptS
 			kk = sc.topKCandidates(row, int(p.TopK))
 		}
 		sc.candK = 0
-		idx := sc.idx[:0]
+		idx := grow(sc.idx, len(row))[:0]
 		for _, i := range sc.cand {
 			if orderKey(row[i]) >= kk {
 				idx = append(idx, i)
@@ -427,7 +427,7 @@ func (sc *catScratch) keepFew(p *abi.RowParams, row []float32, m float32) (keptS
 		// far above the roundings of d: the scan compares logits, and only the elements
 		// it passes pay for d.
 		lim := math.Nextafter32(float32(float64(m)+(float64(dmin)-0.01)/float64(ks.invT)), negInf)
-		idx := sc.idx[:0]
+		idx := grow(sc.idx, len(row))[:0]
 		for i, x := range row {
 			if x >= lim && float32(float32(x-m)*ks.invT) >= dmin {
 				idx = append(idx, uint32(i))
@@ -489,7 +489,7 @@ func nonFinite(x float32) uint32 {
 // candidates' path is where they are caught.
 func (sc *catScratch) rowMaxTopK(row []float32, s abi.Seen, k int) (float32, abi.Seen) {
 	heap := grow(sc.heap, k)[:0]
-	cand := sc.cand[:0]
+	cand := grow(sc.cand, len(row))[:0] // sized once: no growth on the hot path
 	m, bad := negInf, false
 	for i := range k {
 		x := row[i]
@@ -543,7 +543,7 @@ func (sc *catScratch) rowMaxTopK(row []float32, s abi.Seen, k int) (float32, abi
 // float comparison with that key's value.
 func (sc *catScratch) topKCandidates(row []float32, k int) uint32 {
 	heap := grow(sc.heap, k)[:0]
-	cand := sc.cand[:0]
+	cand := grow(sc.cand, len(row))[:0]
 	for i := range k {
 		cand = append(cand, uint32(i))
 		heap = heapPush(heap, orderKey(row[i]))
