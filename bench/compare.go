@@ -152,7 +152,7 @@ func Compare(ours, peers []Measurement) string {
 	var sb strings.Builder
 	sb.WriteString("Device time per sampling step (µs, median) of gumbel and its peers; " +
 		"ratios are peer / gumbel, above 1 means gumbel is faster.\n")
-	compareTables(&sb, "device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture)",
+	compareTables(&sb, "device time (gumbel: back-to-back launches; peers: their own timing, CUDA-graph replay for GPU peers, wall time for CPU peers)",
 		ours, peers, func(m Measurement) float64 { return m.DeviceUs })
 	if slices.ContainsFunc(ours, func(m Measurement) bool { return m.GraphUs > 0 }) {
 		compareTables(&sb, "CUDA-graph replay, both sides", ours, peers, func(m Measurement) float64 { return m.GraphUs })

@@ -192,18 +192,18 @@ func TestCompareFlashInfer(t *testing.T) {
 		name, heading, prefix string
 		want                  []string
 	}{
-		{"device time", "float32, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), flashinfer peers", "| 2048 | 1 |",
+		{"device time", "float32, device time (gumbel: back-to-back launches; peers: their own timing, CUDA-graph replay for GPU peers, wall time for CPU peers), flashinfer peers", "| 2048 | 1 |",
 			[]string{"2048", "1", "4.00", "2.00", "10.00", "7.00", "6.50", "5.00", "20.00", "12.00", "15.00", "14.00", "13.00", "12.50",
 				"5.00x", "3.00x", "1.50x", "2.00x", "2.00x", "2.50x"}},
-		{"device time, missing peers", "float32, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), flashinfer peers", "| 2048 | 3 |",
+		{"device time, missing peers", "float32, device time (gumbel: back-to-back launches; peers: their own timing, CUDA-graph replay for GPU peers, wall time for CPU peers), flashinfer peers", "| 2048 | 3 |",
 			[]string{"2048", "3", "6.00", "–", "11.00", "–", "–", "–", "21.00", "–", "16.50", "–", "–", "–",
 				"3.50x", "–", "1.50x", "–", "–", "–"}},
 		{"graph replay", "float32, CUDA-graph replay, both sides, flashinfer peers", "| 2048 | 1 |",
 			[]string{"2048", "1", "2.00", "1.00", "5.00", "3.50", "3.25", "2.50", "20.00", "12.00", "15.00", "14.00", "13.00", "12.50",
 				"10.00x", "6.00x", "3.00x", "4.00x", "4.00x", "5.00x"}},
-		{"torch table", "float32, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), torch peers", "| 2048 | 1 |",
+		{"torch table", "float32, device time (gumbel: back-to-back launches; peers: their own timing, CUDA-graph replay for GPU peers, wall time for CPU peers), torch peers", "| 2048 | 1 |",
 			[]string{"2048", "1", "4.00", "2.00", "10.00", "250.00", "25.00x"}},
-		{"torch table: a row of ours alone", "float32, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), torch peers", "| 2048 | 3 |",
+		{"torch table: a row of ours alone", "float32, device time (gumbel: back-to-back launches; peers: their own timing, CUDA-graph replay for GPU peers, wall time for CPU peers), torch peers", "| 2048 | 3 |",
 			[]string{"2048", "3", "6.00", "–", "11.00", "–", "–"}},
 	}
 	for _, tc := range tests {
@@ -227,11 +227,11 @@ func TestCompareFamiliesByDType(t *testing.T) {
 		heading string
 		want    bool
 	}{
-		{"\nfloat32, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), torch peers\n", true},
-		{"\nfloat32, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), flashinfer peers\n", true},
-		{"\nbfloat16, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), torch peers\n", true},
-		{"\nbfloat16, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture), flashinfer peers\n", false},
-		{"\nfloat16, device time (gumbel: back-to-back launches; peers: CUDA-graph replay where they capture)\n", true},
+		{"\nfloat32, device time (gumbel: back-to-back launches; peers: their own timing, CUDA-graph replay for GPU peers, wall time for CPU peers), torch peers\n", true},
+		{"\nfloat32, device time (gumbel: back-to-back launches; peers: their own timing, CUDA-graph replay for GPU peers, wall time for CPU peers), flashinfer peers\n", true},
+		{"\nbfloat16, device time (gumbel: back-to-back launches; peers: their own timing, CUDA-graph replay for GPU peers, wall time for CPU peers), torch peers\n", true},
+		{"\nbfloat16, device time (gumbel: back-to-back launches; peers: their own timing, CUDA-graph replay for GPU peers, wall time for CPU peers), flashinfer peers\n", false},
+		{"\nfloat16, device time (gumbel: back-to-back launches; peers: their own timing, CUDA-graph replay for GPU peers, wall time for CPU peers)\n", true},
 	} {
 		assert.Equal(t, tc.want, strings.Contains(md, tc.heading), "%q in\n%s", tc.heading, md)
 	}
