@@ -6,10 +6,11 @@
 // A block scans its chunk once. With min-p alone it draws over its kept elements itself
 // (the threshold follows from the row's maximum) and publishes its winner and kept mass.
 // Otherwise it publishes candidates: each thread keeps its GB_FILTER_THREAD largest keys
-// while it scans, the block publishes at most FilterCands of those (whole radix bins from
-// the top) and the largest key it left out, Kcov. Every element above the row's Kcov is
-// then a candidate, so the last block to arrive computes top-k and top-p exactly on the
-// list whenever the kept set lies above Kcov (and fits GB_CAT_CAP), and draws over it;
+// while it scans, each warp hands on its largest (gb_warp_take), and the block publishes
+// its take largest (gb_filter_take: about 4k/S, at most FilterCands) and Kcov, the
+// largest key it left out. Every element above the row's Kcov is then a candidate, so the
+// last block to arrive ranks the list and computes top-k and top-p exactly on it whenever
+// the kept set lies above Kcov (and the list fits GB_FILTER_RANKED), and draws over it;
 // otherwise it runs the categorical kernel's one-block path with a Gumbel-max draw over
 // the row. On LLM logits the kept set is a few tokens near the top and the list serves.
 
