@@ -29,7 +29,7 @@ const (
 	GumbelOne   Route = "gumbel-single-block"
 	TopKTopP    Route = "topk50-topp0.9"
 	// TopK40TopP09 is llama.cpp's and ollama's default top-k 40 with top-p 0.9, the
-	// configuration the CPU peers (bench/peers/cpu) are measured at.
+	// configuration of the CPU peers (bench/peers/cpu).
 	TopK40TopP09 Route = "topk40-topp0.9"
 	MinP         Route = "minp0.05"
 	TopK50       Route = "topk50"   // top-k 50 alone

@@ -13,9 +13,9 @@ import (
 )
 
 // ourColumns are gumbel's routes that a peer comparison can show, in column order: the
-// sampler, the floor (greedy) and the filtered routes that filtering peers are measured
-// against. The first two are always shown, the third (topk50-topp0.9) where gumbel
-// measured it, and every filtered route where a peer is set against it.
+// sampler, the floor (greedy) and the filtered routes that filtering peers are compared
+// with. The first two are always shown, the third (topk50-topp0.9) where the run has
+// it, and every filtered route where a peer is set against it.
 var ourColumns = []Route{GumbelSplit, Greedy, TopKTopP, TopK40TopP09, TopK50, TopP095, MinP}
 
 // LoadMeasurements reads measurements written as JSON, either a bare array or an object
@@ -77,10 +77,10 @@ func (m *Measurement) validate() error {
 	return nil
 }
 
-// peerBase is the gumbel route a peer is measured against, told by the filter its name
+// peerBase is the gumbel route a peer is compared with, told by the filter its name
 // names (case, "_" and "-" ignored): top-k and top-p together (topk40-topp0.9 where the
 // name says top-k 40, else topk50-topp0.9), top-k alone, top-p alone, min-p; a peer with
-// no filter that names itself greedy is measured against greedy, any other against
+// no filter that names itself greedy is compared with greedy, any other with
 // gumbel-split. So "flashinfer:softmax+top_k_top_p" and "torch.sort-topk50-topp0.9" go
 // against topk50-topp0.9, "llamacpp:topk40-topp0.9" against topk40-topp0.9,
 // "flashinfer:softmax+top_k" against topk50, "flashinfer:softmax+top_p" against topp0.95,

@@ -905,12 +905,15 @@ __device__ __forceinline__ void gb_categorical_row(gb_cat_row<KIND>& r, gb_cat_s
     const gb_u32 kk = topk_on ? gb_topk_threshold_list(sh, n_list, rem, prefix, level) : 0u;
     st.threshold = kk;
 
-    // The draw's uniform: u = philox.CategoricalUniform64(seed, step + z).
-    gb_u32 ph[4];
+    // The inverse-CDF draw's uniform: u = philox.CategoricalUniform64(seed, step + z).
     gb_u32 step_lo, step_hi;
     gb_step_plus(r.p, z, step_lo, step_hi);
-    gb_philox(0u, step_lo, step_hi, GB_PURPOSE_CATEGORICAL, r.p.seed_lo, r.p.seed_hi, ph);
-    const gb_u64 u = ((gb_u64)ph[1] << 32) | ph[0];
+    gb_u64 u = 0ull;
+    if (!GUMBEL) {
+        gb_u32 ph[4];
+        gb_philox(0u, step_lo, step_hi, GB_PURPOSE_CATEGORICAL, r.p.seed_lo, r.p.seed_hi, ph);
+        u = ((gb_u64)ph[1] << 32) | ph[0];
+    }
     gb_u64 s_kept;
     bool reached = true;
     if (listed) {

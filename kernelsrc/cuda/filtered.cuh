@@ -219,11 +219,9 @@ __device__ __forceinline__ gb_filter_shared& gb_filter_smem() {
 // gb_filter_publish writes the block's `take` largest listed keys (fewer when it holds
 // fewer) to its words, largest first: each warp takes its GB_FILTER_WARP largest, then
 // warp 0 merges the warps' lists. It returns the largest key this thread knows the block
-// did not publish (the block's maximum of them is Kcov; rej is the thread's own), and
-// warp 0 leaves the count in sh.n_list.
+// did not publish (the block's maximum of them is Kcov; rej is the thread's own).
 __device__ __forceinline__ gb_u32 gb_filter_publish(gb_u64 lst[GB_FILTER_THREAD], gb_u32 rej, gb_u32 take,
-                                                    const gb_filter_shape& s, gb_cat_shared& sh,
-                                                    gb_filter_shared& fs) {
+                                                    const gb_filter_shape& s, gb_filter_shared& fs) {
     const gb_u32 lane = gb_lane(), warp = gb_warp();
     // A warp hands on at most take keys: the block's take largest are among its warps'.
     const gb_u32 wtake = gb_min_u32(take, GB_FILTER_WARP);
@@ -253,9 +251,6 @@ __device__ __forceinline__ gb_u32 gb_filter_publish(gb_u64 lst[GB_FILTER_THREAD]
         left = gb_max_u32(left, (gb_u32)(gb_warp_max_u64_all(head) >> 32));
         for (gb_u32 e = c + lane; e < take; e += GB_WARP_SIZE) {
             s.part[e] = 0ull; // the last block reads all take slots
-        }
-        if (lane == 0u) {
-            sh.n_list = c;
         }
     }
     return left;
@@ -485,21 +480,17 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
     }
 
     // The block's words: candidates (or, min-p alone, none), then the meta words
-    // [count | mkey << 32, Kcov or the min-p winner, mass, raw log-sum-exp].
+    // [mkey << 32, Kcov or the min-p winner, mass, raw log-sum-exp].
     gb_u64 meta1 = best;
-    if (s.minp_only) {
-        if (threadIdx.x == 0u) {
-            sh.n_list = 0u;
-        }
-    } else {
-        meta1 = gb_filter_publish(lst, rej, gb_filter_take(r.p, s, nblocks), s, sh, gb_filter_smem());
+    if (!s.minp_only) {
+        meta1 = gb_filter_publish(lst, rej, gb_filter_take(r.p, s, nblocks), s, gb_filter_smem());
     }
     if (r.lp) {
         gb_block_lse(raw, raw, false, sh.pair);
     }
     gb_filter_block_end(mkey, seen, meta1, mass, sh);
     if (threadIdx.x == 0u) {
-        s.part[s.cands] = ((gb_u64)mkey << 32) | sh.n_list;
+        s.part[s.cands] = (gb_u64)mkey << 32;
         s.part[s.cands + 1u] = meta1;
         s.part[s.cands + 2u] = mass;
         s.part[s.cands + 3u] = gb_lse_pack(raw);

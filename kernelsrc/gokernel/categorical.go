@@ -226,8 +226,19 @@ type keptSet struct {
 	twoPowF   float32
 }
 
-// kept reports whether active element j (element i of the row) is kept.
-func (k *keptSet) kept(j int, i uint32) bool {
+// keptMass is S, the fixed-point mass of the kept elements.
+func (k *keptSet) keptMass() uint64 {
+	var total uint64
+	for j := range k.idx {
+		if k.kept(j) {
+			total += fixed(k.w[j], k.twoPowF)
+		}
+	}
+	return total
+}
+
+// kept reports whether active element j is kept.
+func (k *keptSet) kept(j int) bool {
 	if k.threshold != 0 && k.keys[j] < k.threshold {
 		return false
 	}
@@ -326,11 +337,7 @@ func (sc *catScratch) keepRow(p *abi.RowParams, row []float32, m float32) keptSe
 
 	// Steps 6 and 7: the kept set and its mass.
 	ks.threshold = max(kk, kp)
-	for j, i := range idx {
-		if ks.kept(j, i) {
-			ks.total += fixed(ks.w[j], ks.twoPowF)
-		}
-	}
+	ks.total = ks.keptMass()
 	return ks
 }
 
@@ -346,7 +353,7 @@ func (sc *catScratch) drawKept(l *launchRow, raw, row []float32, m float32) int 
 	var acc uint64
 	tok := -1
 	for j, i := range ks.idx {
-		if ks.kept(j, i) {
+		if ks.kept(j) {
 			acc += fixed(ks.w[j], ks.twoPowF)
 			if acc > target {
 				tok = int(i)
@@ -459,11 +466,7 @@ func (sc *catScratch) keepFew(p *abi.RowParams, row []float32, m float32) (keptS
 		}
 	}
 	ks.threshold = max(kk, kp)
-	for j, i := range ks.idx {
-		if ks.kept(j, i) {
-			ks.total += fixed(ks.w[j], ks.twoPowF)
-		}
-	}
+	ks.total = ks.keptMass()
 	return ks, true
 }
 

@@ -23,7 +23,7 @@ func gumbelKept(ks *keptSet, row []float32, seed, step uint64) int {
 	key := philox.Key(seed)
 	var best uint64
 	for j, i := range ks.idx {
-		if !ks.kept(j, i) {
+		if !ks.kept(j) {
 			continue
 		}
 		w := philox.Block(philox.Counter(i, step, philox.PurposeGumbel), key)[i&3]

@@ -13,7 +13,7 @@ import (
 // keptOf lists a kept set as (element, weight) pairs in index order, with its S.
 func keptOf(ks keptSet) (elems []uint32, ws []float32, total uint64) {
 	for j, i := range ks.idx {
-		if ks.kept(j, i) {
+		if ks.kept(j) {
 			elems = append(elems, i)
 			ws = append(ws, ks.w[j])
 		}
