@@ -44,10 +44,11 @@ var Routes = []Route{Greedy, Categorical, GumbelSplit, GumbelOne, TopKTopP, MinP
 // against (`gumbel bench --route filters`).
 var FilterRoutes = []Route{TopKTopP, TopK40TopP09, TopK50, TopP095, MinP, GumbelSplit, Categorical}
 
-// IsOwn reports whether r is one of gumbel's routes (of Routes, FilterRoutes or
-// FeatureRoutes) rather than a peer's.
+// IsOwn reports whether r is one of gumbel's routes (of Routes, FilterRoutes,
+// FeatureRoutes or BitmaskRoutes) rather than a peer's.
 func IsOwn(r Route) bool {
-	return slices.Contains(Routes, r) || slices.Contains(FilterRoutes, r) || slices.Contains(FeatureRoutes, r)
+	return slices.Contains(Routes, r) || slices.Contains(FilterRoutes, r) || slices.Contains(FeatureRoutes, r) ||
+		slices.Contains(BitmaskRoutes, r)
 }
 
 // Point is one cell of the matrix.
@@ -92,8 +93,10 @@ type Config struct {
 // DefaultConfig suits a GPU: a few thousand steps per point.
 var DefaultConfig = Config{Groups: 15, Repeats: 100, HostCalls: 200, Warmup: 20}
 
-// params returns the row parameters of a route.
+// params returns the row parameters of a route (a masked route's are those of the route
+// it adds the mask to; setupBitmask adds the mask).
 func params(r Route, batch int, step uint64) []sampler.Params {
+	r = unmasked(r)
 	ps := make([]sampler.Params, batch)
 	for i := range ps {
 		p := sampler.Params{Temperature: 0.8, Seed: uint64(1000 + i), HasSeed: true, Step: step}
@@ -121,7 +124,7 @@ func params(r Route, batch int, step uint64) []sampler.Params {
 // options returns the sampler options of a point.
 func options(p Point, info runtime.DeviceInfo) sampler.Options {
 	o := sampler.Options{Seed: 1, Gumbel: sampler.On, Split: sampler.On}
-	switch p.Route {
+	switch unmasked(p.Route) {
 	case Categorical:
 		o.Gumbel = sampler.Off
 	case GumbelOne:
@@ -168,20 +171,7 @@ func Upload(dev runtime.Device, logits []float32, dt sampler.DType) (runtime.Buf
 		}
 		src = runtime.BytesOf(bits)
 	}
-	buf, err := dev.Alloc(len(src))
-	if err != nil {
-		return nil, err
-	}
-	st := dev.DefaultStream()
-	if err := st.CopyToDevice(buf, 0, src); err != nil {
-		buf.Free()
-		return nil, err
-	}
-	if err := st.Synchronize(); err != nil {
-		buf.Free()
-		return nil, err
-	}
-	return buf, nil
+	return uploadBytes(dev, src)
 }
 
 // Measure times one point. logits must hold Batch rows of Vocab elements of the point's
@@ -199,15 +189,23 @@ func Measure(dev runtime.Device, p Point, logits runtime.Buffer, cfg Config) (Me
 	if err := featureSetup(s, p.Route, p.Batch, p.Vocab); err != nil {
 		return m, err
 	}
+	masks, err := setupBitmask(dev, s, p.Route, &lg, ps)
+	if err != nil {
+		return m, err
+	}
+	defer masks.close()
 	// step is one sampling step; relaunch queues its device work again.
 	step, relaunch := featureCall(s, p.Route, lg, ps, &res), s.Relaunch
-	if p.Route == GumbelBatch {
+	if unmasked(p.Route) == GumbelBatch {
 		bs, err := newBatchStepper(s, lg, ps, &res)
 		if err != nil {
 			return m, err
 		}
 		defer bs.b.Close()
 		step, relaunch = bs.call, bs.relaunch
+	}
+	if p.Route == GumbelBitmaskUnfused {
+		step, relaunch = masks.unfused(step, relaunch)
 	}
 	call := func(n uint64) error {
 		for i := range ps {

@@ -13,10 +13,13 @@ import (
 )
 
 // ourColumns are gumbel's routes that a peer comparison can show, in column order: the
-// sampler, the floor (greedy) and the filtered routes that filtering peers are compared
-// with. The first two are always shown, the third (topk50-topp0.9) where the run has
-// it, and every filtered route where a peer is set against it.
-var ourColumns = []Route{GumbelSplit, Greedy, TopKTopP, TopK40TopP09, TopK50, TopP095, MinP}
+// sampler, the floor (greedy), the filtered routes that filtering peers are compared
+// with and the masked routes that bitmask peers are compared with. The first two are
+// always shown, the third (topk50-topp0.9) where the run has it, every filtered or
+// masked route where a peer is set against it, and gumbel+bitmask-unfused beside
+// gumbel+bitmask where the run has it.
+var ourColumns = []Route{GumbelSplit, Greedy, TopKTopP, TopK40TopP09, TopK50, TopP095, MinP,
+	GumbelBitmask, GumbelBitmaskUnfused, GreedyBitmask, TopKTopPBitmask}
 
 // LoadMeasurements reads measurements written as JSON, either a bare array or an object
 // with a "measurements" array (what `gumbel bench --json`, bench/peers/torch_peers.py and
@@ -85,9 +88,26 @@ func (m *Measurement) validate() error {
 // against topk50-topp0.9, "llamacpp:topk40-topp0.9" against topk40-topp0.9,
 // "flashinfer:softmax+top_k" against topk50, "flashinfer:softmax+top_p" against topp0.95,
 // "flashinfer:softmax+min_p" against minp0.05, "ollama:greedy" against greedy, and
-// "flashinfer:sampling_from_logits" and "torch.argmax" against gumbel-split.
+// "flashinfer:sampling_from_logits" and "torch.argmax" against gumbel-split. A peer
+// whose name says "bitmask" applies a token bitmask: it goes against the masked form of
+// that route where gumbel has one (gumbel+bitmask, greedy+bitmask,
+// topk50-topp0.9+bitmask), so "torch.bitmask-exponential-race" goes against
+// gumbel+bitmask.
 func peerBase(r Route) Route {
 	s := strings.NewReplacer("_", "", "-", "").Replace(strings.ToLower(string(r)))
+	b := unmaskedPeerBase(s)
+	if m, ok := maskedPeerBase[b]; ok && strings.Contains(s, "bitmask") {
+		return m
+	}
+	return b
+}
+
+// maskedPeerBase is the masked route a bitmask peer goes against, by the route it would
+// go against without its mask.
+var maskedPeerBase = map[Route]Route{GumbelSplit: GumbelBitmask, Greedy: GreedyBitmask, TopKTopP: TopKTopPBitmask}
+
+// unmaskedPeerBase is peerBase for a name folded as peerBase folds it, its bitmask aside.
+func unmaskedPeerBase(s string) Route {
 	topK, topP := strings.Contains(s, "topk"), strings.Contains(s, "topp")
 	switch {
 	case topK && topP && topK40(s):
@@ -136,12 +156,14 @@ func peerFamily(r Route) string {
 // Compare renders gumbel's measurements against peers' as markdown: per dtype, one table
 // per peer family (the name before its first "." or ":", such as torch or flashinfer),
 // rows vocab x batch, columns the device µs of gumbel-split and greedy (and of
-// topk50-topp0.9 where gumbel measured it, and of topk50-topp0.9, topk40-topp0.9, topk50,
-// topp0.95 and minp0.05 where a peer of the family is set against them) and of every peer route of the family, then for each peer its time over
-// its gumbel counterpart's (peerBase: peer / topk50-topp0.9 for a top-k + top-p peer,
-// peer / minp0.05 for a min-p peer, peer / greedy for a greedy one, ..., peer /
-// gumbel-split for an unfiltered one). Ratios above 1 mean gumbel is faster. A missing
-// cell reads "–".
+// topk50-topp0.9 where gumbel measured it; of topk50-topp0.9, topk40-topp0.9, topk50,
+// topp0.95, minp0.05 and the masked routes where a peer of the family is set against
+// them; of gumbel+bitmask-unfused beside gumbel+bitmask where gumbel measured it) and of
+// every peer route of the family, then for each peer its time over its gumbel
+// counterpart's (peerBase: peer / topk50-topp0.9 for a top-k + top-p peer, peer /
+// minp0.05 for a min-p peer, peer / greedy for a greedy one, peer / gumbel+bitmask for
+// an unfiltered bitmask one, ..., peer / gumbel-split for an unfiltered one). Ratios
+// above 1 mean gumbel is faster. A missing cell reads "–".
 //
 // The first tables set DeviceUs against DeviceUs: for gumbel, back-to-back launches
 // from Go; for the PyTorch and FlashInfer peers, CUDA-graph replay (their best case, as
@@ -182,11 +204,12 @@ func compareTables(sb *strings.Builder, title string, ours, peers []Measurement,
 		}
 		cells[k][m.Route] = m
 	}
-	measuredTopKTopP := false
+	measuredTopKTopP, measuredUnfused := false, false
 	for _, m := range ours {
 		if slices.Contains(ourColumns, m.Route) {
 			add(m)
 			measuredTopKTopP = measuredTopKTopP || m.Route == TopKTopP
+			measuredUnfused = measuredUnfused || m.Route == GumbelBitmaskUnfused
 		}
 	}
 	// The peer families in order of appearance, each with its routes, and the dtypes
@@ -231,9 +254,12 @@ func compareTables(sb *strings.Builder, title string, ours, peers []Measurement,
 		for _, f := range tables {
 			peerRoutes := familyRoutes[f]
 			var cols []Route
+			setAgainst := func(r Route) bool {
+				return slices.ContainsFunc(peerRoutes, func(p Route) bool { return peerBase(p) == r })
+			}
 			for i, r := range ourColumns {
-				if i < 2 || (r == TopKTopP && measuredTopKTopP) ||
-					slices.ContainsFunc(peerRoutes, func(p Route) bool { return peerBase(p) == r }) {
+				if i < 2 || (r == TopKTopP && measuredTopKTopP) || setAgainst(r) ||
+					(r == GumbelBitmaskUnfused && measuredUnfused && setAgainst(GumbelBitmask)) {
 					cols = append(cols, r)
 				}
 			}

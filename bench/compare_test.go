@@ -143,6 +143,11 @@ func TestPeerBase(t *testing.T) {
 		{"llamacpp:minp0.05", MinP},
 		{"ollama:minp0.05", MinP},
 		{"torch.argmax", GumbelSplit}, // the floor, set against the sampler
+		// Token-bitmask peers: the masked form of the route.
+		{"torch.bitmask-exponential-race", GumbelBitmask},
+		{"xgrammar:bitmask+greedy", GreedyBitmask},
+		{"torch.bitmask-sort-topk50-topp0.9", TopKTopPBitmask},
+		{"other:bitmask+minp0.05", MinP}, // no masked min-p route
 	}
 	for _, tc := range tests {
 		t.Run(string(tc.peer), func(t *testing.T) {
@@ -395,4 +400,31 @@ func TestCompareCPUPeers(t *testing.T) {
 			assert.Equal(t, tc.want, tableRow(t, after, "|", "| 151936 | 1 |"))
 		})
 	}
+}
+
+// The bitmask peer goes against the fused masked step, with the unfused form beside it
+// where it was measured, next to the unmasked peers and their own counterparts.
+func TestCompareBitmaskPeer(t *testing.T) {
+	ours := []Measurement{
+		meas(GumbelSplit, "float32", 151936, 8, 10),
+		meas(Greedy, "float32", 151936, 8, 5),
+		meas(GumbelBitmask, "float32", 151936, 8, 10.4),
+		meas(GumbelBitmaskUnfused, "float32", 151936, 8, 16),
+		meas(GreedyBitmask, "float32", 151936, 8, 5.2), // no greedy bitmask peer: no column
+		meas(CategoricalBitmask, "float32", 151936, 8, 50),
+	}
+	peers := []Measurement{
+		meas("torch.exponential-race", "float32", 151936, 8, 40),
+		meas("torch.bitmask-exponential-race", "float32", 151936, 8, 104),
+	}
+	md := Compare(ours, peers)
+	assert.Contains(t, md, "| vocab | batch | gumbel-split | greedy | gumbel+bitmask | gumbel+bitmask-unfused | torch.exponential-race | "+
+		"torch.bitmask-exponential-race | torch.exponential-race / gumbel-split | torch.bitmask-exponential-race / gumbel+bitmask |")
+	assert.Equal(t, []string{"151936", "8", "10.00", "5.00", "10.40", "16.00", "40.00", "104.00", "4.00x", "10.00x"},
+		tableRow(t, md, "float32, device time", "| 151936 | 8 |"))
+
+	md = Compare(ours[:3], peers)
+	assert.Contains(t, md, "| gumbel+bitmask | torch.exponential-race |", "no unfused column where it was not measured")
+	md = Compare(ours, peers[:1])
+	assert.NotContains(t, md, "bitmask", "no masked column without a bitmask peer")
 }

@@ -125,6 +125,13 @@ func newBatchStepper(s *sampler.Sampler, lg sampler.Logits, ps []sampler.Params,
 			b.Close()
 			return nil, err
 		}
+		if lg.Bitmask != nil {
+			// Batch row i applies mask row i of every launch's Logits.Bitmask.
+			if err := b.SetBitmaskRow(i, i); err != nil {
+				b.Close()
+				return nil, err
+			}
+		}
 	}
 	return &batchStepper{b: b, lg: lg, res: res}, nil
 }

@@ -9,7 +9,7 @@
 #define GB_F16 1 // IEEE binary16, suffix _f16.
 #define GB_BF16 2 // The top half of an IEEE binary32 (bfloat16), suffix _bf16.
 
-#define GB_NUM_ARGS 12 // The number of arguments of every kernel.
+#define GB_NUM_ARGS 13 // The number of arguments of every kernel.
 
 // Row flags. A kernel ignores the flags it has no use for; a reserved bit set is bad parameters.
 #define GB_FLAG_LOGPROBS 1u // Write the log-probability record of every output slot of the row.
@@ -22,8 +22,9 @@
 #define GB_FLAG_PENALTIES 128u // Apply the repetition, frequency and presence penalties from the row's counts.
 #define GB_FLAG_PERTURBED 256u // The topn kernels rank Gumbel scores instead of raw logits (sampling without replacement).
 #define GB_FLAG_FILTERED 512u // With FlagRouted, the row belongs to the filter_max and filtered kernels.
-#define GB_FLAGS_PROCESSORS 224u // The flags of the logit processors.
-#define GB_FLAGS_RESERVED 0xFFFFFC00u // The bits a row must leave clear.
+#define GB_FLAG_BITMASK 1024u // Apply mask row BitmaskRow of the bitmask argument (a grammar's allowed tokens), on top of FlagMask.
+#define GB_FLAGS_PROCESSORS 1248u // The flags of the logit processors.
+#define GB_FLAGS_RESERVED 0xFFFFF800u // The bits a row must leave clear.
 
 // Status codes.
 #define GB_STATUS_OK 0 // The token is the sampled index.
@@ -58,6 +59,10 @@
 #define GB_ROW_PARAMS_SIZE 64 // The bytes of one RowParams record: 16 little-endian 32-bit words.
 #define GB_STEP_OFFSET 16 // The byte offset of the Step field, which FlagAdvance rewrites on the device.
 
+// FlagsOffset and BitmaskRowOffset are the byte offsets of the Flags and BitmaskRow fields, which a Batch rewrites alone when a row's bitmask row changes.
+#define GB_FLAGS_OFFSET 36 // 
+#define GB_BITMASK_ROW_OFFSET 56 // 
+
 // RowParams (package abi): one launch row's parameters, 64-bit fields as two words, low
 // half first.
 struct gb_row_params {
@@ -73,5 +78,6 @@ struct gb_row_params {
     float frequency_penalty; // Subtracted once per time a token was drawn (FlagPenalties).
     float presence_penalty; // Subtracted from every token drawn at least once (FlagPenalties).
     unsigned int topn; // The n of the topn kernels, 1 to MaxTopN.
-    unsigned int reserved[2]; // Reserved words are zero.
+    unsigned int bitmask_row; // The row of the bitmask argument the row applies (FlagBitmask).
+    unsigned int reserved; // Reserved words are zero.
 };

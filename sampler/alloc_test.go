@@ -38,7 +38,7 @@ type allocationBatch struct {
 
 // allocationBatches are the batches the allocation tests sample: every route alone
 // (filtered with and without filter_max, categorical behind the kill switch), and mixed.
-func allocationBatches(rows int) map[string]allocationBatch {
+func allocationBatches(rows, vocab int) map[string]allocationBatch {
 	filtered := slices.Repeat([]Params{{Temperature: 0.8, TopK: 40, TopP: 0.9}}, rows)
 	return map[string]allocationBatch{
 		"greedy":            {slices.Repeat([]Params{{}}, rows), On},
@@ -49,6 +49,7 @@ func allocationBatches(rows int) map[string]allocationBatch {
 		"mixed":             {mixedParams(rows, 2), On},
 		"mixed, gumbel off": {mixedParams(rows, 2), Off},
 		"serving":           {batchParams(rows), On},
+		"host bitmasks":     {bitmaskRows(rows, vocab), On},
 	}
 }
 
@@ -68,7 +69,7 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 	for i, x := range logits {
 		bits[i] = half.BFloat16(x)
 	}
-	for name, batch := range allocationBatches(rows) {
+	for name, batch := range allocationBatches(rows, vocab) {
 		params := batch.params
 		for _, pol := range []*SplitPolicy{nil, &forcedSplit} {
 			t.Run(fmt.Sprintf("%s split=%v", name, pol != nil), func(t *testing.T) {
@@ -108,7 +109,7 @@ func TestSamplerItselfNeverAllocates(t *testing.T) {
 	const vocab, rows = 300, 5
 	logits := make([]float32, rows*vocab)
 	buf := upload(t, dev, runtime.BytesOf(logits))
-	for name, batch := range allocationBatches(rows) {
+	for name, batch := range allocationBatches(rows, vocab) {
 		params := batch.params
 		t.Run(name, func(t *testing.T) {
 			s := newSampler(t, dev, Options{Stream: inertStream{dev.DefaultStream()}, Policy: &forcedSplit, Gumbel: batch.gumbel})
@@ -174,4 +175,17 @@ func TestServingFeaturesAllocateNothing(t *testing.T) {
 		}
 		require.NoError(t, b.Close())
 	}
+}
+
+// bitmaskRows are rows of every route, every other one with a host token bitmask.
+func bitmaskRows(rows, vocab int) []Params {
+	out := mixedParams(rows, 3)
+	mask := make([]int32, maskWords(vocab))
+	for i := range mask {
+		mask[i] = 0x5555_5555
+	}
+	for i := 0; i < rows; i += 2 {
+		out[i].Bitmask = mask
+	}
+	return out
 }

@@ -18,7 +18,9 @@
 // and its top raw log-probabilities (Params.TopLogprobs), computed beside the sampling
 // pass; logit processors ([Sampler.SetLogitBias], [Sampler.SetAllowedTokens],
 // [Sampler.SetBannedTokens], and penalties from the token counts [Sampler.TrackTokens]
-// keeps on the device) change the distribution a row is sampled from, exactly;
+// keeps on the device) and token bitmasks for structured output ([Params.Bitmask],
+// [Logits.Bitmask]) change the distribution a row is sampled from, exactly, inside the
+// sampling pass;
 // [Sampler.SampleN] draws several tokens per row with replacement and
 // [Sampler.SampleDistinct] without; a [Batch] keeps its row parameters on the device and
 // advances their steps there, so its Launch can be captured in a CUDA graph and
@@ -118,6 +120,12 @@ type Params struct {
 	// has sampled it; PresencePenalty once if it has sampled it at all. Both must be
 	// finite; 0 turns them off. Prompt tokens count for neither.
 	FrequencyPenalty, PresencePenalty float32
+
+	// Bitmask is the row's token bitmask (structured output; see [Bitmask]): ceil(V/32)
+	// words, bit j%32 of word j/32 allowing token j, in the layout grammar libraries
+	// fill. nil turns it off. Another length is an error for the row (ErrBitmask). The
+	// call copies it; the caller may reuse the slice when the call returns.
+	Bitmask []int32
 }
 
 // MaxTopLogprobs is the most top log-probabilities a row can ask for (Params.TopLogprobs)
@@ -195,6 +203,10 @@ type Logits struct {
 	Vocab  int
 	// RowStride is the distance between rows in elements; 0 means Vocab.
 	RowStride int
+	// Bitmask, when not nil, holds token bitmasks in device memory for these rows (see
+	// [Bitmask]); rows may instead carry host masks in Params.Bitmask, but one call
+	// takes only one of the two.
+	Bitmask *Bitmask
 }
 
 // Result receives Draws tokens and one error per row. Reuse a Result across calls: its
@@ -266,6 +278,9 @@ var (
 	// ErrDistinctFiltered: SampleDistinct was asked for a row with top-k, top-p or
 	// min-p; draws without replacement exist for greedy and unfiltered rows only.
 	ErrDistinctFiltered = errors.New("gumbel/sampler: draws without replacement need a row without top-k, top-p or min-p")
+	// ErrBitmask: a row's token bitmask does not fit: a host mask whose length is not
+	// ceil(V/32) words, or a mask row index outside the device bitmask.
+	ErrBitmask = errors.New("gumbel/sampler: token bitmask does not fit the row")
 	// ErrTooFewTokens: SampleDistinct asked for more distinct tokens than the row has
 	// with a finite processed logit.
 	ErrTooFewTokens = errors.New("gumbel/sampler: fewer tokens with a finite logit than distinct draws asked for")

@@ -1,8 +1,10 @@
 package sampler
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
@@ -46,6 +48,12 @@ type Batch struct {
 	logprobRows int
 	closed      bool
 	record      []byte
+	// maskRows[i] is the bitmask row batch row i applies (SetBitmaskRow), -1 for
+	// none; maskedRows counts the rows with one. rowFlags are the flags SetRow wrote,
+	// without abi.FlagBitmask.
+	maskRows   []int
+	maskedRows int
+	rowFlags   []abi.Flags
 }
 
 // Output regions of a Batch, each its own device buffer.
@@ -112,6 +120,11 @@ func (s *Sampler) NewBatch(rows, vocab int, dtype DType, draws int) (*Batch, err
 		rowParams: make([]Params, rows),
 		routes:    make([]Route, rows),
 		record:    make([]byte, RowParamsSize),
+		maskRows:  make([]int, rows),
+		rowFlags:  make([]abi.Flags, rows),
+	}
+	for i := range b.maskRows {
+		b.maskRows[i] = -1
 	}
 	mainPartials, mainCounters := scratchNeeds(groupGumbel, rows, draws, b.split)
 	filterPartials, filterCounters := scratchNeeds(groupFiltered, rows, draws, b.split)
@@ -163,14 +176,14 @@ func (b *Batch) SetRow(i int, p Params) error {
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b.closed || s.closed {
-		return ErrClosed
-	}
-	if i < 0 || i >= b.rows {
-		return fmt.Errorf("%w: row %d outside the batch's %d rows", ErrRow, i, b.rows)
+	if err := b.checkRow(i); err != nil {
+		return err
 	}
 	if err := checkParams(i, p); err != nil {
 		return err
+	}
+	if p.Bitmask != nil {
+		return fmt.Errorf("row %d: a Batch launch copies nothing: give its masks in device memory (Logits.Bitmask, SetBitmaskRow): %w", i, ErrBitmask)
 	}
 	if err := s.procs.checkCall(i+1, b.vocab); err != nil {
 		return err
@@ -186,7 +199,7 @@ func (b *Batch) SetRow(i int, p Params) error {
 	if p.Logprobs {
 		flags |= abi.FlagLogprobs
 	}
-	putRowParams(b.record, i, r, p, b.vocab, s.seedOf(p), flags, uint32(p.TopLogprobs))
+	putRowParams(b.record, i, r, p, b.vocab, s.seedOf(p), flags, uint32(p.TopLogprobs), b.maskRows[i])
 	if err := s.stream.CopyToDevice(b.params, i*RowParamsSize, b.record); err != nil {
 		return fmt.Errorf("gumbel/sampler: uploading row %d's parameters: %w", i, err)
 	}
@@ -196,7 +209,7 @@ func (b *Batch) SetRow(i int, p Params) error {
 	if b.set[i] {
 		b.forget(i)
 	}
-	b.set[i], b.rowParams[i], b.routes[i] = true, p, r
+	b.set[i], b.rowParams[i], b.routes[i], b.rowFlags[i] = true, p, r, flags
 	b.kernelRows[kernelOf(r)]++
 	if r == RouteFiltered && needsRowMax(p, b.vocab) {
 		b.kernelRows[kernelFilterMax]++
@@ -206,6 +219,80 @@ func (b *Batch) SetRow(i int, p Params) error {
 	}
 	if p.Logprobs {
 		b.logprobRows++
+	}
+	return nil
+}
+
+// SetBitmaskRow makes batch row i apply row m of the token bitmask every Launch is
+// given (Logits.Bitmask, in device memory), or none for m = -1. The mapping lasts
+// across SetRow calls; Launch then needs a bitmask holding row m. Only the row's flags
+// and mask row are uploaded (its step on the device is kept); it waits for the stream.
+func (b *Batch) SetBitmaskRow(i, m int) error {
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := b.checkRow(i); err != nil {
+		return err
+	}
+	if m < -1 || m > math.MaxInt32 {
+		return fmt.Errorf("row %d: bitmask row %d outside [-1, 2^31): %w", i, m, ErrBitmask)
+	}
+	if (m >= 0) != (b.maskRows[i] >= 0) {
+		if m >= 0 {
+			b.maskedRows++
+		} else {
+			b.maskedRows--
+		}
+	}
+	b.maskRows[i] = m
+	if !b.set[i] {
+		return nil // SetRow writes it
+	}
+	flags, row := b.rowFlags[i], uint32(0)
+	if m >= 0 {
+		flags, row = flags|abi.FlagBitmask, uint32(m)
+	}
+	le := binary.LittleEndian
+	le.PutUint32(b.record[abi.FlagsOffset:], uint32(flags))
+	le.PutUint32(b.record[abi.BitmaskRowOffset:], row)
+	for _, off := range [...]int{abi.FlagsOffset, abi.BitmaskRowOffset} {
+		if err := s.stream.CopyToDevice(b.params, i*RowParamsSize+off, b.record[off:off+4]); err != nil {
+			return fmt.Errorf("gumbel/sampler: uploading row %d's bitmask row: %w", i, err)
+		}
+	}
+	if err := s.stream.Synchronize(); err != nil {
+		return fmt.Errorf("gumbel/sampler: uploading row %d's bitmask row: %w", i, err)
+	}
+	return nil
+}
+
+// checkMasks checks that the bitmask of a launch holds every mask row the batch's rows
+// apply.
+func (b *Batch) checkMasks(m *Bitmask) error {
+	if b.maskedRows == 0 {
+		return checkBitmask(m, b.rows, b.vocab, true)
+	}
+	if m == nil {
+		return fmt.Errorf("%w: batch rows apply bitmask rows (SetBitmaskRow), but the launch has no Logits.Bitmask", ErrShape)
+	}
+	if err := checkBitmask(m, b.rows, b.vocab, true); err != nil {
+		return err
+	}
+	for i, r := range b.maskRows {
+		if r >= m.Rows {
+			return fmt.Errorf("%w: batch row %d applies bitmask row %d, the bitmask holds %d rows", ErrShape, i, r, m.Rows)
+		}
+	}
+	return nil
+}
+
+// checkRow returns the error of a row setter's call for row i (the lock held).
+func (b *Batch) checkRow(i int) error {
+	if b.closed || b.s.closed {
+		return ErrClosed
+	}
+	if i < 0 || i >= b.rows {
+		return fmt.Errorf("%w: row %d outside the batch's %d rows", ErrRow, i, b.rows)
 	}
 	return nil
 }
@@ -245,6 +332,9 @@ func (b *Batch) Launch(logits Logits) error {
 	}
 	if logits.Vocab != b.vocab || logits.DType != b.dtype {
 		return fmt.Errorf("%w: logits of vocab %d, %s for a batch of vocab %d, %s", ErrShape, logits.Vocab, logits.DType, b.vocab, b.dtype)
+	}
+	if err := b.checkMasks(logits.Bitmask); err != nil {
+		return err
 	}
 	set := b.kernelRows[kernelGumbel] + b.kernelRows[kernelCategorical] + b.kernelRows[kernelFiltered]
 	if set != b.rows {
@@ -294,6 +384,11 @@ func (b *Batch) launch(lg Logits, stride, k int) error {
 		U32(uint32(lg.Vocab)).
 		Buffer(records)
 	s.procs.appendArgs(a, s.scratch.unused.buf)
+	if m := lg.Bitmask; m != nil {
+		a.BufferAt(m.Data, m.Offset)
+	} else {
+		a.Buffer(s.scratch.unused.buf)
+	}
 	grid := runtime.Dim3{X: split, Y: b.rows, Z: draws}
 	block := runtime.Dim3{X: lk.block, Y: 1, Z: 1}
 	if err := s.stream.Launch(lk.kernel, grid, block, a); err != nil {

@@ -125,10 +125,15 @@ func (s *Sampler) seedOf(p Params) uint64 {
 // RowParamsSize bytes), in the form its route's kernel expects: greedy rows carry
 // temperature 0; filters that are off, and every filter of a gumbel_argmax row, are
 // written as the ABI's off values (top_k 0, top_p 1, min_p 0). The penalty words are
-// written only with abi.FlagPenalties.
-func putRowParams(dst []byte, row int, r Route, p Params, vocab int, seed uint64, flags abi.Flags, topn uint32) {
+// written only with abi.FlagPenalties. A row with a token bitmask (mask row m >= 0)
+// gets abi.FlagBitmask.
+func putRowParams(dst []byte, row int, r Route, p Params, vocab int, seed uint64, flags abi.Flags, topn uint32, m int) {
 	rp := abi.RowParams{Row: uint32(row), Temperature: p.Temperature, Seed: seed, Step: p.Step, TopP: 1,
 		Flags: flags, TopN: topn}
+	if m >= 0 {
+		rp.Flags |= abi.FlagBitmask
+		rp.BitmaskRow = uint32(m)
+	}
 	if r == RouteGreedy {
 		rp.Temperature = 0
 	}

@@ -178,7 +178,7 @@ func TestPutRowParams(t *testing.T) {
 			}
 			const seed, step = 0x0123456789ABCDEF, 0xFEDCBA9876543210
 			tc.p.Step = step
-			putRowParams(buf, 3, tc.route, tc.p, tc.vocab, seed, 0, 0)
+			putRowParams(buf, 3, tc.route, tc.p, tc.vocab, seed, 0, 0, -1)
 			assert.Equal(t, tc.wantFirst, le.Uint32(buf[0:]))
 			assert.Equal(t, tc.wantTemp, math.Float32frombits(le.Uint32(buf[4:])))
 			assert.Equal(t, uint32(0x89ABCDEF), le.Uint32(buf[8:]), "seed low word")
@@ -268,7 +268,7 @@ func TestPutRowParamsFeatureWords(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			buf := make([]byte, RowParamsSize)
-			putRowParams(buf, 1, RouteGumbel, tc.p, 100, 9, tc.flags, tc.topn)
+			putRowParams(buf, 1, RouteGumbel, tc.p, 100, 9, tc.flags, tc.topn, -1)
 			assert.Equal(t, uint32(tc.flags), le.Uint32(buf[36:]), "flags")
 			if tc.wantPenaltyWordsZero {
 				assert.Equal(t, make([]byte, 12), buf[40:52], "penalty words")

@@ -65,6 +65,8 @@ type Sampler struct {
 	batches int
 	// unnamedRows counts the rows sampled without a seed or request id (seedOf).
 	unnamedRows uint64
+	// maskRows holds each row's bitmask row during a call (-1: none).
+	maskRows []int
 }
 
 // New loads the sampling kernels on dev and resolves the options.
@@ -213,6 +215,23 @@ type plan struct {
 	// (needsRowMax): filter_max runs before filtered when there are any.
 	maxRows int
 	out     outLayout
+	// bitmask (from byte bitmaskOff) is the caller's device bitmask; hostBitmask says
+	// the rows' host masks sit in the bitmask scratch instead.
+	bitmask     runtime.Buffer
+	bitmaskOff  int
+	hostBitmask bool
+}
+
+// appendBitmask appends the bitmask argument (ABI argument 12) of a plan's launches.
+func (s *Sampler) appendBitmask(a *runtime.Args, pl *plan) {
+	switch {
+	case pl.bitmask != nil:
+		a.BufferAt(pl.bitmask, pl.bitmaskOff)
+	case pl.hostBitmask:
+		a.Buffer(s.scratch.bitmask.buf)
+	default:
+		a.Buffer(s.scratch.unused.buf)
+	}
 }
 
 // outLayout places a call's outputs in the results scratch, for rows rows of draws
@@ -249,12 +268,24 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 	if err := s.procs.checkCall(rows, vocab); err != nil {
 		return err
 	}
+	if err := checkBitmask(lg.Bitmask, rows, vocab, false); err != nil {
+		return err
+	}
+	if lg.Bitmask != nil {
+		for i := range params {
+			if params[i].Bitmask != nil {
+				return fmt.Errorf("%w: row %d has a host bitmask (Params.Bitmask) in a call with a device one (Logits.Bitmask)", ErrShape, i)
+			}
+		}
+	}
 	// Route and check every row; count the launched rows of each group.
 	var groups [numGroups]int
 	maxRows := 0
 	wantLogprobs, wantTop := false, false
 	res.Routes = resized(res.Routes, rows)
 	res.Errs = resized(res.Errs, rows)
+	s.maskRows = resized(s.maskRows, rows)
+	masks := bitmaskCall{dev: lg.Bitmask}
 	for i, p := range params {
 		r := route(p, vocab, s.set.Gumbel)
 		err := checkParams(i, p)
@@ -265,6 +296,10 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 			// The Gumbel switch does not apply: Gumbel-top-k is the only way to
 			// draw without replacement.
 			r = distinctRoute(r)
+		}
+		s.maskRows[i] = -1
+		if err == nil {
+			s.maskRows[i], err = masks.rowOf(i, p, vocab)
 		}
 		res.Routes[i], res.Errs[i] = r, err
 		if err != nil {
@@ -304,6 +339,13 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 
 	pl := plan{logits: lg, stride: stride, draws: draws, groups: groups, maxRows: maxRows,
 		out: outLayout{rows: rows, draws: draws}}
+	switch {
+	case lg.Bitmask != nil:
+		pl.bitmask, pl.bitmaskOff = lg.Bitmask.Data, lg.Bitmask.Offset
+	case masks.hostRows > 0:
+		pl.bitmask = nil // the scratch, which prepare may still grow
+		pl.hostBitmask = true
+	}
 	if err := s.prepare(&pl); err != nil {
 		return err
 	}
@@ -335,11 +377,11 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 				flags |= abi.FlagLogprobs
 			}
 		}
-		putRowParams(host[next[g]*RowParamsSize:], i, r, p, vocab, seed, flags, topn)
+		putRowParams(host[next[g]*RowParamsSize:], i, r, p, vocab, seed, flags, topn, s.maskRows[i])
 		next[g]++
 		if p.TopLogprobs > 0 {
-			// Plain topn ranks raw logits: no processors, no step.
-			putRowParams(host[next[groupTop]*RowParamsSize:], i, r, p, vocab, seed, 0, uint32(p.TopLogprobs))
+			// Plain topn ranks raw logits: no processors, no mask, no step.
+			putRowParams(host[next[groupTop]*RowParamsSize:], i, r, p, vocab, seed, 0, uint32(p.TopLogprobs), -1)
 			next[groupTop]++
 		}
 	}
@@ -351,6 +393,9 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 	s.dirty, s.last.ok = true, false
 	if err := s.stream.CopyToDevice(sc.params.buf, 0, host); err != nil {
 		return fmt.Errorf("gumbel/sampler: uploading row parameters: %w", err)
+	}
+	if err := s.stageBitmasks(params, res.Errs, masks.hostRows, vocab); err != nil {
+		return err
 	}
 	if err := s.queue(&pl); err != nil {
 		return err
@@ -606,6 +651,7 @@ func (s *Sampler) launchRows(pl *plan, lk launchKernel, first, n, split, draws, 
 			a.BufferAt(sc.results.buf, records)
 		}
 		s.procs.appendArgs(a, sc.unused.buf)
+		s.appendBitmask(a, pl)
 		grid := runtime.Dim3{X: split, Y: chunk, Z: draws}
 		block := runtime.Dim3{X: lk.block, Y: 1, Z: 1}
 		if err := s.stream.Launch(lk.kernel, grid, block, a); err != nil {

@@ -108,6 +108,10 @@ type scratch struct {
 	counters deviceScratch
 	// logits stages host logits for SampleFloat32 and SampleBits.
 	logits deviceScratch
+	// bitmask holds the host token bitmasks of a call (Params.Bitmask), one row per
+	// masked row; bitmaskHost is its pinned staging copy.
+	bitmask     deviceScratch
+	bitmaskHost hostScratch
 	// unused is the 8-byte buffer passed for the buffer arguments of features no
 	// row of a launch uses (ABI.md: never read or written).
 	unused deviceScratch
@@ -122,6 +126,8 @@ func newScratch() scratch {
 		partials:    deviceScratch{name: "partial"},
 		counters:    deviceScratch{name: "counter"},
 		logits:      deviceScratch{name: "logits staging"},
+		bitmask:     deviceScratch{name: "token bitmask"},
+		bitmaskHost: hostScratch{name: "token bitmask"},
 		unused:      deviceScratch{name: "placeholder"},
 	}
 }
@@ -131,5 +137,6 @@ func (s *scratch) free() error {
 		s.params.free(), s.paramsHost.free(),
 		s.results.free(), s.resultsHost.free(),
 		s.partials.free(), s.counters.free(), s.logits.free(), s.unused.free(),
+		s.bitmask.free(), s.bitmaskHost.free(),
 	)
 }

@@ -10,6 +10,13 @@ Each peer is one sampling step on a [batch, vocab] logits matrix at temperature 
   torch.gumbel-compile         the same expression through torch.compile
   torch.sort-topk50-topp0.9    sort descending, top-k 50, cumulative softmax top-p 0.9,
                                multinomial: the common filtered-sampling implementation
+  torch.bitmask-exponential-race
+                               structured output: unpack each row's int32 token bitmask
+                               (ceil(V/32) words, bit j%32 of word j/32 allows token j;
+                               random bits, about half the tokens allowed, fixed seed) to a
+                               bool [batch, vocab] tensor, masked_fill(-inf) the banned
+                               logits, then the exponential race; gumbel's counterpart is
+                               its gumbel+bitmask route (the mask inside the sampling pass)
 
 The output JSON has gumbel's bench schema (bench.Measurement):
   device_us        median over groups of (CUDA events around back-to-back replays of a
@@ -24,6 +31,7 @@ The output JSON has gumbel's bench schema (bench.Measurement):
 Extra fields, ignored by gumbel's loader: graph, eager_device_us, error.
 
 Run on a CUDA host:  python3 bench/peers/torch_peers.py --out peers.json
+(--peers torch.exponential-race,torch.bitmask-exponential-race times those two alone).
 Only torch and the standard library are used.
 """
 
@@ -40,6 +48,8 @@ import torch
 TEMPERATURE = 0.8
 TOP_K = 50
 TOP_P = 0.9
+# Seeds the token bitmasks of torch.bitmask-exponential-race.
+MASK_SEED = 0x6D61736B
 # Steps captured in one CUDA graph, so that a replay's launch cost on the host does not
 # hide the device time of small steps (gumbel's bench also times back-to-back launches).
 STEPS_PER_GRAPH = 10
@@ -95,6 +105,45 @@ def make_sort_topk_topp(batch, vocab):
         choice = torch.multinomial(probs, 1)
         return si.gather(-1, choice)
 
+    return step
+
+
+def grammar_mask(rows, vocab, seed):
+    """Token bitmasks like bench.GrammarMask (not the same bits): rows of ceil(vocab/32)
+    int32 words of random bits, about half the tokens allowed, the bits beyond the
+    vocabulary clear, on the device."""
+    words = (vocab + 31) // 32
+    g = torch.Generator(device="cuda")
+    g.manual_seed(seed)
+    m = torch.randint(0, 1 << 32, (rows, words), generator=g, device="cuda", dtype=torch.int64)
+    if vocab % 32:
+        m[:, -1] &= (1 << (vocab % 32)) - 1
+    # A row with no allowed token would leave nothing to sample; allow token 0 there.
+    m[:, 0] |= (m.sum(-1) == 0).to(torch.int64)
+    # The words' bits as int32, two's complement, as grammar libraries hand them over.
+    return torch.where(m >= 1 << 31, m - (1 << 32), m).to(torch.int32).contiguous()
+
+
+def make_bitmask_exponential_race(batch, vocab):
+    """Structured output as engines do it around PyTorch: the step unpacks the row's
+    int32 bitmask to a bool [batch, vocab] mask, writes -inf into the banned logits
+    (out of place: the logits are the same input every step), then runs the exponential
+    race. The packed masks live on the device, made once per shape, as a grammar
+    matcher's output would be; unpacking is part of every step."""
+    mask = grammar_mask(batch, vocab, MASK_SEED + vocab)
+    words = mask.shape[1]
+    shifts = torch.arange(32, device="cuda", dtype=torch.int32)
+
+    def step(x):
+        bits = (mask.unsqueeze(-1) >> shifts) & 1  # [batch, words, 32], bit k of word w is token 32w + k
+        allowed = bits.view(batch, words * 32)[:, :vocab].bool()
+        return peer_exponential_race(x.masked_fill(~allowed, -math.inf))
+
+    def allows(token):
+        """Whether row 0's mask allows token, to check the step's output."""
+        return bool((int(mask[0, token // 32].item()) >> (token % 32)) & 1)
+
+    step.allows = allows
     return step
 
 
@@ -192,6 +241,9 @@ def main():
     ap.add_argument("--batch", default="1,4,8,64", help="batch sizes, comma-separated")
     ap.add_argument("--dtype", default="float32,bfloat16", help="logits types: float32, bfloat16, float16")
     ap.add_argument("--quick", action="store_true", help="few repeats: a smoke run, not a measurement")
+    ap.add_argument("--peers", default="all",
+                    help="peers to time ('all', or comma-separated names such as "
+                         "torch.exponential-race,torch.bitmask-exponential-race)")
     ap.add_argument("--compile-vocab", default="all",
                     help="vocabulary sizes to run torch.compile at ('all', or comma-separated)")
     ap.add_argument("--compile-mode", default="default",
@@ -215,6 +267,13 @@ def main():
         print(f"error: bad --vocab/--batch/--dtype (unknown dtypes: {bad})", file=sys.stderr)
         return 2
     compile_vocabs = None if args.compile_vocab == "all" else set(parse_list(args.compile_vocab, int))
+    all_peers = ["torch.argmax", "torch.multinomial", "torch.exponential-race", "torch.gumbel-eager",
+                 "torch.gumbel-compile", "torch.sort-topk50-topp0.9", "torch.bitmask-exponential-race"]
+    wanted = set(all_peers) if args.peers == "all" else set(parse_list(args.peers, str))
+    if not wanted or wanted - set(all_peers):
+        print(f"error: --peers: unknown {sorted(wanted - set(all_peers))}; the peers are {','.join(all_peers)}",
+              file=sys.stderr)
+        return 2
 
     cfg = argparse.Namespace(groups=15, replays=10, eager_repeats=50, host_calls=100, warmup=5)
     if args.quick:
@@ -233,14 +292,18 @@ def main():
             for batch in batches:
                 x = llm_logits(batch, vocab, vocab * 1000 + batch, DTYPES[dname])
                 peers = [
-                    ("torch.argmax", peer_argmax),
-                    ("torch.multinomial", peer_multinomial),
-                    ("torch.exponential-race", peer_exponential_race),
-                    ("torch.gumbel-eager", peer_gumbel),
-                    ("torch.gumbel-compile", gumbel_compiled),
-                    ("torch.sort-topk50-topp0.9", make_sort_topk_topp(batch, vocab)),
+                    ("torch.argmax", lambda: peer_argmax),
+                    ("torch.multinomial", lambda: peer_multinomial),
+                    ("torch.exponential-race", lambda: peer_exponential_race),
+                    ("torch.gumbel-eager", lambda: peer_gumbel),
+                    ("torch.gumbel-compile", lambda: gumbel_compiled),
+                    ("torch.sort-topk50-topp0.9", lambda: make_sort_topk_topp(batch, vocab)),
+                    ("torch.bitmask-exponential-race", lambda: make_bitmask_exponential_race(batch, vocab)),
                 ]
-                for route, fn in peers:
+                for route, make in peers:
+                    if route not in wanted:
+                        continue
+                    fn = make()
                     m = {"route": route, "dtype": dname, "vocab": vocab, "batch": batch,
                          "device_us": 0.0, "host_us": 0.0, "allocs_per_call": 0, "token": -1}
                     if route == "torch.gumbel-compile":
@@ -272,6 +335,9 @@ def main():
                         continue
                     if m.get("error"):
                         notes.append(f"{route} {dname} V={vocab} B={batch}: {m['error']}")
+                    if hasattr(fn, "allows") and not fn.allows(m["token"]):
+                        notes.append(f"{route} {dname} V={vocab} B={batch}: token {m['token']} is banned by its mask")
+                        print("note: " + notes[-1], file=sys.stderr)
                     ms.append(m)
                     print(f"{route:28s} {dname:9s} V={vocab:6d} B={batch:3d}  device {m['device_us']:9.2f} us"
                           f"{'' if m['graph'] else ' (eager)'}  host {m['host_us']:9.1f} us", file=sys.stderr)

@@ -56,7 +56,10 @@ var cpuBenchConfig = bench.Config{Groups: 3, Repeats: 3, HostCalls: 5, Warmup: 2
 func parseBenchFlags(args []string, w io.Writer) (benchConfig, error) {
 	c := benchConfig{matrix: bench.FullMatrix}
 	fs := newFlags("bench", "bench [flags]", w)
-	routes := fs.String("route", joinRoutes(bench.FullMatrix.Routes), fmt.Sprintf("routes to measure, comma-separated; %q stands for %s", filterRoutesName, joinRoutes(bench.FilterRoutes)))
+	routes := fs.String("route", joinRoutes(bench.FullMatrix.Routes), fmt.Sprintf("routes to measure, comma-separated: %s; %q stands for %s; "+
+		"%q stands for %s: routes each followed by their forms with a token bitmask (about half the tokens allowed; +bitmask: masks in device memory, "+
+		"-host: host masks copied by each call, -unfused: a separate mask kernel, then the unmasked step), and adds a table of the masks' cost",
+		joinRoutes(ownRoutes()), filterRoutesName, joinRoutes(bench.FilterRoutes), bitmaskRoutesName, joinRoutes(bench.BitmaskRoutes)))
 	dtypes := fs.String("dtype", joinDTypes(bench.FullMatrix.DTypes), "logits types, comma-separated: float32, float16, bfloat16")
 	vocabs := fs.String("vocab", joinInts(bench.FullMatrix.Vocabs), "vocabulary sizes, comma-separated")
 	batches := fs.String("batch", joinInts(bench.FullMatrix.Batches), "batch sizes, comma-separated")
@@ -252,6 +255,11 @@ func runBench(e env, args []string) error {
 	default:
 		md += bench.Markdown(ms) + "\n"
 	}
+	if cfg.sweep == nil {
+		if t := bench.BitmaskMarkdown(ms); t != "" {
+			md += t + "\n"
+		}
+	}
 	if cfg.compare != nil {
 		md += "\n" + bench.Compare(ms, peers) + "\n"
 	}
@@ -308,24 +316,38 @@ func writeResults(dir, name string, js []byte, md string) error {
 	return nil
 }
 
-// filterRoutesName, given to --route, stands for bench.FilterRoutes.
-const filterRoutesName = "filters"
+// The names --route takes for groups of routes: filterRoutesName stands for
+// bench.FilterRoutes, bitmaskRoutesName for bench.BitmaskRoutes.
+const (
+	filterRoutesName  = "filters"
+	bitmaskRoutesName = "bitmask"
+)
 
-// parseRoutes parses --route: route names and "filters", in order, each route once.
+// ownRoutes lists every route --route takes by name: bench.Routes, then the filter,
+// feature and bitmask routes not among them, each once.
+func ownRoutes() []bench.Route {
+	var out []bench.Route
+	for _, r := range slices.Concat(bench.Routes, bench.FilterRoutes, bench.FeatureRoutes, bench.BitmaskRoutes) {
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// parseRoutes parses --route: route names, "filters" and "bitmask", in order, each route
+// once.
 func parseRoutes(s string) ([]bench.Route, error) {
 	var out []bench.Route
 	for _, f := range splitList(s) {
 		rs := []bench.Route{bench.Route(f)}
-		if f == filterRoutesName {
+		switch {
+		case f == filterRoutesName:
 			rs = bench.FilterRoutes
-		} else if !bench.IsOwn(rs[0]) {
-			var extra []bench.Route // the filter and feature routes not in bench.Routes
-			for _, r := range slices.Concat(bench.FilterRoutes, bench.FeatureRoutes) {
-				if !slices.Contains(bench.Routes, r) && !slices.Contains(extra, r) {
-					extra = append(extra, r)
-				}
-			}
-			return nil, usagef("--route %q: not one of %s,%s or %s", f, joinRoutes(bench.Routes), joinRoutes(extra), filterRoutesName)
+		case f == bitmaskRoutesName:
+			rs = bench.BitmaskRoutes
+		case !bench.IsOwn(rs[0]):
+			return nil, usagef("--route %q: not one of %s, %s or %s", f, joinRoutes(ownRoutes()), filterRoutesName, bitmaskRoutesName)
 		}
 		for _, r := range rs {
 			if !slices.Contains(out, r) {

@@ -122,3 +122,29 @@ func TestBenchCompareCPUPeers(t *testing.T) {
 		strings.Repeat(` `+ratio+` \|`, 4), stdout)
 	assert.Regexp(t, `\| 2048 \| 1 \| `+num+` \| `+num+` \| `+num+` \| 1\.25 \| 4\.50 \| `+ratio+` \| `+ratio+` \|`, stdout)
 }
+
+// The bitmask routes on the CPU device: the matrix, the table of each mask's cost against
+// its unmasked route, and the PyTorch bitmask peer set against the fused masked step with
+// the unfused form beside it.
+func TestBenchBitmaskOnCPU(t *testing.T) {
+	dir := t.TempDir()
+	peers := filepath.Join(dir, "peers.json")
+	require.NoError(t, os.WriteFile(peers, []byte(`{"backend": "torch", "measurements": [
+ {"route": "torch.exponential-race", "dtype": "float32", "vocab": 2048, "batch": 3, "device_us": 40, "host_us": 90, "allocs_per_call": 0, "token": 5, "graph": true},
+ {"route": "torch.bitmask-exponential-race", "dtype": "float32", "vocab": 2048, "batch": 3, "device_us": 95, "host_us": 150, "allocs_per_call": 0, "token": 5, "graph": true}]}`), 0o644))
+	code, stdout, stderr := runCLI("bench", "--backend", "cpu", "--route", "bitmask", "--dtype", "float32", "--vocab", "2048", "--batch", "1,3",
+		"--groups", "2", "--repeats", "2", "--calls", "3", "--warmup", "1", "--compare", peers, "--out", dir)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stdout, "| dtype | vocab | batch | greedy | greedy+bitmask | gumbel-split | gumbel+bitmask |")
+	assert.Contains(t, stdout, "\nDevice time per step with a token bitmask (µs, median; in brackets the cost against the unmasked route)\n\n"+
+		"| dtype | vocab | batch | greedy+bitmask | gumbel+bitmask | gumbel+bitmask-host | gumbel+bitmask-unfused | topk50-topp0.9+bitmask | "+
+		"categorical+bitmask | gumbel-batch-launch+bitmask | gumbel+bitmask-unfused / gumbel+bitmask |")
+	assert.Regexp(t, `\| float32 \| 2048 \| 3 \|( [0-9.]+ \([+-][0-9.]+%\) \|){7} [0-9.]+x \|`, stdout)
+	assert.Contains(t, stdout, "| vocab | batch | gumbel-split | greedy | topk50-topp0.9 | gumbel+bitmask | gumbel+bitmask-unfused | "+
+		"torch.exponential-race | torch.bitmask-exponential-race | torch.exponential-race / gumbel-split | torch.bitmask-exponential-race / gumbel+bitmask |")
+	assert.Regexp(t, `\| 2048 \| 3 \|( [0-9.]+ \|){5} 40\.00 \| 95\.00 \| [0-9.]+x \| [0-9.]+x \|`, stdout)
+	assert.Contains(t, stderr, "[24/24] gumbel-batch-launch+bitmask float32 V=2048 B=3 ... device ")
+	md, err := os.ReadFile(filepath.Join(dir, "matrix.md"))
+	require.NoError(t, err)
+	assert.Equal(t, stdout, string(md))
+}

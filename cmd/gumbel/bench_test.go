@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -65,7 +66,16 @@ func TestParseBenchFlags(t *testing.T) {
 		{name: "chart without extension", args: []string{"--chart", "out"}, wantErr: `--chart "out": no file extension`},
 		{name: "unknown route", args: []string{"--route", "greedy,fast"}, wantErr: `--route "fast": not one of greedy,categorical`},
 		{name: "unknown route: the list", args: []string{"--route", "topk40"}, wantErr: `minp0.05,topk40-topp0.9,topk50,topp0.95,gumbel+logprobs`},
-		{name: "unknown route: the keyword", args: []string{"--route", "filter"}, wantErr: `gumbel-batch-launch or filters`},
+		{name: "unknown route: the keywords", args: []string{"--route", "filter"}, wantErr: `gumbel-batch-launch+bitmask, filters or bitmask`},
+		{name: "bitmask routes", args: []string{"--route", "bitmask", "--vocab", "151936", "--batch", "1,8,64", "--dtype", "float32"},
+			matrix: bench.Matrix{Routes: bench.BitmaskRoutes, DTypes: []sampler.DType{sampler.Float32}, Vocabs: []int{151936}, Batches: []int{1, 8, 64}},
+			timing: bench.Config{Warmup: -1}},
+		{name: "bitmask after its routes: each route once", args: []string{"--route", "gumbel-split,gumbel+bitmask-unfused,bitmask"},
+			matrix: withRoutes(slices.Concat([]bench.Route{bench.GumbelSplit, bench.GumbelBitmaskUnfused},
+				slices.DeleteFunc(slices.Clone(bench.BitmaskRoutes), func(r bench.Route) bool { return r == bench.GumbelSplit || r == bench.GumbelBitmaskUnfused }))...),
+			timing: bench.Config{Warmup: -1}},
+		{name: "bitmask route", args: []string{"--route", "topk50-topp0.9+bitmask"},
+			matrix: withRoutes(bench.TopKTopPBitmask), timing: bench.Config{Warmup: -1}},
 		{name: "unknown dtype", args: []string{"--dtype", "float8"}, wantErr: `--dtype "float8": not one of float32,float16,bfloat16`},
 		{name: "zero vocab", args: []string{"--vocab", "0"}, wantErr: `--vocab "0": want whole numbers from 1 to 2147483647`},
 		{name: "vocab too large", args: []string{"--vocab", "2147483648"}, wantErr: `--vocab "2147483648"`},

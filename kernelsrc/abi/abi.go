@@ -68,7 +68,7 @@ func (d DType) Size() int {
 // "gumbel_argmax_bf16".
 func KernelName(family string, d DType) string { return family + d.Suffix() }
 
-// Arg is the position of a kernel argument. Every kernel takes the twelve arguments in
+// Arg is the position of a kernel argument. Every kernel takes the thirteen arguments in
 // this order; a buffer whose feature no row of the launch uses may be any valid buffer of
 // at least 8 bytes, which the kernel never reads or writes.
 type Arg int
@@ -103,10 +103,14 @@ const (
 	// ArgMask (buffer, uint32): ceil(V/32) words of allowed-token bitmap per logits row
 	// (FlagMask).
 	ArgMask Arg = 11
+	// ArgBitmask (buffer, uint32): token bitmasks of ceil(V/32) words per mask row, the
+	// layout of the grammar libraries; launch row y applies mask row bitmask_row
+	// (FlagBitmask).
+	ArgBitmask Arg = 12
 )
 
 // NumArgs is the number of arguments of every kernel.
-const NumArgs = 12
+const NumArgs = 13
 
 // Flags is RowParams word 9: the features of a row.
 type Flags uint32
@@ -139,10 +143,13 @@ const (
 	// FlagFiltered: with FlagRouted, the row belongs to the filter_max and filtered
 	// kernels.
 	FlagFiltered Flags = 1 << 9
+	// FlagBitmask: apply mask row BitmaskRow of the bitmask argument (a grammar's
+	// allowed tokens), on top of FlagMask.
+	FlagBitmask Flags = 1 << 10
 	// FlagsProcessors are the flags of the logit processors.
-	FlagsProcessors = FlagBias | FlagMask | FlagPenalties
+	FlagsProcessors = FlagBias | FlagMask | FlagPenalties | FlagBitmask
 	// FlagsReserved are the bits a row must leave clear.
-	FlagsReserved Flags = ^Flags(1<<10 - 1)
+	FlagsReserved Flags = ^Flags(1<<11 - 1)
 )
 
 // Status is what a kernel reports for an output slot.

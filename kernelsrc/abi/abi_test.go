@@ -14,7 +14,7 @@ import (
 func sampleParams() RowParams {
 	return RowParams{Row: 7, Temperature: 0.7, Seed: 0x0123456789ABCDEF, Step: 1<<40 + 3, TopK: 50, TopP: 0.9,
 		MinP: 0.05, Flags: FlagLogprobs | FlagPenalties, RepetitionPenalty: 1.1, FrequencyPenalty: -0.5,
-		PresencePenalty: 0.25, TopN: 20}
+		PresencePenalty: 0.25, TopN: 20, BitmaskRow: 5}
 }
 
 // TestRowParamsLayout checks Encode against the struct's own layout: the Go struct is
@@ -31,6 +31,8 @@ func TestRowParamsLayout(t *testing.T) {
 	p.Encode(got)
 	assert.Equal(t, want.Bytes(), got)
 	assert.Equal(t, p.Step, binary.LittleEndian.Uint64(got[StepOffset:]))
+	assert.Equal(t, uint32(p.Flags), binary.LittleEndian.Uint32(got[FlagsOffset:]))
+	assert.Equal(t, p.BitmaskRow, binary.LittleEndian.Uint32(got[BitmaskRowOffset:]))
 	assert.Equal(t, p, DecodeRowParams(got))
 }
 
@@ -55,7 +57,7 @@ func TestKernelNames(t *testing.T) {
 
 func TestFlagsAreDistinctBitsBelowTheReserved(t *testing.T) {
 	all := []Flags{FlagLogprobs, FlagAdvance, FlagRecord, FlagRouted, FlagCategorical, FlagBias, FlagMask,
-		FlagPenalties, FlagPerturbed, FlagFiltered}
+		FlagPenalties, FlagPerturbed, FlagFiltered, FlagBitmask}
 	var seen Flags
 	for _, f := range all {
 		assert.Equal(t, 1, bitsSet(uint32(f)), "flag %#x", f)

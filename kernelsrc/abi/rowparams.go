@@ -39,8 +39,10 @@ type RowParams struct {
 	PresencePenalty float32
 	// TopN is the n of the topn kernels, 1 to MaxTopN.
 	TopN uint32
+	// BitmaskRow is the row of the bitmask argument the row applies (FlagBitmask).
+	BitmaskRow uint32
 	// Reserved words are zero.
-	_ [2]uint32
+	_ [1]uint32
 }
 
 // Encode writes p into the first RowParamsSize bytes of dst.
@@ -59,7 +61,8 @@ func (p *RowParams) Encode(dst []byte) {
 	le.PutUint32(dst[44:], math.Float32bits(p.FrequencyPenalty))
 	le.PutUint32(dst[48:], math.Float32bits(p.PresencePenalty))
 	le.PutUint32(dst[52:], p.TopN)
-	clear(dst[56:])
+	le.PutUint32(dst[56:], p.BitmaskRow)
+	clear(dst[60:])
 }
 
 // DecodeRowParams reads the record in the first RowParamsSize bytes of src.
@@ -80,9 +83,17 @@ func DecodeRowParams(src []byte) RowParams {
 		FrequencyPenalty:  f(44),
 		PresencePenalty:   f(48),
 		TopN:              le.Uint32(src[52:]),
+		BitmaskRow:        le.Uint32(src[56:]),
 	}
 }
 
 // StepOffset is the byte offset of the Step field, which FlagAdvance rewrites on the
 // device.
 const StepOffset = 16
+
+// FlagsOffset and BitmaskRowOffset are the byte offsets of the Flags and BitmaskRow
+// fields, which a Batch rewrites alone when a row's bitmask row changes.
+const (
+	FlagsOffset      = 36
+	BitmaskRowOffset = 56
+)

@@ -267,7 +267,7 @@ template <int KIND>
 __device__ __forceinline__ bool gb_cat_row_bind(gb_cat_row<KIND>& r, const typename gb_io<KIND>::elem* logits,
                                                 gb_row_params* params, gb_i32* tokens, gb_i32* status,
                                                 gb_u32* counters, gb_u64 row_stride, gb_u32 vocab, float* logprobs,
-                                                const float* bias, gb_u32* counts, const gb_u32* mask) {
+                                                const float* bias, gb_u32* counts, const gb_u32* mask, const gb_u32* bitmask) {
     r.o = (gb_u64)r.p.row * gridDim.z + blockIdx.z;
     r.lp = (r.p.flags & GB_FLAG_LOGPROBS) != 0u;
     if (gb_bad_flags(r.p.flags) || gb_bad_row(r.p.temperature, vocab)) {
@@ -283,7 +283,7 @@ __device__ __forceinline__ bool gb_cat_row_bind(gb_cat_row<KIND>& r, const typen
     r.row = logits + (gb_u64)r.p.row * row_stride;
     r.vocab = vocab;
     r.vec = gb_io<KIND>::vec_ok(r.row);
-    r.pc = gb_processor_of(r.p, bias, counts, mask, vocab);
+    r.pc = gb_processor_of(r.p, bias, counts, mask, bitmask, vocab);
     r.params = params;
     r.tokens = tokens;
     r.status = status;
@@ -830,7 +830,7 @@ template <int KIND>
 __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem* __restrict__ logits,
                                                gb_row_params* params, gb_i32* tokens, gb_i32* status,
                                                gb_u32* counters, gb_u64 row_stride, gb_u32 vocab, float* logprobs,
-                                               const float* bias, gb_u32* counts, const gb_u32* mask) {
+                                               const float* bias, gb_u32* counts, const gb_u32* mask, const gb_u32* bitmask) {
     if (blockIdx.x != 0u) {
         return; // one block per row; extra blocks of a wider grid have nothing to do
     }
@@ -841,7 +841,7 @@ __device__ __forceinline__ void gb_categorical(const typename gb_io<KIND>::elem*
         return; // the gumbel_argmax kernel's row: left entirely alone
     }
     if (gb_cat_row_bind<KIND>(r, logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts,
-                              mask)) {
+                              mask, bitmask)) {
         gb_categorical_row<KIND, false>(r, gb_cat_smem());
     }
 }

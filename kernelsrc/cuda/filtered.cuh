@@ -53,7 +53,7 @@ template <int KIND>
 __device__ __forceinline__ void gb_filter_max(const typename gb_io<KIND>::elem* __restrict__ logits,
                                               const gb_row_params* params, gb_u64* partials, gb_u64 row_stride,
                                               gb_u32 vocab, const float* bias, const gb_u32* counts,
-                                              const gb_u32* mask) {
+                                              const gb_u32* mask, const gb_u32* bitmask) {
     __shared__ gb_u64 s_red[GB_MAX_WARPS];
     __shared__ gb_u64 s_bcast[2];
     const gb_row_params p = params[blockIdx.y];
@@ -66,7 +66,7 @@ __device__ __forceinline__ void gb_filter_max(const typename gb_io<KIND>::elem* 
     gb_chunk_of(vocab, gridDim.x, blockIdx.x, start, end);
     const typename gb_io<KIND>::elem* row = logits + (gb_u64)p.row * row_stride;
     const bool vec = gb_io<KIND>::vec_ok(row);
-    const gb_processor pc = gb_processor_of(p, bias, counts, mask, vocab);
+    const gb_processor pc = gb_processor_of(p, bias, counts, mask, bitmask, vocab);
     gb_u32 mkey = 0u, none = 0u;
     for (gb_u32 g = start + 4u * threadIdx.x; g < end; g += 4u * blockDim.x) {
         float x[4];
@@ -122,21 +122,27 @@ __device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32
     // One group loaded ahead: a block of a large batch's row makes many trips, each
     // waiting on its load otherwise.
     const gb_u32 stride = 4u * blockDim.x;
+    // The mask word travels with its group.
+    const bool procs = r.pc.flags != 0u;
     float nxt[4];
     gb_u32 nn = gb_load_group<KIND>(r.row, start + 4u * threadIdx.x, end, r.vec, nxt);
+    gb_u32 nmw = procs ? gb_group_mask_word(r.pc, start + 4u * threadIdx.x, end) : 0xFFFFFFFFu;
     for (gb_u32 g = start + 4u * threadIdx.x; g < end; g += stride) {
         float v[4], x[4];
-        const gb_u32 n = nn;
+        const gb_u32 n = nn, mw = nmw;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             v[j] = nxt[j];
         }
         nn = gb_load_group<KIND>(r.row, g + stride, end, r.vec, nxt);
+        if (procs) {
+            nmw = gb_group_mask_word(r.pc, g + stride, end);
+        }
         if (LP) {
             gb_lse_add4(raw, v, gb_max4(v));
         }
-        if (r.pc.flags != 0u) {
-            seen |= gb_process_group(r.pc, g, n, v, x);
+        if (procs) {
+            seen |= gb_process_group_w(r.pc, mw, g, n, v, x);
         } else {
             seen |= gb_group_seen(v, n);
 #pragma unroll
@@ -394,7 +400,7 @@ template <int KIND>
 __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __restrict__ logits,
                                             gb_row_params* params, gb_i32* tokens, gb_i32* status,
                                             gb_u64* partials, gb_u32* counters, gb_u64 row_stride, gb_u32 vocab,
-                                            float* logprobs, const float* bias, gb_u32* counts, const gb_u32* mask) {
+                                            float* logprobs, const float* bias, gb_u32* counts, const gb_u32* mask, const gb_u32* bitmask) {
     gb_cat_row<KIND> r;
     r.y = blockIdx.y;
     r.p = params[r.y];
@@ -404,7 +410,7 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
     const gb_u32 z = blockIdx.z;
     const gb_u32 nblocks = gridDim.x;
     if (!gb_cat_row_bind<KIND>(r, logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts,
-                               mask)) {
+                               mask, bitmask)) {
         return;
     }
     gb_cat_shared& sh = gb_cat_smem();

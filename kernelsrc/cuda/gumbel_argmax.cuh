@@ -35,18 +35,32 @@ __device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], con
     }
 }
 
-// gb_prepare processes a thread's groups of one trip: the row flags, the values the scan
-// ranks (xp: the processed logits with PROC, else the logits) and, with NL = 2, the raw
-// log-sum-exp over the logits themselves, whose groups' largest logits it leaves in rmax
-// (NL = 1: the scan's one log-sum-exp covers both; rmax is left unset).
-template <bool PROC, int NL, int G>
-__device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_u32 stride, const float cur[G][4],
-                                           const gb_u32 n[G], float xp[G][4], gb_u32& flags, gb_lse& raw,
-                                           float rmax[G]) {
+// gb_load_mask_words reads the mask words of a thread's G groups (all ones without
+// processors).
+template <int PROC, int G>
+__device__ __forceinline__ void gb_load_mask_words(const gb_processor& pc, gb_u32 g, gb_u32 stride, gb_u32 end,
+                                                   gb_u32 mw[G]) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
-        if (PROC) {
-            flags |= gb_process_group(pc, g + (gb_u32)i * stride, n[i], cur[i], xp[i]);
+        mw[i] = PROC != GB_PROC_NONE ? gb_group_mask_word(pc, g + (gb_u32)i * stride, end) : 0xFFFFFFFFu;
+    }
+}
+
+// gb_prepare processes a thread's groups of one trip: the row flags, the values the scan
+// ranks (xp: the processed logits with processors (PROC, a GB_PROC_*), else the logits;
+// mw: the groups' mask words) and, with NL = 2, the raw log-sum-exp over the logits themselves, whose groups'
+// largest logits it leaves in rmax (NL = 1: the scan's one log-sum-exp covers both; rmax
+// is left unset).
+template <int PROC, int NL, int G>
+__device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_u32 stride, const float cur[G][4],
+                                           const gb_u32 n[G], const gb_u32 mw[G], float xp[G][4], gb_u32& flags,
+                                           gb_lse& raw, float rmax[G]) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        if (PROC == GB_PROC_MASKS) {
+            flags |= gb_mask_group(mw[i], g + (gb_u32)i * stride, n[i], cur[i], xp[i]);
+        } else if (PROC == GB_PROC_ALL) {
+            flags |= gb_process_group_w(pc, mw[i], g + (gb_u32)i * stride, n[i], cur[i], xp[i]);
         } else {
             flags |= gb_group_seen(cur[i], n[i]);
 #pragma unroll
@@ -69,7 +83,7 @@ __device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_
 // with status 2 (NaN and +Inf: status 1) whatever the key. NL log-sum-exps run beside
 // it: proc over x' (the greedy record's temperature-1 distribution) and, with NL = 2,
 // raw over the logits; with NL > 0, w.x and w.v follow the best key (see gb_win).
-template <int KIND, bool PROC, int NL>
+template <int KIND, int PROC, int NL>
 __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem* row, gb_u32 start,
                                                gb_u32 end, bool vec, const gb_processor& pc, gb_win& w) {
     gb_u64& tkey = w.key;
@@ -82,14 +96,17 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
     gb_u32 g = start + 4u * threadIdx.x;
     float cur[GB_GROUPS][4];
     gb_u32 n[GB_GROUPS];
+    gb_u32 mw[GB_GROUPS];
     gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
+    gb_load_mask_words<PROC, GB_GROUPS>(pc, g, stride, end, mw);
     for (; g < end; g += trip) {
         float nxt[GB_GROUPS][4];
-        gb_u32 nn[GB_GROUPS];
+        gb_u32 nn[GB_GROUPS], nmw[GB_GROUPS];
         gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
+        gb_load_mask_words<PROC, GB_GROUPS>(pc, g + trip, stride, end, nmw);
         float xp[GB_GROUPS][4];
         float rmax[GB_GROUPS];
-        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, xp, flags, raw, rmax);
+        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, mw, xp, flags, raw, rmax);
 #pragma unroll
         for (int i = 0; i < GB_GROUPS; ++i) {
             const float mx = gb_max4(xp[i]); // elements past end read as -Inf
@@ -110,6 +127,10 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
             }
         }
         gb_take_groups<GB_GROUPS>(cur, n, nxt, nn);
+#pragma unroll
+        for (int i = 0; i < GB_GROUPS; ++i) {
+            mw[i] = nmw[i];
+        }
     }
 }
 
@@ -142,7 +163,7 @@ __device__ __forceinline__ float gb_share_bound(float wlower, gb_u32* s_bound) {
 // beside it (every element counts, skipped or not): proc over fl(x'·invT) and, with
 // NL = 2, raw over the logits; NL = 1 only when the two are the same (no processors,
 // invT = 1). With NL > 0, win.x and win.v follow the best key (see gb_win).
-template <int KIND, bool PROC, int NL>
+template <int KIND, int PROC, int NL>
 __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem* row, gb_u32 start,
                                                gb_u32 end, bool vec, float invT, gb_u32 step_lo, gb_u32 step_hi,
                                                const gb_row_params& p, const gb_processor& pc, gb_u32* s_bound,
@@ -157,17 +178,20 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
     gb_u32 g = start + 4u * threadIdx.x;
     float cur[GB_GROUPS][4];
     gb_u32 n[GB_GROUPS];
+    gb_u32 mw[GB_GROUPS];
     gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
+    gb_load_mask_words<PROC, GB_GROUPS>(pc, g, stride, end, mw);
     // One trip of the thread's groups g, g + stride, ... (then g moves on by a trip).
     auto run_trip = [&]() {
         float nxt[GB_GROUPS][4];
-        gb_u32 nn[GB_GROUPS];
+        gb_u32 nn[GB_GROUPS], nmw[GB_GROUPS];
         gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
+        gb_load_mask_words<PROC, GB_GROUPS>(pc, g + trip, stride, end, nmw);
         float xs[GB_GROUPS][4]; // -Inf for -Inf logits and for elements past end
         float mx[GB_GROUPS];
         float lower = tbest;
         float rmax[GB_GROUPS]; // with NL = 2, the groups' largest logits
-        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, xs, flags, raw, rmax);
+        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, mw, xs, flags, raw, rmax);
 #pragma unroll
         for (int i = 0; i < GB_GROUPS; ++i) {
 #pragma unroll
@@ -240,6 +264,10 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
             }
         }
         gb_take_groups<GB_GROUPS>(cur, n, nxt, nn);
+#pragma unroll
+        for (int i = 0; i < GB_GROUPS; ++i) {
+            mw[i] = nmw[i];
+        }
         g += trip;
     };
     // The trips in which every warp holds elements run in a loop that is uniform for the
@@ -555,7 +583,7 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
                                                  gb_row_params* params, gb_i32* tokens, gb_i32* status,
                                                  gb_u64* partials, gb_u32* counters, gb_u64 row_stride,
                                                  gb_u32 vocab, float* logprobs, const float* bias, gb_u32* counts,
-                                                 const gb_u32* mask) {
+                                                 const gb_u32* mask, const gb_u32* bitmask) {
     __shared__ gb_u64 s_key[GB_MAX_WARPS];
     __shared__ gb_u32 s_seen[GB_MAX_WARPS];
     __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
@@ -596,7 +624,7 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     const bool vec = gb_io<KIND>::vec_ok(row);
     const bool greedy = p.temperature == 0.0f;
     const float invT = greedy ? 1.0f : 1.0f / p.temperature;
-    const gb_processor pc = gb_processor_of(p, bias, counts, mask, vocab);
+    const gb_processor pc = gb_processor_of(p, bias, counts, mask, bitmask, vocab);
     const bool procs = pc.flags != 0u;
     // The log-sum-exps the record needs: none, one (raw and processed are the same set:
     // no processors and invT = 1, greedy rows included) or two.
@@ -614,14 +642,18 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     if (greedy) {
         if (!procs) {
             if (nl == 0) {
-                gb_scan_greedy<KIND, false, 0>(row, start, end, vec, pc, w);
+                gb_scan_greedy<KIND, GB_PROC_NONE, 0>(row, start, end, vec, pc, w);
             } else {
-                gb_scan_greedy<KIND, false, 1>(row, start, end, vec, pc, w);
+                gb_scan_greedy<KIND, GB_PROC_NONE, 1>(row, start, end, vec, pc, w);
             }
         } else if (nl == 0) {
-            gb_scan_greedy<KIND, true, 0>(row, start, end, vec, pc, w);
+            if (gb_proc_kind(pc) == GB_PROC_MASKS) {
+                gb_scan_greedy<KIND, GB_PROC_MASKS, 0>(row, start, end, vec, pc, w);
+            } else {
+                gb_scan_greedy<KIND, GB_PROC_ALL, 0>(row, start, end, vec, pc, w);
+            }
         } else {
-            gb_scan_greedy<KIND, true, 2>(row, start, end, vec, pc, w);
+            gb_scan_greedy<KIND, GB_PROC_ALL, 2>(row, start, end, vec, pc, w);
         }
     } else {
         gb_u32 step_lo, step_hi;
@@ -633,16 +665,21 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
         __syncthreads();
         if (!procs) {
             if (nl == 0) {
-                gb_scan_gumbel<KIND, false, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+                gb_scan_gumbel<KIND, GB_PROC_NONE, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
             } else if (nl == 1) {
-                gb_scan_gumbel<KIND, false, 1>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+                gb_scan_gumbel<KIND, GB_PROC_NONE, 1>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
             } else {
-                gb_scan_gumbel<KIND, false, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+                gb_scan_gumbel<KIND, GB_PROC_NONE, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
             }
         } else if (nl == 0) {
-            gb_scan_gumbel<KIND, true, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+            if (gb_proc_kind(pc) == GB_PROC_MASKS) {
+                gb_scan_gumbel<KIND, GB_PROC_MASKS, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound,
+                                                      w);
+            } else {
+                gb_scan_gumbel<KIND, GB_PROC_ALL, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+            }
         } else {
-            gb_scan_gumbel<KIND, true, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+            gb_scan_gumbel<KIND, GB_PROC_ALL, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
         }
     }
     if (nl == 0) {

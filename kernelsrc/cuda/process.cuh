@@ -1,6 +1,6 @@
-// Logit processors (ABI.md, "Processed logits"): bias, penalties and the allowed-token
-// mask, each operation rounded on its own, and the observations a row's status is taken
-// from.
+// Logit processors (ABI.md, "Processed logits"): bias, penalties, the allowed-token
+// mask and the token bitmask, each operation rounded on its own, and the observations a
+// row's status is taken from.
 
 // gb_seen returns the observations of one processed logit (GB_SEEN_*).
 __device__ __forceinline__ gb_u32 gb_seen(float x) {
@@ -12,22 +12,25 @@ __device__ __forceinline__ gb_u32 gb_seen(float x) {
 
 // gb_processor is a row's logit processors.
 struct gb_processor {
-    gb_u32 flags;         // the row's GB_FLAG_BIAS, GB_FLAG_MASK and GB_FLAG_PENALTIES bits
-    const float* bias;    // the row's V biases
-    const gb_u32* counts; // the row's V counts
-    const gb_u32* mask;   // the row's ceil(V / 32) mask words
+    gb_u32 flags;          // the row's GB_FLAGS_PROCESSORS bits
+    const float* bias;     // the row's V biases
+    const gb_u32* counts;  // the row's V counts
+    const gb_u32* mask;    // the row's ceil(V / 32) mask words
+    const gb_u32* bitmask; // the ceil(V / 32) words of the row's bitmask row
     float rep, freq, pres;
 };
 
 __device__ __forceinline__ gb_processor gb_processor_of(const gb_row_params& p, const float* bias, const gb_u32* counts,
-                                                const gb_u32* mask, gb_u32 vocab) {
+                                                const gb_u32* mask, const gb_u32* bitmask, gb_u32 vocab) {
     gb_processor pc;
     pc.flags = p.flags & GB_FLAGS_PROCESSORS;
     const gb_u64 r = p.row;
     // A buffer whose feature is off may be 8 bytes long: no pointer into it is formed.
     pc.bias = (pc.flags & GB_FLAG_BIAS) ? bias + r * vocab : bias;
     pc.counts = (pc.flags & GB_FLAG_PENALTIES) ? counts + r * vocab : counts;
-    pc.mask = (pc.flags & GB_FLAG_MASK) ? mask + r * ((vocab + 31u) / 32u) : mask;
+    const gb_u64 words = (vocab + 31u) / 32u;
+    pc.mask = (pc.flags & GB_FLAG_MASK) ? mask + r * words : mask;
+    pc.bitmask = (pc.flags & GB_FLAG_BITMASK) ? bitmask + (gb_u64)p.bitmask_row * words : bitmask;
     pc.rep = p.repetition_penalty;
     pc.freq = p.frequency_penalty;
     pc.pres = p.presence_penalty;
@@ -54,9 +57,22 @@ __device__ __forceinline__ float gb_unmasked(const gb_processor& pc, float x, gb
     return x;
 }
 
-// gb_allowed reports whether the mask lets element i through.
+// gb_mask_word is the word of allowed bits (mask and bitmask together) that holds element
+// i; all ones for a row without either.
+__device__ __forceinline__ gb_u32 gb_mask_word(const gb_processor& pc, gb_u32 i) {
+    gb_u32 w = 0xFFFFFFFFu;
+    if (pc.flags & GB_FLAG_MASK) {
+        w = pc.mask[i >> 5];
+    }
+    if (pc.flags & GB_FLAG_BITMASK) {
+        w &= pc.bitmask[i >> 5];
+    }
+    return w;
+}
+
+// gb_allowed reports whether the mask and the bitmask let element i through.
 __device__ __forceinline__ bool gb_allowed(const gb_processor& pc, gb_u32 i) {
-    return !(pc.flags & GB_FLAG_MASK) || ((pc.mask[i >> 5] >> (i & 31u)) & 1u) != 0u;
+    return ((gb_mask_word(pc, i) >> (i & 31u)) & 1u) != 0u;
 }
 
 // gb_processed is the processed logit x' of element i.
@@ -65,12 +81,60 @@ __device__ __forceinline__ float gb_processed(const gb_processor& pc, float x, g
     return gb_allowed(pc, i) ? x : -gb_inf();
 }
 
-// gb_process_group writes the processed logits of the n elements g..g+3 (g a multiple of
-// 4, so one mask word holds all four) to xp, -Inf past n, and returns their observations:
-// NaN or +Inf is taken before the mask, a finite logit after it (ABI.md).
-__device__ __forceinline__ gb_u32 gb_process_group(const gb_processor& pc, gb_u32 g, gb_u32 n, const float x[4],
-                                                   float xp[4]) {
-    const gb_u32 mword = ((pc.flags & GB_FLAG_MASK) && n != 0u) ? pc.mask[g >> 5] : 0xFFFFFFFFu;
+// gb_group_mask_word is the mask word of the group at g, or all ones past end: what the
+// scans read a trip ahead with the group's logits, so that a masked row's loop waits on
+// one load per trip, not two in a row.
+__device__ __forceinline__ gb_u32 gb_group_mask_word(const gb_processor& pc, gb_u32 g, gb_u32 end) {
+    return g < end ? gb_mask_word(pc, g) : 0xFFFFFFFFu;
+}
+
+// What a scan does to a row's logits, a template parameter of the scans, so that a row
+// without processors runs the plain loop and a row with only masks (a grammar's) keeps
+// no bias or counts pointer live: GB_PROC_NONE, GB_PROC_MASKS (MASK and BITMASK only),
+// GB_PROC_ALL.
+#define GB_PROC_NONE 0
+#define GB_PROC_MASKS 1
+#define GB_PROC_ALL 2
+
+// gb_proc_kind is the GB_PROC_* of a row's processors.
+__device__ __forceinline__ int gb_proc_kind(const gb_processor& pc) {
+    return pc.flags == 0u ? GB_PROC_NONE : (pc.flags & (GB_FLAG_BIAS | GB_FLAG_PENALTIES)) ? GB_PROC_ALL : GB_PROC_MASKS;
+}
+
+// gb_mask_group is gb_process_group_w for a row whose only processors are masks (a
+// grammar's bitmask, allowed and banned tokens): a select per element, and the
+// observations settled by one test of the logits when all four are finite. xp may be x:
+// every logit is read before its slot is written.
+__device__ __forceinline__ gb_u32 gb_mask_group(gb_u32 mword, gb_u32 g, gb_u32 n, const float x[4], float xp[4]) {
+    const gb_u32 bits = n == 0u ? 0u : (mword >> (g & 31u)) & (n >= 4u ? 0xFu : (1u << n) - 1u);
+    gb_u32 f;
+    if (n == 4u && fabsf(__fadd_rn(__fadd_rn(x[0], x[1]), __fadd_rn(x[2], x[3]))) < gb_inf()) {
+        f = bits != 0u ? GB_SEEN_FINITE : 0u;
+    } else {
+        f = 0u;
+#pragma unroll
+        for (gb_u32 j = 0; j < 4u; ++j) {
+            if (j < n) {
+                const gb_u32 s = gb_seen(x[j]);
+                f |= ((bits >> j) & 1u) != 0u ? s : s & GB_SEEN_NONFINITE;
+            }
+        }
+    }
+#pragma unroll
+    for (gb_u32 j = 0; j < 4u; ++j) {
+        xp[j] = ((bits >> j) & 1u) != 0u ? x[j] : -gb_inf();
+    }
+    return f;
+}
+
+// gb_process_group_w writes the processed logits of the n elements g..g+3 (g a multiple
+// of 4, so one mask word, mword, holds all four) to xp, -Inf past n, and returns their
+// observations: NaN or +Inf is taken before the mask, a finite logit after it (ABI.md).
+__device__ __forceinline__ gb_u32 gb_process_group_w(const gb_processor& pc, gb_u32 mword, gb_u32 g, gb_u32 n,
+                                                     const float x[4], float xp[4]) {
+    if (!(pc.flags & (GB_FLAG_BIAS | GB_FLAG_PENALTIES))) {
+        return gb_mask_group(mword, g, n, x, xp);
+    }
     gb_u32 f = 0u;
 #pragma unroll
     for (gb_u32 j = 0; j < 4u; ++j) {
@@ -88,6 +152,12 @@ __device__ __forceinline__ gb_u32 gb_process_group(const gb_processor& pc, gb_u3
         xp[j] = v;
     }
     return f;
+}
+
+// gb_process_group is gb_process_group_w reading the group's mask word itself.
+__device__ __forceinline__ gb_u32 gb_process_group(const gb_processor& pc, gb_u32 g, gb_u32 n, const float x[4],
+                                                   float xp[4]) {
+    return gb_process_group_w(pc, n != 0u ? gb_mask_word(pc, g) : 0xFFFFFFFFu, g, n, x, xp);
 }
 
 // gb_load_processed reads a group like gb_load_group and replaces it by its processed

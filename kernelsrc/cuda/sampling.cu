@@ -34,9 +34,9 @@
 #define GB_ARGS(T)                                                                                   \
     const T *__restrict__ logits, gb_row_params *params, gb_i32 *tokens, gb_i32 *status, gb_u64 *partials, \
         gb_u32 *counters, gb_u64 row_stride, gb_u32 vocab, float *logprobs, const float *bias, gb_u32 *counts,  \
-        const gb_u32 *mask
-#define GB_PASS logits, params, tokens, status, partials, counters, row_stride, vocab, logprobs, bias, counts, mask
-#define GB_PASS_CAT logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts, mask
+        const gb_u32 *mask, const gb_u32 *bitmask
+#define GB_PASS logits, params, tokens, status, partials, counters, row_stride, vocab, logprobs, bias, counts, mask, bitmask
+#define GB_PASS_CAT logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts, mask, bitmask
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, 1) gumbel_argmax_f32(GB_ARGS(float)) {
     gb_gumbel_argmax<GB_F32>(GB_PASS);
@@ -65,13 +65,13 @@ extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) categorical_bf16(GB
     gb_categorical<GB_BF16>(GB_PASS_CAT);
 }
 
-// topn takes the 12 arguments at the positions of the other kernels (as the Go edition
+// topn takes the 13 arguments at the positions of the other kernels (as the Go edition
 // reads ABI.md): argument 8, the logprobs slot, is unused.
 #define GB_TOPN_ARGS(T)                                                                                      \
     const T *__restrict__ logits, const gb_row_params *__restrict__ params, gb_i32 *out_tokens, float *out_values, \
         gb_u64 *partials, gb_u32 *counters, gb_u64 row_stride, gb_u32 vocab, float *unused, const float *bias,  \
-        const gb_u32 *counts, const gb_u32 *mask
-#define GB_TOPN_PASS logits, params, out_tokens, out_values, partials, counters, row_stride, vocab, bias, counts, mask
+        const gb_u32 *counts, const gb_u32 *mask, const gb_u32 *bitmask
+#define GB_TOPN_PASS logits, params, out_tokens, out_values, partials, counters, row_stride, vocab, bias, counts, mask, bitmask
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) topn_f32(GB_TOPN_ARGS(float)) {
     (void)unused;
@@ -90,17 +90,17 @@ extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) topn_bf16(GB_TOPN_A
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filter_max_f32(GB_ARGS(float)) {
     (void)tokens, (void)status, (void)counters, (void)logprobs;
-    gb_filter_max<GB_F32>(logits, params, partials, row_stride, vocab, bias, counts, mask);
+    gb_filter_max<GB_F32>(logits, params, partials, row_stride, vocab, bias, counts, mask, bitmask);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filter_max_f16(GB_ARGS(gb_u16)) {
     (void)tokens, (void)status, (void)counters, (void)logprobs;
-    gb_filter_max<GB_F16>(logits, params, partials, row_stride, vocab, bias, counts, mask);
+    gb_filter_max<GB_F16>(logits, params, partials, row_stride, vocab, bias, counts, mask, bitmask);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filter_max_bf16(GB_ARGS(gb_u16)) {
     (void)tokens, (void)status, (void)counters, (void)logprobs;
-    gb_filter_max<GB_BF16>(logits, params, partials, row_stride, vocab, bias, counts, mask);
+    gb_filter_max<GB_BF16>(logits, params, partials, row_stride, vocab, bias, counts, mask, bitmask);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filtered_f32(GB_ARGS(float)) {

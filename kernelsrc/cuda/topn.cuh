@@ -207,7 +207,7 @@ template <int KIND>
 __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __restrict__ logits,
                                         const gb_row_params* __restrict__ params, gb_i32* out_tokens,
                                         float* out_values, gb_u64* partials, gb_u32* counters, gb_u64 row_stride,
-                                        gb_u32 vocab, const float* bias, const gb_u32* counts, const gb_u32* mask) {
+                                        gb_u32 vocab, const float* bias, const gb_u32* counts, const gb_u32* mask, const gb_u32* bitmask) {
     __shared__ gb_u64 s_red[GB_MAX_WARPS];
     __shared__ gb_u64 s_bcast[2];
     __shared__ gb_u64 s_top[GB_MAX_TOPN];
@@ -247,7 +247,7 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     const bool perturbed = (p.flags & GB_FLAG_PERTURBED) != 0u;
     const bool greedy = p.temperature == 0.0f;
     const float invT = perturbed && !greedy ? 1.0f / p.temperature : 1.0f;
-    gb_processor pc = gb_processor_of(p, bias, counts, mask, vocab);
+    gb_processor pc = gb_processor_of(p, bias, counts, mask, bitmask, vocab);
     if (!perturbed) {
         pc.flags = 0u; // raw logits: no processing
     }

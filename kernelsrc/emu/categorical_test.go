@@ -71,8 +71,9 @@ func (l *launch) fillWith(r *rand.Rand, shapes []func(*rand.Rand, int) []float32
 
 // listLaunches is the top-k workload: k from 2 (k = 1 is greedy on the host, but the
 // kernel must still get it right) to V - 1, with top-p and min-p, every dtype, several
-// draws, logit processors and log-probability records, vocabularies that take one and
-// several trips of the row passes, and fixed rows that fall back at the default capacity.
+// draws, logit processors (the bitmask among them) and log-probability records,
+// vocabularies that take one and several trips of the row passes, and fixed rows that
+// fall back at the default capacity.
 func listLaunches(r *rand.Rand) []*launch {
 	var ls []*launch
 	ks := func(v int) []uint32 {
@@ -104,7 +105,7 @@ func listLaunches(r *rand.Rand) []*launch {
 			l.rows(r, func(p *rowParams) {
 				filters(v, p)
 				if l.bias != nil {
-					featureFlags(r, p)
+					l.featureFlags(r, p)
 				} else {
 					p.Flags = abi.FlagLogprobs
 				}
@@ -142,7 +143,7 @@ func listLaunches(r *rand.Rand) []*launch {
 			p.MinP = []float32{0.05, 0.05, 0.3, 1, 1e-30}[r.IntN(5)]
 			p.Flags = abi.FlagLogprobs
 			if l.bias != nil {
-				featureFlags(r, p)
+				l.featureFlags(r, p)
 			}
 		})
 		ls = append(ls, l)
@@ -156,7 +157,9 @@ func TestCategoricalListMatchesGoEdition(t *testing.T) {
 	ls := listLaunches(rand.New(rand.NewPCG(20261130, 46)))
 	got := decodeResults(t, runDriver(t, encodeJob(t, ls)), ls)
 	seen, kinds := matchGo(t, ls, got)
-	t.Logf("slots by status %v; sampled by path %v", seen, kinds)
+	cov := featureCoverage(ls, got)
+	t.Logf("slots by status %v; sampled by path %v; coverage %v", seen, kinds, cov)
+	requireBitmaskCoverage(t, cov, false, abi.Categorical) // no NaN or +Inf rows
 	require.Positive(t, seen[0], "no slot sampled a token")
 	for _, k := range []string{"top-k", "top-k+top-p+min-p", "min-p"} {
 		require.Positive(t, kinds[k], "no slot sampled a token on the %s path", k)

@@ -5,7 +5,8 @@
 // launches read from a file. The tests build the driver with g++ once, run it on random
 // rows of every dtype, launch shape and filter, and require the tokens, statuses and
 // counters that the Go edition (package gokernel, run by the CPU device) produces, bit
-// for bit. The features workload (features_test.go) adds logit processors, several draws
+// for bit. The features workload (features_test.go) adds logit processors (bias,
+// penalties, the allowed-token mask and the token bitmask of a grammar), several draws
 // per row, RECORD and ADVANCE (counts and params compared bit for bit), device routing,
 // topn (tokens bit for bit) and log-probability records (within 1e-5 relative: the
 // emulation's fast 2^x is exact, the GPU's is not, and the Go edition sums in float64).

@@ -43,6 +43,8 @@ func encodeJob(t *testing.T, ls []*launch) []byte {
 		w(l.counts)
 		w(uint32(len(l.mask)))
 		w(l.mask)
+		w(uint32(len(l.bitmask)))
+		w(l.bitmask)
 		lp := uint32(0)
 		if l.logprobs {
 			lp = 1

@@ -121,7 +121,7 @@ func newFiltered(r *rand.Rand, dt, v int, sh filteredShape, d, slots int, shapes
 	l.rows(r, func(p *rowParams) {
 		configs[r.IntN(len(configs))].apply(p, v)
 		if l.bias != nil {
-			featureFlags(r, p)
+			l.featureFlags(r, p)
 		} else if r.IntN(2) == 0 {
 			p.Flags |= abi.FlagLogprobs
 		}
@@ -135,8 +135,8 @@ func newFiltered(r *rand.Rand, dt, v int, sh filteredShape, d, slots int, shapes
 
 // filteredLaunches is the route's workload: every dtype, S in {1, 2, 5, 33}, D in {1, 3},
 // vocabularies of 37 and 1000 (several rows each) and 151936 (few rows), rows with top-k
-// above their finite count, and the probes whose paths TestFilteredMatchesGoEdition
-// checks.
+// above their finite count, launches whose every row applies the bitmask, and the probes
+// whose paths TestFilteredMatchesGoEdition checks.
 func filteredLaunches(r *rand.Rand) []*launch {
 	var ls []*launch
 	for dt := range 3 {
@@ -177,6 +177,19 @@ func filteredLaunches(r *rand.Rand) []*launch {
 		for y := range l.params {
 			l.params[y].Temperature = []float32{0.7, 1, 1.8}[r.IntN(3)]
 			l.params[y].Flags &^= abi.FlagRouted | 1<<12
+		}
+		ls = append(ls, l)
+	}
+	// Constrained decoding: every row applies a mask row of the bitmask (grammar masks of
+	// a few tokens, a forced token, nothing, a run, most or all tokens), on LLM-shaped
+	// rows with the serving filters, one and several blocks per row.
+	for i, s := range []int{1, 5} {
+		l := newFiltered(r, dtBF16-i, 1000, filteredShape{s, 64, 32}, 1+2*i, 6,
+			[]func(*rand.Rand, int) []float32{strongRow, strongRow, llmRow, steppedRow}, filterConfigs, true)
+		l.name = "grammar " + l.name
+		for y := range l.params {
+			l.params[y].Flags |= abi.FlagBitmask
+			l.params[y].BitmaskRow = uint32(r.IntN(l.bitmaskRows()))
 		}
 		ls = append(ls, l)
 	}
@@ -281,6 +294,10 @@ func filteredCoverage(ls []*launch, got []outcome) map[string]int {
 				}
 				if routedAway {
 					continue
+				}
+				l.bitmaskCoverage(c, p, abi.Filtered, o.status[slot] == 0, o.status[slot])
+				if path := o.paths[z*n+y]; p.Flags&abi.FlagBitmask != 0 && path != pathNone {
+					c[[]string{"", "bitmask list", "bitmask row"}[path]]++
 				}
 				if p.Flags&abi.FlagRouted != 0 && o.status[slot] == 0 {
 					c["routed filtered row sampled"]++
@@ -389,10 +406,16 @@ func matchFiltered(t *testing.T, seed uint64) {
 		require.Positive(t, cov[k], "the workload never reached %q", k)
 	}
 	require.Zero(t, cov["routed-away row reached the list decision"])
+	requireBitmaskCoverage(t, cov, true, abi.Filtered)
+	for _, k := range []string{"bitmask list", "bitmask row"} {
+		require.Positive(t, cov[k], "the workload never reached %q", k)
+	}
 	requireProbePaths(t, ls, got, func(pr *probe, _ rowParams) int { return pr.want })
 
 	// Lists of 16 candidates per row (4 per block at least): the LLM probes' rows with a
-	// top-k above them cannot be certified and must fall back; the others may be.
+	// top-k above them cannot be certified and must fall back; the others may be, and so
+	// may the unfiltered rows of a vocabulary that fits in the lists (the V = 16 probe,
+	// whichever of its configs a row drew: top-k 0 and top-k above V both keep the row).
 	for _, l := range ls {
 		l.filterList, l.filterMinCands = 16, 4
 	}
@@ -403,7 +426,11 @@ func matchFiltered(t *testing.T, seed uint64) {
 		require.Positive(t, short[k], "short lists: the workload never reached %q", k)
 	}
 	requireProbePaths(t, ls, got, func(pr *probe, p rowParams) int {
-		if pr.want == pathList && int(p.TopK) <= max(4, 16/pr.sh.s)*pr.sh.s {
+		kept := int(p.TopK)
+		if kept == 0 || kept > pr.v {
+			kept = pr.v
+		}
+		if pr.want == pathList && kept <= max(4, 16/pr.sh.s)*pr.sh.s {
 			return pathNone // either
 		}
 		return pathRow

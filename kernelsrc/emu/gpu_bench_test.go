@@ -34,6 +34,9 @@ func BenchmarkGPUKernelFeatures(b *testing.B) {
 	for i := range base.mask {
 		base.mask[i] = ^uint32(0) // every token allowed: the work of a mask, not its effect
 	}
+	for i := range base.bitmask {
+		base.bitmask[i] = ^uint32(0) // likewise
+	}
 	procs := abi.FlagBias | abi.FlagMask | abi.FlagPenalties
 	cases := []struct {
 		name   string
@@ -50,6 +53,7 @@ func BenchmarkGPUKernelFeatures(b *testing.B) {
 		{"greedy+logprobs", kernelGumbel, abi.FlagLogprobs, 0, 1},
 		{"gumbel+processors", kernelGumbel, procs, 0.8, 1},
 		{"gumbel+processors+logprobs", kernelGumbel, procs | abi.FlagLogprobs, 0.8, 1},
+		{"gumbel+bitmask", kernelGumbel, abi.FlagBitmask, 0.8, 1},
 		{"gumbel draws=4", kernelGumbel, 0, 0.8, 4},
 		{"topn 20", kernelTopN, 0, 0.8, 1},
 		{"topn 20 perturbed", kernelTopN, abi.FlagPerturbed, 0.8, 1},
@@ -63,7 +67,8 @@ func BenchmarkGPUKernelFeatures(b *testing.B) {
 				l.params = make([]rowParams, batch)
 				for y := range l.params {
 					l.params[y] = rowParams{Row: uint32(y), Temperature: c.temp, Seed: uint64(y), Step: 9,
-						Flags: c.flags, RepetitionPenalty: 1.1, FrequencyPenalty: 0.2, PresencePenalty: 0.1, TopN: 20}
+						Flags: c.flags, RepetitionPenalty: 1.1, FrequencyPenalty: 0.2, PresencePenalty: 0.1, TopN: 20,
+						BitmaskRow: uint32(y % l.bitmaskRows())}
 				}
 				us := timeLaunches(b, dev, mod, &l, launches)
 				b.ReportMetric(us, "device-µs/launch")
@@ -102,9 +107,11 @@ func deviceArgs(b *testing.B, dev runtime.Device, l *launch, extraPartialWords i
 	counters := upload(nil, 4*l.numCounters())
 	require.NoError(b, s.Zero(counters, 0, 4*l.numCounters()))
 	bias, counts, mask := upload(auxBuffer(l.bias), 0), upload(auxBuffer(l.counts), 0), upload(auxBuffer(l.mask), 0)
+	bitmask := upload(auxBuffer(l.bitmask), 0)
 	a := new(runtime.Args)
 	a.Buffer(logits).Buffer(params).Buffer(tokens).Buffer(status).Buffer(partials).Buffer(counters).
-		U64(uint64(l.stride)).U32(uint32(l.vocab)).Buffer(logprobs).Buffer(bias).Buffer(counts).Buffer(mask)
+		U64(uint64(l.stride)).U32(uint32(l.vocab)).Buffer(logprobs).Buffer(bias).Buffer(counts).Buffer(mask).
+		Buffer(bitmask)
 	require.NoError(b, a.Err())
 	return a, partials, free
 }

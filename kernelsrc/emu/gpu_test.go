@@ -100,7 +100,7 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 	partials := alloc(8 * l.numPartials())
 	counters := alloc(4 * l.numCounters())
 	require.NoError(t, s.Zero(counters, 0, 4*l.numCounters()))
-	bias, mask := upload(auxBuffer(l.bias)), upload(auxBuffer(l.mask))
+	bias, mask, bitmask := upload(auxBuffer(l.bias)), upload(auxBuffer(l.mask)), upload(auxBuffer(l.bitmask))
 	counts := alloc(len(auxBuffer(l.counts)))
 
 	var fm runtime.Kernel // the filtered route's first pass
@@ -122,7 +122,7 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 		require.NoError(t, s.CopyToDevice(counts, 0, auxBuffer(l.counts)))
 		a.Reset().BufferAt(logits, off).Buffer(params).Buffer(tokens).Buffer(status).
 			Buffer(partials).Buffer(counters).U64(uint64(l.stride)).U32(uint32(l.vocab)).
-			Buffer(logprobs).Buffer(bias).Buffer(counts).Buffer(mask)
+			Buffer(logprobs).Buffer(bias).Buffer(counts).Buffer(mask).Buffer(bitmask)
 		grid := runtime.Dim3{X: l.gridX, Y: n, Z: l.draws()}
 		if fm != nil {
 			require.NoError(t, s.Launch(fm, runtime.Dim3{X: l.gridX, Y: n, Z: 1}, runtime.Dim3{X: block, Y: 1, Z: 1}, &a),
@@ -192,9 +192,9 @@ func TestGPUCUDAEditionMatchesGoEdition(t *testing.T) {
 	compareWithGo(t, "CUDA edition on "+dev.Info().Name, ls, got)
 }
 
-// TestGPUCUDAFeaturesMatchGoEdition runs the features workload (processors, draws,
-// RECORD, ADVANCE, routing, log-probability records, topn) on the GPU, plus full-size
-// log-probability and topn launches.
+// TestGPUCUDAFeaturesMatchGoEdition runs the features workload (processors, the bitmask
+// among them, draws, RECORD, ADVANCE, routing, log-probability records, topn) on the
+// GPU, plus full-size log-probability and topn launches.
 func TestGPUCUDAFeaturesMatchGoEdition(t *testing.T) {
 	dev, mod := openCUDA(t)
 
@@ -216,7 +216,7 @@ func TestGPUCUDAFeaturesMatchGoEdition(t *testing.T) {
 				l.withProcessors(r)
 				l.logprobs = kernel != kernelTopN
 				l.rows(r, func(p *rowParams) {
-					featureFlags(r, p)
+					l.featureFlags(r, p)
 					p.TopN = 20
 					if r.IntN(2) == 0 {
 						p.Flags |= abi.FlagPerturbed
@@ -234,8 +234,10 @@ func TestGPUCUDAFeaturesMatchGoEdition(t *testing.T) {
 		got[i] = runDevice(t, dev, mod, l)
 	}
 	seen, kinds := matchGo(t, ls, got)
-	t.Logf("slots by status %v; sampled by path %v; coverage %v", seen, kinds, featureCoverage(ls, got))
+	cov := featureCoverage(ls, got)
+	t.Logf("slots by status %v; sampled by path %v; coverage %v", seen, kinds, cov)
 	require.Positive(t, seen[0])
+	requireBitmaskCoverage(t, cov, true, abi.GumbelArgmax, abi.Categorical, "topn")
 }
 
 // TestGPULargeMagnitudeLogProbs runs TestCUDALargeMagnitudeLogProbs's rows on the GPU,

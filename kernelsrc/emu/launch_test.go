@@ -32,7 +32,7 @@ const (
 	dtF16  = 1
 	dtBF16 = 2
 
-	jobMagic    = 0x33454247 // "GBE3"
+	jobMagic    = 0x34454247 // "GBE4"
 	paramsBytes = 64
 	untouched   = -7 // what the driver and the Go run put in every slot beforehand
 	maxTopN     = 20 // the topn kernels' output stride
@@ -61,9 +61,12 @@ type launch struct {
 	params []rowParams
 	// Feature buffers, one entry per logits row and element (mask: per 32 elements);
 	// nil passes an 8-byte buffer, as ABI.md allows when no row uses the feature.
-	bias     []float32
-	counts   []uint32
-	mask     []uint32
+	bias   []float32
+	counts []uint32
+	mask   []uint32
+	// bitmask is the token bitmasks of kernel argument 12: ceil(V/32) words per mask row,
+	// as many mask rows as the launch likes (not one per logits row); nil passes 8 bytes.
+	bitmask  []uint32
 	logprobs bool // pass a logprobs buffer
 	// The filtered route's candidate lists in the emulation (GB_FILTER_LIST and
 	// GB_FILTER_MIN_CANDS, testdata/shadow/abi.h); 0 is the ABI's.
@@ -209,7 +212,8 @@ func runGo(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) outc
 		Buffer(cpu.Wrap(logprobs)).
 		Buffer(cpu.Wrap(auxBuffer(l.bias))).
 		Buffer(cpu.Wrap(counts)).
-		Buffer(cpu.Wrap(auxBuffer(l.mask)))
+		Buffer(cpu.Wrap(auxBuffer(l.mask))).
+		Buffer(cpu.Wrap(auxBuffer(l.bitmask)))
 	s := dev.DefaultStream()
 	grid := runtime.Dim3{X: l.gridX, Y: n, Z: l.draws()}
 	if l.kernel == kernelFiltered {
@@ -274,8 +278,9 @@ func matchGo(t *testing.T, ls []*launch, got []outcome) (seen [4]int, kinds map[
 // matchOutcomes asserts that got matches the Go edition's outcomes wants: tokens and
 // statuses exactly (untouched slots included), log-probability records and topn values
 // within recordTolerance, counts and params (RECORD, ADVANCE) exactly, and zeroed
-// counters. It returns the Go edition's output slots by status and its sampled slots by
-// path.
+// counters; and that the Go edition drew no token its row's mask or bitmask masks
+// (requireAllowedTokens). It returns the Go edition's output slots by status and its
+// sampled slots by path.
 func matchOutcomes(t *testing.T, ls []*launch, wants, got []outcome) (seen [4]int, kinds map[string]int) {
 	t.Helper()
 	kinds = map[string]int{}
@@ -308,6 +313,7 @@ func matchOutcomes(t *testing.T, ls []*launch, wants, got []outcome) (seen [4]in
 		assert.Equal(t, want.counts, got[i].counts, "%s: counts after RECORD", l.name)
 		assert.Equal(t, want.params, got[i].params, "%s: params after ADVANCE", l.name)
 	}
+	requireAllowedTokens(t, ls, wants)
 	return seen, kinds
 }
 

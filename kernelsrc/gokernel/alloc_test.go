@@ -43,12 +43,13 @@ func TestLaunchesAllocateNothing(t *testing.T) {
 		}
 		randomInputs(r, p)
 		for y := range p.params {
-			p.params[y].Flags = abi.FlagBias | abi.FlagMask | abi.FlagPenalties | abi.FlagLogprobs | abi.FlagAdvance | abi.FlagRecord | abi.FlagPerturbed
+			p.params[y].Flags = abi.FlagBias | abi.FlagMask | abi.FlagBitmask | abi.FlagPenalties | abi.FlagLogprobs | abi.FlagAdvance | abi.FlagRecord | abi.FlagPerturbed
+			p.params[y].BitmaskRow = uint32(y % len(p.bitmask))
 			p.params[y].RepetitionPenalty = 1.2
 		}
-		for row := range p.mask {
-			for i := range p.mask[row] {
-				p.mask[row][i] = 0xFFFF0FFF
+		for _, m := range append(p.mask, p.bitmask...) {
+			for i := range m {
+				m[i] = 0xFFFF0FFF
 			}
 		}
 		b := p.layout(c.grid.X)

@@ -265,7 +265,13 @@ func TestFeatureBuffers(t *testing.T) {
 			edit: func(b *buffers) edit {
 				return cut(abi.ArgLogprobs, bytesOf(b.logprobs)[:4*abi.RecordWords*(abi.Slots(3, draws)-1)])
 			}},
-		{name: "reserved flag", flags: 1 << 10, fail: row1, edit: none},
+		{name: "bitmask short of its row", flags: abi.FlagBitmask, fail: row1,
+			edit: func(b *buffers) edit { return cut(abi.ArgBitmask, bytesOf(b.bitmask)[:4*(len(b.bitmask)-1)]) }},
+		{name: "bitmask misaligned", flags: abi.FlagBitmask, fail: row1,
+			edit: func(b *buffers) edit { return edit{offs: map[abi.Arg]int{abi.ArgBitmask: 2}} }},
+		{name: "bitmask missing", flags: abi.FlagBitmask, fail: row1,
+			edit: func(b *buffers) edit { return cut(abi.ArgBitmask, nil) }},
+		{name: "reserved flag", flags: 1 << 11, fail: row1, edit: none},
 		{name: "eight arguments", flags: abi.FlagBias, untouched: true,
 			edit: func(b *buffers) edit { return edit{nArgs: 8} }},
 		{name: "counters without room for the draws' row counter", flags: abi.FlagAdvance, fail: row1,
@@ -300,6 +306,7 @@ func TestFeatureBuffers(t *testing.T) {
 					p.params[y].Flags &^= abi.FlagsProcessors
 				}
 				p.params[1].Flags |= c.flags
+				p.params[1].BitmaskRow = uint32(len(p.bitmask) - 1) // the last: a short buffer misses it
 				b := p.layout(split)
 				e := c.edit(b)
 				tokensCut := e.repl[abi.ArgTokens]

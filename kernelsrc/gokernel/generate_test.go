@@ -138,8 +138,9 @@ func categoricalParams(v int) func(*rand.Rand) abi.RowParams {
 	}
 }
 
-// randomInputs gives each logits row a random mix of bias, counts and mask, and each
-// launch row the flags and penalty values that use them.
+// randomInputs gives each logits row a random mix of bias, counts and mask, makes a few
+// token bitmask rows, and gives each launch row the flags, penalty values and bitmask
+// row that use them.
 func randomInputs(r *rand.Rand, p *problem) {
 	v := p.vocab
 	p.bias, p.counts, p.mask = make([][]float32, len(p.rows)), make([][]uint32, len(p.rows)), make([][]uint32, len(p.rows))
@@ -173,11 +174,47 @@ func randomInputs(r *rand.Rand, p *problem) {
 		}
 		p.bias[row], p.counts[row], p.mask[row] = bias, counts, mask
 	}
+	p.bitmask = randomBitmasks(r, v, len(p.rows)+1)
 	for y := range p.params {
 		rp := &p.params[y]
 		rp.Flags |= abi.Flags(r.IntN(8)) * abi.FlagBias // some subset of BIAS, MASK, PENALTIES
 		rp.RepetitionPenalty = pick[float32](r, 1, 1.3, 0.7)
 		rp.FrequencyPenalty = pick[float32](r, 0, 0.5, -0.25)
 		rp.PresencePenalty = pick[float32](r, 0, 1.5, -1)
+		if r.IntN(3) == 0 {
+			rp.Flags |= abi.FlagBitmask
+			rp.BitmaskRow = uint32(r.IntN(len(p.bitmask)))
+		}
 	}
+}
+
+// randomBitmasks makes n token bitmask rows for vocab v as a grammar would fill them: a
+// few allowed tokens (digits and a closing token), a single one, none, most tokens, and
+// every bit set, the bits past v included (which the kernels ignore).
+func randomBitmasks(r *rand.Rand, v, n int) [][]uint32 {
+	rows := make([][]uint32, n)
+	for m := range rows {
+		row := make([]uint32, (v+31)/32)
+		switch m % 5 {
+		case 0: // a few allowed tokens
+			for range 1 + r.IntN(10) {
+				i := r.IntN(v)
+				row[i/32] |= 1 << (i % 32)
+			}
+		case 1: // a single allowed token
+			i := r.IntN(v)
+			row[i/32] = 1 << (i % 32)
+		case 2: // nothing allowed
+		case 3: // most tokens
+			for i := range row {
+				row[i] = r.Uint32() | r.Uint32()
+			}
+		default: // every bit, past v too
+			for i := range row {
+				row[i] = math.MaxUint32
+			}
+		}
+		rows[m] = row
+	}
+	return rows
 }

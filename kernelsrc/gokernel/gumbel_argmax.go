@@ -79,6 +79,11 @@ func gumbelArgmax(b *runtime.BlockContext, d abi.DType, skip bool) {
 		if logprobs {
 			raw.add(xs)
 		}
+		if greedy && !logprobs && l.proc.masksOnly() {
+			// A grammar's greedy row: the mask and the arg-max in one pass.
+			sc.scanGreedyMasked(xs, i, &l.proc)
+			continue
+		}
 		if l.proc.active {
 			sc.seen |= l.proc.processGroup(xs, i, proc[:])
 			xs = proc[:len(xs)]
@@ -124,6 +129,49 @@ func (sc *gumbelScan) scanGreedy(xs []float32, base int) {
 	}
 }
 
+// scanGreedyMasked is processGroup then scanGreedy for a row whose only processors are
+// masks, without writing the masked values out.
+func (sc *gumbelScan) scanGreedyMasked(xs []float32, base int, p *processor) {
+	bestX, bestI := sc.bestScore, -1
+	var odd, bad uint32
+	for j := 0; j < len(xs); {
+		i := base + j
+		w := p.maskWord(i>>5) >> (i & 31)
+		n := min(len(xs)-j, 32-i&31)
+		seg := xs[j : j+n]
+		var segOdd uint32 // bit 31: a masked NaN or infinity, -Inf included
+		for k, x := range seg {
+			keep := -(w >> uint(k) & 1) // all ones where allowed
+			b := math.Float32bits(x)
+			segOdd |= b&^keep&0x7FFFFFFF + 0x00800000
+			if y := math.Float32frombits(b&keep | negInfBits&^keep); y > bestX {
+				if y > math.MaxFloat32 {
+					bad = 1
+					continue
+				}
+				bestX, bestI = y, base+j+k
+			} else if y != y {
+				bad = 1
+			}
+		}
+		if segOdd>>31 != 0 { // rare: tell a masked -Inf from a masked NaN or +Inf
+			for k, x := range seg {
+				if w>>uint(k)&1 == 0 {
+					odd |= nanOrPosInf(math.Float32bits(x))
+				}
+			}
+		}
+		j += n
+	}
+	if bad != 0 || odd != 0 {
+		sc.seen |= abi.SeenNonFinite
+	}
+	if bestI >= 0 {
+		sc.seen |= abi.SeenFinite
+		sc.best, sc.bestScore = pack(bestX, bestI), bestX
+	}
+}
+
 // scanGumbel scans xs (at most convertChunk elements from global index base, a multiple
 // of four) for the largest Gumbel score, in three passes over the chunk: scale the logits
 // and find the groups of four that might hold a winner; draw the Philox words of those
@@ -133,6 +181,7 @@ func (sc *gumbelScan) scanGumbel(xs []float32, base int) {
 	var scaled [convertChunk]float32
 	var words [convertChunk]uint32
 	var need [convertChunk / 4]uint8 // per group of four, the elements that might win
+	var cands [convertChunk]uint16   // those elements, in index order
 	xs = xs[:min(len(xs), convertChunk)]
 
 	// The running state lives in locals: the loops are hot.
@@ -144,26 +193,31 @@ func (sc *gumbelScan) scanGumbel(xs []float32, base int) {
 		limit = bestScore
 	}
 
+	// No branch depends on the values: a masked row holds -Inf where a grammar put it,
+	// which no predictor learns. fl(s + MaxGumbel) + x·0 is NaN for a NaN or infinite
+	// x, so such an element is never noised: -Inf scores -Inf whatever its noise (an
+	// empty key loses to any other, as a -Inf one does), and NaN or +Inf fails the row.
+	var finite, bad uint32
+	nc := 0
 	for i, x := range xs {
-		if x-x != 0 { // NaN or ±Inf
-			if x == negInf {
-				// Scores -Inf without noise. The packed comparison keeps the
-				// lowest index among equal scores whatever the order we meet
-				// them in, so recording it now is safe.
-				if p := pack(negInf, base+i); p > best {
-					best = p // only an empty or -Inf best is beaten: bestScore stays -Inf
-				}
-			} else {
-				seen |= abi.SeenNonFinite
-			}
-			continue
-		}
-		seen |= abi.SeenFinite
+		b := math.Float32bits(x)
+		finite |= b&0x7FFFFFFF - 0x7F800000 // bit 31 set by a finite x
+		bad |= nanOrPosInf(b)
 		s := float32(x * invT)
 		scaled[i] = s
-		if float32(s+abi.MaxGumbel) >= limit {
-			need[i>>2] |= 1 << (i & 3)
+		var bit uint8
+		if float32(float32(s+abi.MaxGumbel)+x*0) >= limit {
+			bit = 1
 		}
+		need[i>>2] |= bit << (i & 3)
+		cands[nc] = uint16(i)
+		nc += int(bit)
+	}
+	if finite>>31 != 0 {
+		seen |= abi.SeenFinite
+	}
+	if bad != 0 {
+		seen |= abi.SeenNonFinite
 	}
 
 	// Four blocks at a time where any of them is needed (nearly always, since
@@ -184,10 +238,8 @@ func (sc *gumbelScan) scanGumbel(xs []float32, base int) {
 		}
 	}
 
-	for i := range xs {
-		if need[i>>2]&(1<<(i&3)) == 0 {
-			continue
-		}
+	for _, c := range cands[:nc] {
+		i := int(c)
 		w, s := words[i], scaled[i]
 		if float32(s+gumbelBound(w)) < limit {
 			continue

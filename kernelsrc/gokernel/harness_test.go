@@ -47,6 +47,8 @@ type problem struct {
 	bias   [][]float32
 	counts [][]uint32
 	mask   [][]uint32
+	// bitmask holds the token bitmask rows launch rows pick with BitmaskRow.
+	bitmask [][]uint32
 }
 
 func (p *problem) numDraws() int { return max(p.draws, 1) }
@@ -63,6 +65,7 @@ type buffers struct {
 	bias     []float32
 	counts   []uint32
 	mask     []uint32
+	bitmask  []uint32
 }
 
 const untouched = -7 // the value of token and status slots no launch row writes
@@ -105,6 +108,10 @@ func (p *problem) layout(s int) *buffers {
 		bias:     make([]float32, len(p.rows)*p.vocab),
 		counts:   make([]uint32, len(p.rows)*p.vocab),
 		mask:     make([]uint32, len(p.rows)*words),
+		bitmask:  make([]uint32, len(p.bitmask)*words),
+	}
+	for m, row := range p.bitmask {
+		copy(b.bitmask[m*words:], row)
 	}
 	for r := range p.rows {
 		if r < len(p.bias) && p.bias[r] != nil {
@@ -147,7 +154,8 @@ func (b *buffers) args(stride, vocab int) *runtime.Args {
 		Buffer(wrapAtLeast8(runtime.BytesOf(b.logprobs))).
 		Buffer(wrapAtLeast8(runtime.BytesOf(b.bias))).
 		Buffer(wrapAtLeast8(runtime.BytesOf(b.counts))).
-		Buffer(wrapAtLeast8(runtime.BytesOf(b.mask)))
+		Buffer(wrapAtLeast8(runtime.BytesOf(b.mask))).
+		Buffer(wrapAtLeast8(runtime.BytesOf(b.bitmask)))
 	return &a
 }
 

@@ -124,8 +124,8 @@ func (l *launchRow) bind(a *runtime.Args, d abi.DType, family string) bool {
 	return l.bindScratch(a, family)
 }
 
-// bindProcessors views the bias, counts and mask rows of the row's processors, and the
-// counts RECORD updates.
+// bindProcessors views the bias, counts, mask and bitmask rows of the row's processors,
+// and the counts RECORD updates.
 func (l *launchRow) bindProcessors(a *runtime.Args, family string, lastSlot uint64) bool {
 	p := &l.p
 	r, vocab := uint64(p.Row), uint64(l.vocab)
@@ -162,7 +162,14 @@ func (l *launchRow) bindProcessors(a *runtime.Args, family string, lastSlot uint
 			return false
 		}
 	}
-	l.proc.active = l.proc.bias != nil || l.proc.counts != nil || l.proc.mask != nil
+	if p.Flags&abi.FlagBitmask != 0 {
+		w, m := (vocab+31)/32, uint64(p.BitmaskRow)
+		l.proc.bitmask = rowSlice(u32Words(a.HostBytesArg(int(abi.ArgBitmask)), (m+1)*w), m, w)
+		if l.proc.bitmask == nil {
+			return false
+		}
+	}
+	l.proc.active = l.proc.bias != nil || l.proc.counts != nil || l.proc.mask != nil || l.proc.bitmask != nil
 	return true
 }
 

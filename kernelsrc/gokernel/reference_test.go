@@ -180,6 +180,8 @@ type refInputs struct {
 	bias   []float32
 	counts []uint32
 	mask   []uint32
+	// bitmask is every token bitmask row; a row picks one with BitmaskRow.
+	bitmask [][]uint32
 }
 
 func (p *problem) inputs(r uint32) refInputs {
@@ -193,6 +195,7 @@ func (p *problem) inputs(r uint32) refInputs {
 	if int(r) < len(p.mask) {
 		in.mask = p.mask[r]
 	}
+	in.bitmask = p.bitmask
 	return in
 }
 
@@ -230,6 +233,9 @@ func refProcessed(row []float32, p abi.RowParams, in refInputs) ([]float32, abi.
 		if p.Flags&abi.FlagMask != 0 && in.mask[i/32]&(1<<(i%32)) == 0 {
 			x = float32(math.Inf(-1))
 		}
+		if p.Flags&abi.FlagBitmask != 0 && in.bitmask[p.BitmaskRow][i/32]&(1<<(i%32)) == 0 {
+			x = float32(math.Inf(-1))
+		}
 		if !math.IsInf(float64(x), -1) && !math.IsNaN(float64(x)) {
 			finite = true
 		}
@@ -246,7 +252,7 @@ func refProcessed(row []float32, p abi.RowParams, in refInputs) ([]float32, abi.
 
 // refSample is one draw (draw z: step + z) of a kernel on the processed row.
 func refSample(categorical bool, row []float32, p abi.RowParams, in refInputs, z int) (int32, abi.Status) {
-	if refBadTemperature(p.Temperature) || p.Flags>>9 != 0 {
+	if refBadTemperature(p.Temperature) || (p.Flags&^abi.FlagBitmask)>>9 != 0 {
 		return -1, abi.StatusBadParams
 	}
 	xp, st := refProcessed(row, p, in)

@@ -389,7 +389,7 @@ inline void gb_categorical_row(device const typename gb_io<KIND>::elem* logits, 
     }
     const bool want_lp = (p.flags & GB_FLAG_LOGPROBS) != 0u;
     const bool greedy = temp == 0.0f;
-    const gb_processor P = gb_processor_of(p, B.bias, B.counts, B.mask, vocab);
+    const gb_processor P = gb_processor_of(p, B.bias, B.counts, B.mask, B.bitmask, vocab);
     device const typename gb_io<KIND>::elem* row = logits + ulong(p.row) * B.row_stride;
 
     // 1. m and the observations.

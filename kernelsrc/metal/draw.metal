@@ -2,7 +2,7 @@
 // end-of-draws work (ABI.md, "Draws, RECORD and ADVANCE"), shared by gumbel_argmax and
 // categorical.
 
-// Arguments 1-11 of gumbel_argmax and categorical.
+// Arguments 1-12 of gumbel_argmax, categorical and filtered.
 struct gb_buffers {
     device gb_row_params* params;
     device atomic_int* tokens;
@@ -15,6 +15,7 @@ struct gb_buffers {
     device const float* bias;
     device uint* counts;
     device const uint* mask;
+    device const uint* bitmask;
 };
 
 // The status a row's observations give its draws.

@@ -205,7 +205,7 @@ inline void gb_gumbel_argmax(device const typename gb_io<KIND>::elem* logits, gb
     }
     gb_argmax_row<KIND> R;
     R.logits = logits + ulong(p.row) * B.row_stride;
-    R.P = gb_processor_of(p, B.bias, B.counts, B.mask, B.vocab);
+    R.P = gb_processor_of(p, B.bias, B.counts, B.mask, B.bitmask, B.vocab);
     R.st = gb_stream_of(p, bz);
     R.greedy = temp == 0.0f;
     R.invT = R.greedy ? 0.0f : gb_recip_rn(temp);

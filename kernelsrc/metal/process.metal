@@ -1,6 +1,6 @@
 // The logit processors and the observations (ABI.md, "Processed logits"): bias,
-// penalties and mask, in that order, each operation its own statement and rounding; a
-// row's observations of its processed logits decide its status.
+// penalties, then the allowed-token mask and the token bitmask, each operation its own
+// statement and rounding; a row's observations of its processed logits decide its status.
 
 // What one row needs to turn a logit into its processed logit x'.
 struct gb_processor {
@@ -11,14 +11,23 @@ struct gb_processor {
     device const float* bias;   // the row's V entries (GB_FLAG_BIAS)
     device const uint* counts;  // the row's V entries (GB_FLAG_PENALTIES)
     device const uint* mask;    // the row's ceil(V/32) words (GB_FLAG_MASK)
+    device const uint* bitmask; // the ceil(V/32) words of mask row bitmask_row (GB_FLAG_BITMASK)
 };
 
 inline gb_processor gb_processor_of(thread const gb_row_params& p, device const float* bias, device const uint* counts,
-                                    device const uint* mask, uint vocab) {
+                                    device const uint* mask, device const uint* bitmask, uint vocab) {
+    const uint f = p.flags;
     ulong r = ulong(p.row);
     ulong words = (ulong(vocab) + 31ul) / 32ul;
-    return gb_processor{p.flags, p.repetition_penalty, p.frequency_penalty, p.presence_penalty,
-                        bias + r * ulong(vocab), counts + r * ulong(vocab), mask + r * words};
+    // A buffer whose feature is off may be 8 bytes long: no pointer into it is formed.
+    return gb_processor{f,
+                        p.repetition_penalty,
+                        p.frequency_penalty,
+                        p.presence_penalty,
+                        (f & GB_FLAG_BIAS) != 0u ? bias + r * ulong(vocab) : bias,
+                        (f & GB_FLAG_PENALTIES) != 0u ? counts + r * ulong(vocab) : counts,
+                        (f & GB_FLAG_MASK) != 0u ? mask + r * words : mask,
+                        (f & GB_FLAG_BITMASK) != 0u ? bitmask + ulong(p.bitmask_row) * words : bitmask};
 }
 
 // The logit of element i after bias and penalties (the value the observations see).
@@ -45,9 +54,22 @@ inline float gb_unmasked(float x, uint i, gb_processor P) {
     return x;
 }
 
-// Whether the row's mask lets element i through.
+// The word of allowed bits (mask and bitmask together) that holds element i; all ones
+// for a row without either.
+inline uint gb_mask_word(uint i, gb_processor P) {
+    uint w = 0xFFFFFFFFu;
+    if ((P.flags & GB_FLAG_MASK) != 0u) {
+        w = P.mask[i >> 5];
+    }
+    if ((P.flags & GB_FLAG_BITMASK) != 0u) {
+        w &= P.bitmask[i >> 5];
+    }
+    return w;
+}
+
+// Whether the row's mask and bitmask let element i through.
 inline bool gb_allowed(uint i, gb_processor P) {
-    return (P.flags & GB_FLAG_MASK) == 0u || ((P.mask[i >> 5] >> (i & 31u)) & 1u) != 0u;
+    return ((gb_mask_word(i, P) >> (i & 31u)) & 1u) != 0u;
 }
 
 // The processed logit x' of element i.

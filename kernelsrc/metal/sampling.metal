@@ -47,7 +47,7 @@ using namespace metal;
 #include "filtered.metal"
 
 // ---------------------------------------------------------------------------------------
-// Entry points (ABI.md: buffers 0-5 and 8-11, row_stride at 6, vocab at 7). Threadgroup
+// Entry points (ABI.md: buffers 0-5 and 8-12, row_stride at 6, vocab at 7). Threadgroup
 // memory is declared here, in the kernels, as MSL requires, and handed to the
 // implementations as pointers.
 
@@ -66,7 +66,7 @@ using namespace metal;
 
 #define GB_THREAD_IDS gb_thread_ids{tid, tg_size.x, lane, sg, width, nsg}
 
-// Arguments 1-11 of gumbel_argmax, categorical, filter_max and filtered.
+// Arguments 1-12 of gumbel_argmax, categorical, filter_max and filtered.
 #define GB_SAMPLING_ARGS                                         \
     device gb_row_params* params [[buffer(1)]],                  \
     device atomic_int* tokens [[buffer(2)]],                     \
@@ -78,12 +78,13 @@ using namespace metal;
     device float* logprobs [[buffer(8)]],                        \
     device const float* bias [[buffer(9)]],                      \
     device uint* counts [[buffer(10)]],                          \
-    device const uint* mask [[buffer(11)]]
+    device const uint* mask [[buffer(11)]],                      \
+    device const uint* bitmask [[buffer(12)]]
 
 #define GB_SAMPLING_BUFFERS \
-    gb_buffers{params, tokens, status, partials, counters, row_stride, vocab, logprobs, bias, counts, mask}
+    gb_buffers{params, tokens, status, partials, counters, row_stride, vocab, logprobs, bias, counts, mask, bitmask}
 
-// Arguments 1-11 of topn; buffer 8 is bound by the host and unused.
+// Arguments 1-12 of topn; buffer 8 is bound by the host and unused.
 #define GB_TOPN_ARGS                                             \
     device const gb_row_params* params [[buffer(1)]],            \
     device int* out_tokens [[buffer(2)]],                        \
@@ -94,10 +95,11 @@ using namespace metal;
     constant uint& vocab [[buffer(7)]],                          \
     device const float* bias [[buffer(9)]],                      \
     device const uint* counts [[buffer(10)]],                    \
-    device const uint* mask [[buffer(11)]]
+    device const uint* mask [[buffer(11)]],                      \
+    device const uint* bitmask [[buffer(12)]]
 
 #define GB_TOPN_BUFFERS \
-    gb_topn_buffers{params, out_tokens, out_values, partials, counters, row_stride, vocab, bias, counts, mask}
+    gb_topn_buffers{params, out_tokens, out_values, partials, counters, row_stride, vocab, bias, counts, mask, bitmask}
 
 kernel void gumbel_argmax_f32(device const float* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
     threadgroup ulong scratch_key[GB_MAX_SIMDGROUPS];

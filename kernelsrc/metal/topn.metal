@@ -4,8 +4,8 @@
 // row params[by].row and the chunk's log-sum-exp; with S > 1 the last threadgroup of the
 // row to arrive merges the S lists, with the split phase of gumbel_argmax.
 
-// Arguments of the topn kernels: argument 8 is not used, 9-11 are bias, counts and mask
-// at the positions they have in the other kernels.
+// Arguments of the topn kernels: argument 8 is not used, 9-12 are bias, counts, mask and
+// bitmask at the positions they have in the other kernels.
 struct gb_topn_buffers {
     device const gb_row_params* params;
     device int* out_tokens;
@@ -17,6 +17,7 @@ struct gb_topn_buffers {
     device const float* bias;
     device const uint* counts;
     device const uint* mask;
+    device const uint* bitmask;
 };
 
 // Threadgroup scratch of topn.
@@ -246,7 +247,7 @@ inline void gb_topn(device const typename gb_io<KIND>::elem* logits, gb_topn_buf
     if (!R.perturbed) {
         q.flags = 0u;  // raw logits: no processors
     }
-    R.P = gb_processor_of(q, A.bias, A.counts, A.mask, A.vocab);
+    R.P = gb_processor_of(q, A.bias, A.counts, A.mask, A.bitmask, A.vocab);
     R.st = gb_stream_of(p, 0u);
     R.N = N;
 

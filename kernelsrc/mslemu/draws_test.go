@@ -23,7 +23,7 @@ func TestDrawsEqualAdvancedLaunches(t *testing.T) {
 	const draws = 4
 	for _, kernel := range []kernelKind{gumbelArgmax, categorical, filtered} {
 		whole := newFeatureCase(r, fmt.Sprintf("whole/%d", kernel), kernel, 0, 256, 3, draws, 4, 1000)
-		whole.bias, whole.mask = nil, nil
+		whole.bias, whole.mask, whole.bitmask = nil, nil, nil
 		whole.counts = make([]uint32, whole.outRows*whole.vocab)
 		for i := range whole.counts {
 			whole.counts[i] = uint32(r.IntN(3)) // penalties that move the draws

@@ -12,10 +12,15 @@ import (
 	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 )
 
+// bitmaskRows is the number of mask rows in the bitmask argument of a feature case (see
+// featureBuffers for what each allows).
+const bitmaskRows = 5
+
 // randomFeatures draws the features of one launch row of kernel k: flags (processors;
 // for the sampling kernels also records, ADVANCE, RECORD and routing to any of the
-// three; for topn PERTURBED), penalties and, for topn, N. A few rows set a reserved
-// flag.
+// three; for topn PERTURBED), penalties, the bitmask row and, for topn, N. A few rows
+// set a reserved flag. bitmask_row is set on rows without BITMASK too, where it must be
+// ignored (the bitmask argument may then be 8 bytes of poison).
 func randomFeatures(r *rand.Rand, k kernelKind, p *abi.RowParams) {
 	chance := func(pct int) bool { return r.IntN(100) < pct }
 	set := func(f abi.Flags, pct int) {
@@ -26,6 +31,8 @@ func randomFeatures(r *rand.Rand, k kernelKind, p *abi.RowParams) {
 	set(abi.FlagBias, 40)
 	set(abi.FlagMask, 40)
 	set(abi.FlagPenalties, 40)
+	set(abi.FlagBitmask, 30)
+	p.BitmaskRow = pick[uint32](r, 0, 1, 2, 2, 3, 3, 4, 4) // row 0 (nothing allowed) rarely
 	if k == topN {
 		set(abi.FlagPerturbed, 60)
 		p.TopN = pick[uint32](r, 1, 2, 5, 20, 20, 7, 3, 0, 21)
@@ -48,9 +55,11 @@ func randomFeatures(r *rand.Rand, k kernelKind, p *abi.RowParams) {
 	p.PresencePenalty = pick[float32](r, 0, 0.2, -1, 0.7)
 }
 
-// featureBuffers fills the bias, counts and mask buffers of the case's rows when a launch
-// row uses them: biases large and small, counts of prompt-only, drawn and saturated
-// tokens, masks that allow nothing, one token or most.
+// featureBuffers fills the bias, counts and mask buffers of the case's rows, and the
+// bitmask argument's bitmaskRows mask rows, when a launch row uses them: biases large and
+// small, counts of prompt-only, drawn and saturated tokens, masks that allow nothing, one
+// token or most. Bitmask row 0 allows nothing, row 1 one token, the others most, half or
+// a few; every bitmask row sets the bits past V in its last word, which must be ignored.
 func featureBuffers(r *rand.Rand, c *launchCase, params []abi.RowParams) {
 	var flags abi.Flags
 	for _, p := range params {
@@ -108,6 +117,38 @@ func featureBuffers(r *rand.Rand, c *launchCase, params []abi.RowParams) {
 			}
 		}
 	}
+	if flags&abi.FlagBitmask != 0 {
+		c.bitmask = newBitmask(r, v, bitmaskRows)
+	}
+}
+
+// newBitmask returns rows mask rows of ceil(v/32) words in the layout of the bitmask
+// argument: row 0 allows nothing, row 1 one token, the others each a random share of the
+// tokens (most, half or a few). Every row sets the bits past v of its last word, which
+// the kernels must ignore.
+func newBitmask(r *rand.Rand, v, rows int) []uint32 {
+	w := (v + 31) / 32
+	bm := make([]uint32, rows*w)
+	for row := range rows {
+		words := bm[row*w : (row+1)*w]
+		switch row {
+		case 0:
+		case 1:
+			i := r.IntN(v)
+			words[i/32] = 1 << (i % 32)
+		default:
+			pct := pick(r, 90, 50, 5)
+			for i := range v {
+				if r.IntN(100) < pct {
+					words[i/32] |= 1 << (i % 32)
+				}
+			}
+		}
+		if v%32 != 0 {
+			words[w-1] |= ^uint32(0) << (v % 32)
+		}
+	}
+	return bm
 }
 
 // newFeatureCase is newCase with D draws and rows that use the row features: processors,
@@ -154,10 +195,10 @@ func featureCaseName(kernel kernelKind, dtype, T, S, D, vocab, width int) string
 // TestRowFeaturesMatchGoEdition runs gumbel_argmax and categorical in the emulator with
 // the row features, over every dtype, threadgroups of 32, 256 and 1024, 1, 3 and 16
 // threadgroups per row, 1 to 3 draws and SIMD widths of 8 to 64: processed logits (bias,
-// penalties with prompt and saturated counts, masks with nothing or one token allowed),
-// log-probability records, device routing, step advance (across the 2^64 wrap) and token
-// recording. Tokens, status, counts and params must equal the Go edition's;
-// log-probability records must agree within recordTolerance.
+// penalties with prompt and saturated counts, masks and token bitmasks with nothing or
+// one token allowed, alone and together), log-probability records, device routing, step
+// advance (across the 2^64 wrap) and token recording. Tokens, status, counts and params
+// must equal the Go edition's; log-probability records must agree within recordTolerance.
 func TestRowFeaturesMatchGoEdition(t *testing.T) {
 	bin := buildDriver(t)
 	r := rand.New(rand.NewPCG(2026, 7))

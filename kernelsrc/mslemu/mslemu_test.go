@@ -142,6 +142,9 @@ type launchCase struct {
 	bias   []float32
 	counts []uint32
 	mask   []uint32
+	// bitmask is the bitmask argument: mask rows of ceil(V/32) words that launch rows
+	// pick by bitmask_row; nil when no row of the launch uses it.
+	bitmask []uint32
 }
 
 func (c *launchCase) launchRows() int { return len(c.params) / abi.RowParamsSize }
@@ -420,7 +423,7 @@ func pick[T any](r *rand.Rand, values ...T) T { return values[r.IntN(len(values)
 func writeCases(cases []*launchCase) []byte {
 	var b bytes.Buffer
 	le := binary.LittleEndian
-	b.WriteString("MSLEMU03")
+	b.WriteString("MSLEMU04")
 	_ = binary.Write(&b, le, uint32(len(cases)))
 	for _, c := range cases {
 		for _, v := range []uint32{uint32(c.kernel), uint32(c.dtype), uint32(c.T), uint32(c.S),
@@ -437,7 +440,8 @@ func writeCases(cases []*launchCase) []byte {
 		_ = binary.Write(&b, le, uint64(len(c.logits)))
 		b.Write(c.logits)
 		b.Write(c.params)
-		for _, extra := range [][]byte{runtime.BytesOf(c.bias), runtime.BytesOf(c.counts), runtime.BytesOf(c.mask)} {
+		for _, extra := range [][]byte{runtime.BytesOf(c.bias), runtime.BytesOf(c.counts), runtime.BytesOf(c.mask),
+			runtime.BytesOf(c.bitmask)} {
 			_ = binary.Write(&b, le, uint64(len(extra)))
 			b.Write(extra)
 		}
@@ -462,7 +466,7 @@ func (res result) rowParams(y int) abi.RowParams {
 // readResults decodes the driver's output.
 func readResults(t *testing.T, out []byte, cases []*launchCase) []result {
 	t.Helper()
-	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU03")), "driver output has no header")
+	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU04")), "driver output has no header")
 	rd := bytes.NewReader(out[8:])
 	res := make([]result, len(cases))
 	for i, c := range cases {
@@ -526,7 +530,8 @@ func runGoEdition(t *testing.T, c *launchCase, kernels map[string]runtime.GoKern
 			Buffer(logprobs).
 			Buffer(optional(runtime.BytesOf(c.bias))).
 			Buffer(optional(runtime.BytesOf(res.counts))).
-			Buffer(optional(runtime.BytesOf(c.mask)))
+			Buffer(optional(runtime.BytesOf(c.mask))).
+			Buffer(optional(runtime.BytesOf(c.bitmask)))
 		require.NoError(t, a.Err())
 		return &a
 	}

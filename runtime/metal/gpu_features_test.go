@@ -103,9 +103,13 @@ func (l *featureLaunch) runOnGo(fn runtime.GoKernel, r *rand.Rand) [abi.NumArgs]
 	return out
 }
 
+// bitmaskRows is the number of mask rows in the bitmask argument of a feature launch.
+const bitmaskRows = 4
+
 // newFeatureLaunch builds a launch of kernel base (gumbel_argmax, categorical or topn)
 // over rows rows of vocab logits, n = rows launch rows in reverse order, S blocks per row
-// and D draws, with random processors, records, routing, advance and recording.
+// and D draws, with random processors (the token bitmask among them), records, routing,
+// advance and recording.
 func newFeatureLaunch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int) *featureLaunch {
 	es := 4
 	if dtype != 0 {
@@ -144,7 +148,7 @@ func newFeatureLaunch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int
 	var all abi.Flags
 	for y := range rows {
 		var flags abi.Flags
-		for _, f := range []abi.Flags{abi.FlagBias, abi.FlagMask, abi.FlagPenalties} {
+		for _, f := range []abi.Flags{abi.FlagBias, abi.FlagMask, abi.FlagPenalties, abi.FlagBitmask} {
 			if r.IntN(2) == 0 {
 				flags |= f
 			}
@@ -169,7 +173,8 @@ func newFeatureLaunch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int
 			TopK: []uint32{0, 1, 40, uint32(vocab)}[r.IntN(4)], TopP: []float32{0, 0.5, 0.95}[r.IntN(3)],
 			MinP: []float32{0, 0.05}[r.IntN(2)], Flags: flags,
 			RepetitionPenalty: []float32{1, 1.3, 0.8}[r.IntN(3)], FrequencyPenalty: []float32{0, 0.5, -0.25}[r.IntN(3)],
-			PresencePenalty: []float32{0, 0.2, -1}[r.IntN(3)], TopN: []uint32{1, 5, 20}[r.IntN(3)]}
+			PresencePenalty: []float32{0, 0.2, -1}[r.IntN(3)], TopN: []uint32{1, 5, 20}[r.IntN(3)],
+			BitmaskRow: uint32(r.IntN(bitmaskRows))}
 		p.Encode(params[abi.RowParamsSize*y:])
 	}
 	l.bufs[abi.ArgParams] = params
@@ -219,7 +224,40 @@ func newFeatureLaunch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int
 		}
 		l.bufs[abi.ArgMask] = mask
 	}
+	if all&abi.FlagBitmask != 0 {
+		l.bufs[abi.ArgBitmask] = newBitmask(r, vocab)
+	}
 	return l
+}
+
+// newBitmask returns the bitmask argument: bitmaskRows mask rows of ceil(vocab/32) words.
+// Row 0 allows nothing (status 2 unless the row holds NaN or +Inf), row 1 one token, the
+// others about 3 tokens in 4. Every row sets the bits past vocab in its last word, which
+// the kernels must ignore.
+func newBitmask(r *rand.Rand, vocab int) []byte {
+	w := (vocab + 31) / 32
+	words := make([]uint32, bitmaskRows*w)
+	for row := range bitmaskRows {
+		m := words[row*w : (row+1)*w]
+		switch row {
+		case 0:
+		case 1:
+			i := r.IntN(vocab)
+			m[i/32] = 1 << (i % 32)
+		default:
+			for i := range m {
+				m[i] = r.Uint32() | r.Uint32()
+			}
+		}
+		if vocab%32 != 0 {
+			m[w-1] |= ^uint32(0) << (vocab % 32)
+		}
+	}
+	b := make([]byte, 4*len(words))
+	for i, v := range words {
+		binary.LittleEndian.PutUint32(b[4*i:], v)
+	}
+	return b
 }
 
 // recordClose reports whether a log-probability word (or topn value) of the GPU lies
@@ -239,10 +277,10 @@ func f32At(b []byte, i int) float32 { return math.Float32frombits(binary.LittleE
 
 // TestRowFeaturesMatchGoEdition runs every sampling kernel on the GPU and on the Go
 // edition, over every dtype, threadgroups of 256 and 1024, 1 and 4 threadgroups per row
-// and 1 and 3 draws, with logit processors, records, device routing, step advance,
-// token recording and topn (PERTURBED or not), and requires the same tokens, status,
-// counts and steps,
-// counters left at zero, and records and topn values within 1e-5 of the normaliser.
+// and 1 and 3 draws, with logit processors (bias, penalties, mask and token bitmasks,
+// alone and together), records, device routing, step advance, token recording and topn
+// (PERTURBED or not), and requires the same tokens, status, counts and steps, counters
+// left at zero, and records and topn values within 1e-5 of the normaliser.
 // Tokens may differ only where Apple's precise::log or precise::exp differs from the
 // correctly rounded value in the last place and that decides a draw.
 func TestRowFeaturesMatchGoEdition(t *testing.T) {

@@ -276,9 +276,12 @@ func newGPUCase(r *rand.Rand, dtype, vocab, rows int) *gpuCase {
 
 func (c *gpuCase) run(t *testing.T, d *Device, s runtime.Stream, k runtime.Kernel, S, T int) ([]int32, []int32) {
 	t.Helper()
-	// Buffers 0-5, then 8-11 (unused by these rows: 8 bytes each).
-	bufs := make([]runtime.Buffer, 10)
-	sizes := []int{len(c.logits), len(c.params), 4 * c.rows, 4 * c.rows, 8 * c.rows * S, 12 * c.rows, 8, 8, 8, 8}
+	// Buffers 0-5, then 8-12 (unused by these rows: 8 bytes each).
+	sizes := []int{len(c.logits), len(c.params), 4 * c.rows, 4 * c.rows, 8 * c.rows * S, 12 * c.rows}
+	for len(sizes) < abi.NumArgs-2 {
+		sizes = append(sizes, 8)
+	}
+	bufs := make([]runtime.Buffer, len(sizes))
 	for i, n := range sizes {
 		b, err := d.Alloc(n)
 		require.NoError(t, err)
@@ -323,7 +326,7 @@ func (c *gpuCase) runGo(t *testing.T, fn runtime.GoKernel, S, T int) ([]int32, [
 		Buffer(cpu.Wrap(runtime.BytesOf(tok))).Buffer(cpu.Wrap(runtime.BytesOf(st))).
 		Buffer(cpu.Wrap(runtime.BytesOf(partials))).Buffer(cpu.Wrap(runtime.BytesOf(counters))).
 		U64(uint64(c.vocab)).U32(uint32(c.vocab))
-	for range 4 {
+	for range abi.NumArgs - 8 {
 		a.Buffer(cpu.Wrap(make([]byte, 8)))
 	}
 	grid := runtime.Dim3{X: S, Y: c.rows, Z: 1}

@@ -1,7 +1,9 @@
 package statistical
 
 import (
+	"errors"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"sort"
 	"strconv"
@@ -437,15 +439,24 @@ func TestFlatLargeCaseCatchesALostBlock(t *testing.T) {
 type processorBug struct {
 	name    string
 	applies func(c *Case) bool
-	logits  func(c *Case) ([]float32, error)
+	// logits are the row the bug samples, through the case's temperature and filters;
+	// law, when not nil, is instead the bug's law over the tokens, filters included
+	// (errNothingKept when it keeps no token: the row fails).
+	logits func(c *Case) ([]float32, error)
+	law    func(c *Case) ([]float64, error)
 }
+
+// errNothingKept is the law of a bug that leaves a row no token to draw: the sampler
+// fails the row (ErrNoFiniteLogit) or draws a token of probability zero.
+var errNothingKept = errors.New("no token kept")
 
 // processorBugs are the ways a kernel could get the processors wrong.
 var processorBugs = []processorBug{
-	{"processors skipped", func(c *Case) bool { return true }, func(c *Case) ([]float32, error) { return c.Logits, nil }},
-	{"negative logits divided by the repetition penalty too",
-		func(c *Case) bool { return c.Processors.Repetition > 1 },
-		func(c *Case) ([]float32, error) {
+	{name: "processors skipped", applies: func(c *Case) bool { return true },
+		logits: func(c *Case) ([]float32, error) { return c.Logits, nil }},
+	{name: "negative logits divided by the repetition penalty too",
+		applies: func(c *Case) bool { return c.Processors.Repetition > 1 },
+		logits: func(c *Case) ([]float32, error) {
 			p := *c.Processors
 			x, err := ProcessedLogits(c.Logits, Processors{BiasTokens: p.BiasTokens, BiasValues: p.BiasValues})
 			if err != nil {
@@ -454,34 +465,117 @@ var processorBugs = []processorBug{
 			for _, t := range p.Prompt {
 				x[t] /= p.Repetition
 			}
-			return ProcessedLogits(x, Processors{Allowed: p.Allowed, Banned: p.Banned})
+			return ProcessedLogits(x, Processors{Allowed: p.Allowed, Banned: p.Banned, Bitmask: p.Bitmask})
 		}},
-	{"penalties before the bias",
-		func(c *Case) bool { return c.Processors.Repetition > 1 && c.Processors.BiasTokens != nil },
-		func(c *Case) ([]float32, error) {
+	{name: "penalties before the bias",
+		applies: func(c *Case) bool { return c.Processors.Repetition > 1 && c.Processors.BiasTokens != nil },
+		logits: func(c *Case) ([]float32, error) {
 			p := *c.Processors
 			x, err := ProcessedLogits(c.Logits, Processors{Prompt: p.Prompt, Repetition: p.Repetition})
 			if err != nil {
 				return nil, err
 			}
-			return ProcessedLogits(x, Processors{BiasTokens: p.BiasTokens, BiasValues: p.BiasValues, Allowed: p.Allowed, Banned: p.Banned})
+			return ProcessedLogits(x, Processors{BiasTokens: p.BiasTokens, BiasValues: p.BiasValues,
+				Allowed: p.Allowed, Banned: p.Banned, Bitmask: p.Bitmask})
 		}},
-	{"banned tokens ignored",
-		func(c *Case) bool { return c.Processors.Banned != nil },
-		func(c *Case) ([]float32, error) {
+	{name: "banned tokens ignored",
+		applies: func(c *Case) bool { return c.Processors.Banned != nil },
+		logits: func(c *Case) ([]float32, error) {
 			p := *c.Processors
 			p.Banned = nil
 			return ProcessedLogits(c.Logits, p)
 		}},
+	{name: "bitmask ignored",
+		applies: func(c *Case) bool { return c.Processors.Bitmask != nil },
+		logits: func(c *Case) ([]float32, error) {
+			p := *c.Processors
+			p.Bitmask = nil
+			return ProcessedLogits(c.Logits, p)
+		}},
+	{name: "bitmask bits read most significant first",
+		applies: func(c *Case) bool { return c.Processors.Bitmask != nil },
+		logits: func(c *Case) ([]float32, error) {
+			p := *c.Processors
+			p.Bitmask = make([]int32, len(c.Processors.Bitmask))
+			for i, w := range c.Processors.Bitmask {
+				p.Bitmask[i] = int32(bits.Reverse32(uint32(w)))
+			}
+			return ProcessedLogits(c.Logits, p)
+		}},
+	{name: "bitmask ORed with the allowed tokens",
+		applies: func(c *Case) bool { return c.Processors.Bitmask != nil && c.Processors.Allowed != nil },
+		logits: func(c *Case) ([]float32, error) {
+			p := *c.Processors
+			p.Bitmask = BitmaskOf(c.Vocab(), p.Allowed)
+			for i, w := range c.Processors.Bitmask {
+				p.Bitmask[i] |= w
+			}
+			p.Allowed = nil
+			return ProcessedLogits(c.Logits, p)
+		}},
+	{name: "bitmask applied after the filters",
+		applies: func(c *Case) bool {
+			return c.Processors.Bitmask != nil && (Filter{TopK: c.TopK, TopP: c.TopP, MinP: c.MinP}) != (Filter{})
+		},
+		law: func(c *Case) ([]float64, error) {
+			p := *c.Processors
+			p.Bitmask = nil
+			x, err := ProcessedLogits(c.Logits, p)
+			if err != nil {
+				return nil, err
+			}
+			q, err := Probabilities(x, c.Temperature, Filter{TopK: c.TopK, TopP: c.TopP, MinP: c.MinP})
+			if err != nil {
+				return nil, err
+			}
+			sum := 0.0
+			for i := range q {
+				if !BitmaskAllows(c.Processors.Bitmask, i) {
+					q[i] = 0
+				}
+				sum += q[i]
+			}
+			if sum == 0 {
+				return nil, errNothingKept
+			}
+			for i := range q {
+				q[i] /= sum
+			}
+			return q, nil
+		}},
+}
+
+// bugLaw returns the law of a case's outcomes under a processor bug.
+func bugLaw(c *Case, bug processorBug) ([]float64, error) {
+	var p []float64
+	if bug.law != nil {
+		var err error
+		if p, err = bug.law(c); err != nil {
+			return nil, err
+		}
+	} else {
+		x, err := bug.logits(c)
+		if err != nil {
+			return nil, err
+		}
+		if p, err = Probabilities(x, c.Temperature, Filter{TopK: c.TopK, TopP: c.TopP, MinP: c.MinP}); err != nil {
+			return nil, err
+		}
+	}
+	if c.Mode == ModeSample {
+		return p, nil
+	}
+	return PairProbabilities(p, c.Mode == ModePairs)
 }
 
 // TestProcessorCasesHaveTeeth shows that every processor case of the CI suite catches,
 // with probability at least 0.99, a sampler that gets its processor wrong in a plausible
-// way: a law that puts mass on an impossible token fails outright, and any other has a
-// non-centrality above what p < Alpha needs at 99% power on the case's degrees of
-// freedom (taken as the number of possible tokens, an upper bound on the bins).
+// way: a law that puts mass q on impossible tokens fails as soon as one is drawn, with
+// probability 1 - (1 - q)^n over n draws; any other has a non-centrality above what
+// p < Alpha needs at 99% power on the case's degrees of freedom (taken as the number of
+// possible outcomes, an upper bound on the bins).
 func TestProcessorCasesHaveTeeth(t *testing.T) {
-	tested := 0
+	tested, masks := 0, 0
 	for _, c := range Cases(Config{Size: SizeCI}) {
 		if c.Processors == nil {
 			continue
@@ -499,17 +593,43 @@ func TestProcessorCasesHaveTeeth(t *testing.T) {
 			if !bug.applies(&c) {
 				continue
 			}
-			x, err := bug.logits(&c)
-			require.NoError(t, err, "%s: %s", c.Name, bug.name)
-			got, err := Probabilities(x, c.Temperature, Filter{TopK: c.TopK, TopP: c.TopP, MinP: c.MinP})
-			require.NoError(t, err, "%s: %s", c.Name, bug.name)
-			lambda := float64(c.Draws) * Noncentrality(want, got)
-			assert.Greater(t, lambda, need, "%s: %s", c.Name, bug.name)
-			t.Logf("%s, %s: non-centrality %.3g (needs %.0f)", c.Name, bug.name, lambda, need)
 			tested++
+			if bug.name == "bitmask ignored" {
+				masks++
+			}
+			got, err := bugLaw(&c, bug)
+			if errors.Is(err, errNothingKept) {
+				t.Logf("%s, %s: no token left, the row fails", c.Name, bug.name)
+				continue
+			}
+			require.NoError(t, err, "%s: %s", c.Name, bug.name)
+			impossible := 0.0
+			for i := range want {
+				if want[i] == 0 {
+					impossible += got[i]
+				}
+			}
+			caught := 1.0
+			if impossible < 1 {
+				caught = -math.Expm1(float64(c.Draws) * math.Log1p(-impossible))
+			}
+			lambda := float64(c.Draws) * Noncentrality(want, got)
+			if caught < 0.99 {
+				assert.Greater(t, lambda, need, "%s: %s", c.Name, bug.name)
+			}
+			t.Logf("%s, %s: impossible tokens drawn with probability %.3g, non-centrality %.3g (needs %.0f)",
+				c.Name, bug.name, caught, lambda, need)
 		}
 	}
 	assert.GreaterOrEqual(t, tested, 2*len(processorSpecs)+6)
+	masked := 0
+	for _, c := range Cases(Config{Size: SizeCI}) {
+		if c.Processors != nil && c.Processors.Bitmask != nil {
+			masked++
+		}
+	}
+	assert.Equal(t, masked, masks, "every bitmask case is tested against an ignored mask")
+	assert.GreaterOrEqual(t, masked, 12, "four bitmask specs on three routes")
 }
 
 // copyDrawer draws pairs of independent draws from p, except that with probability eps

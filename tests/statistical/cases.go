@@ -270,6 +270,9 @@ func (c *Case) Params(step uint64) sampler.Params {
 		p.RepetitionPenalty = c.Processors.Repetition
 		p.FrequencyPenalty = c.Processors.Frequency
 		p.PresencePenalty = c.Processors.Presence
+		// The mask travels with every row's parameters (the sampler copies it per call),
+		// so each draw of every mode applies it.
+		p.Bitmask = c.Processors.Bitmask
 	}
 	return p
 }

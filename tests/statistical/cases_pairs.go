@@ -17,7 +17,8 @@ const (
 )
 
 // pairCases are the cases of several draws per row: ordered pairs of SampleN draws
-// (with replacement) and of SampleDistinct draws (without).
+// (with replacement) and of SampleDistinct draws (without), on a plain row and on a
+// masked one.
 func pairCases(cfg Config, seed uint64, alpha float64, draws func(int) int) []Case {
 	full := cfg.Size == SizeFull
 	n, temps := CIPairDraws, []float32{1}
@@ -26,23 +27,48 @@ func pairCases(cfg Config, seed uint64, alpha float64, draws func(int) int) []Ca
 	}
 	var out []Case
 	for _, t := range temps {
-		for _, mode := range []Mode{ModePairs, ModeDistinct} {
-			c := placed(Case{
-				Name:        fmt.Sprintf("%s/V%d/T%.1f/%s/%s", Spread, PairVocab, t, pathGumbel.label, mode),
-				Shape:       Spread,
-				Route:       sampler.RouteGumbel,
-				Gumbel:      true,
-				Temperature: t,
-				Logits:      Logits(Spread, PairVocab, t),
-				Mode:        mode,
-			}, seed, alpha, draws(n))
-			if !full {
-				c.Detects = detectsPairs(&c)
+		for _, masked := range []bool{false, true} {
+			for _, mode := range []Mode{ModePairs, ModeDistinct} {
+				logits := Logits(Spread, PairVocab, t)
+				name := fmt.Sprintf("%s/V%d/T%.1f/%s/%s", Spread, PairVocab, t, pathGumbel.label, mode)
+				var proc *Processors
+				if masked {
+					name, proc = name+"/mask", pairMaskProcessors(logits)
+				}
+				c := placed(Case{
+					Name:        name,
+					Shape:       Spread,
+					Route:       sampler.RouteGumbel,
+					Gumbel:      true,
+					Temperature: t,
+					Logits:      logits,
+					Mode:        mode,
+					Processors:  proc,
+				}, seed, alpha, draws(n))
+				if !full {
+					c.Detects = detectsPairs(&c)
+				}
+				out = append(out, c)
 			}
-			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// pairMaskProcessors: a bitmask for the pair cases that rules out the first, fourth and
+// seventh most likely tokens and sets every other bit, those past the vocabulary too, so
+// that SampleN (every draw of a row under its mask) and SampleDistinct (the top-n kernel)
+// are tested on a masked row.
+func pairMaskProcessors(x []float32) *Processors {
+	r := ranked(x)
+	m := make([]int32, BitmaskWords(len(x)))
+	for i := range m {
+		m[i] = -1
+	}
+	for _, t := range []int32{r[0], r[3], r[6]} {
+		m[t/32] &^= 1 << (t % 32)
+	}
+	return &Processors{Bitmask: m}
 }
 
 // detectsPairs states what a pair case catches half the time. With replacement: a
@@ -75,7 +101,14 @@ func detectsPairs(c *Case) string {
 // successive-sampling law of a distinct case and the law of two independent draws with
 // repeats rejected.
 func rejectionLawNoncentrality(c *Case) (float64, error) {
-	p, err := Probabilities(c.Logits, c.Temperature, Filter{})
+	logits := c.Logits
+	if c.Processors != nil {
+		var err error
+		if logits, err = ProcessedLogits(logits, *c.Processors); err != nil {
+			return 0, err
+		}
+	}
+	p, err := Probabilities(logits, c.Temperature, Filter{})
 	if err != nil {
 		return 0, err
 	}

@@ -30,18 +30,28 @@ type processorSpec struct {
 	label string
 	build func(x []float32) *Processors
 	// filtered is the filtered path the processor is also sampled on, and, behind the
-	// kill switch, on the categorical kernel (every spec in SizeFull, "all" in SizeCI).
-	filtered path
+	// kill switch, on the categorical kernel (every spec in SizeFull; in SizeCI those
+	// with categoricalCI).
+	filtered      path
+	categoricalCI bool
+	// vocab is the row's vocabulary; 0 means SmallVocab.
+	vocab int
 }
 
 // processorSpecs are the processors of the suite, each sampled on the Gumbel route, on a
 // filtered route and (see processorCases) with the same filter on the categorical route.
+// The bitmask specs (cases_bitmask.go) take all three routes in SizeCI too: the mask is
+// applied by each kernel and each filter pass on its own.
 var processorSpecs = []processorSpec{
-	{"bias", biasProcessors, pathTopKTopP},
-	{"allowed", allowedProcessors, pathMinP},
-	{"banned", bannedProcessors, pathTopKTopP},
-	{"repetition", repetitionProcessors, pathMinPLoose},
-	{"all", allProcessors, pathMinPLoose},
+	{label: "bias", build: biasProcessors, filtered: pathTopKTopP},
+	{label: "allowed", build: allowedProcessors, filtered: pathMinP},
+	{label: "banned", build: bannedProcessors, filtered: pathTopKTopP},
+	{label: "repetition", build: repetitionProcessors, filtered: pathMinPLoose},
+	{label: "all", build: allProcessors, filtered: pathMinPLoose, categoricalCI: true},
+	{label: "mask-grammar", build: grammarMaskProcessors, filtered: pathTopK8, categoricalCI: true},
+	{label: "mask-one", build: oneTokenMaskProcessors, filtered: pathMinP, categoricalCI: true},
+	{label: "mask-penalties", build: penaltyMaskProcessors, filtered: pathMinPLoose, categoricalCI: true},
+	{label: "mask-tail", build: tailMaskProcessors, filtered: pathTopKTopP, categoricalCI: true, vocab: TailMaskVocab},
 }
 
 // ranked returns the indices of x by value, largest first, ties to the lowest index.
@@ -150,7 +160,8 @@ func allProcessors(x []float32) *Processors {
 
 // processorCases are the logit-processor cases of a suite: every processor on the Gumbel
 // route and on a filtered route; behind the kill switch, with the same filter on the
-// categorical route, every processor in SizeFull and all of them together in SizeCI.
+// categorical route, every processor in SizeFull and, in SizeCI, all of them together
+// and each bitmask.
 func processorCases(cfg Config, seed uint64, alpha float64, draws func(int) int) []Case {
 	full := cfg.Size == SizeFull
 	n, temps := CIProcessorDraws, []float32{1}
@@ -159,15 +170,19 @@ func processorCases(cfg Config, seed uint64, alpha float64, draws func(int) int)
 	}
 	var out []Case
 	for _, spec := range processorSpecs {
+		vocab := spec.vocab
+		if vocab == 0 {
+			vocab = SmallVocab
+		}
 		for _, t := range temps {
 			paths := []path{pathGumbel, spec.filtered}
-			if full || spec.label == "all" {
+			if full || spec.categoricalCI {
 				paths = append(paths, spec.filtered.killSwitch())
 			}
 			for _, p := range paths {
-				logits := Logits(Bimodal, SmallVocab, t)
+				logits := Logits(Bimodal, vocab, t)
 				c := placed(Case{
-					Name:        fmt.Sprintf("%s/V%d/T%.1f/%s/%s", Bimodal, SmallVocab, t, p.label, spec.label),
+					Name:        fmt.Sprintf("%s/V%d/T%.1f/%s/%s", Bimodal, vocab, t, p.label, spec.label),
 					Shape:       Bimodal,
 					Route:       p.route,
 					Gumbel:      p.gumbel,

@@ -66,6 +66,9 @@ func TestCasesAreWellFormed(t *testing.T) {
 				"peaked/V128/T0.5/gumbel", "bimodal/V128/T1.5/categorical", "masked/V128/T1.0/topk50-topp0.9",
 				"bimodal/V128/T1.0/minp0.05", "flat/V128/T1.0/categorical-topk50-topp0.9",
 				"bimodal/V128/T1.5/categorical-minp0.05", "bimodal/V128/T1.0/categorical-minp0.02/all",
+				"bimodal/V128/T1.0/categorical-topk8/mask-grammar", "bimodal/V128/T1.0/minp0.05/mask-one",
+				"bimodal/V128/T1.0/categorical-minp0.02/mask-penalties", "bimodal/V90/T1.0/gumbel/mask-tail",
+				"spread/V8/T1.0/gumbel/distinct/mask",
 			} {
 				assert.True(t, names[want], "missing %s", want)
 			}
@@ -99,6 +102,10 @@ func TestFilteredCasesCut(t *testing.T) {
 		}
 		plain, err := Probabilities(logits, c.Temperature, Filter{})
 		require.NoError(t, err)
+		if possible(plain) == 1 {
+			// A point mass (the mask-one cases): no filter has anything to cut.
+			continue
+		}
 		filteredCases++
 		cut := 0
 		for i := range plain {
@@ -187,7 +194,7 @@ func TestLogitsAreDeterministic(t *testing.T) {
 
 // TestProcessorCasesCut shows that every processor changes its row: the processed law
 // differs from the raw one, the bias case's promoted token becomes likely, and the filtered
-// cases keep several tokens.
+// cases keep several tokens (all but the point masses of mask-one).
 func TestProcessorCasesCut(t *testing.T) {
 	for _, c := range Cases(Config{Size: SizeFull}) {
 		if c.Processors == nil {
@@ -198,13 +205,11 @@ func TestProcessorCasesCut(t *testing.T) {
 		assert.NotEqual(t, c.Logits, x, c.Name)
 		p, err := Expected(&c)
 		require.NoError(t, err)
-		kept := 0
-		for _, q := range p {
-			if q > 0 {
-				kept++
-			}
+		if strings.HasSuffix(c.Name, "/mask-one") {
+			assert.Equal(t, 1, possible(p), "%s: a point mass", c.Name)
+			continue
 		}
-		assert.GreaterOrEqual(t, kept, 5, "%s: the processed row must leave a choice", c.Name)
+		assert.GreaterOrEqual(t, possible(p), 5, "%s: the processed row must leave a choice", c.Name)
 		if strings.HasSuffix(c.Name, "/bias") {
 			r := ranked(c.Logits)
 			assert.Zero(t, p[r[0]], "%s: the top token is banned by its bias", c.Name)
@@ -260,4 +265,124 @@ func TestTrackedCasesAreWellFormed(t *testing.T) {
 		assert.Equal(t, map[sampler.Route]int{sampler.RouteGumbel: 1, sampler.RouteFiltered: 1, sampler.RouteCategorical: 1}, routes,
 			"tracked penalties on the Gumbel, filtered and (behind the kill switch) categorical kernels")
 	}
+}
+
+// possible counts the outcomes of positive probability.
+func possible(p []float64) int {
+	n := 0
+	for _, q := range p {
+		if q > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// TestBitmaskCases shows that the bitmask cases have the properties their specs claim.
+func TestBitmaskCases(t *testing.T) {
+	specs := map[string]bool{}
+	for _, c := range Cases(Config{Size: SizeFull}) {
+		p := c.Processors
+		if p == nil || p.Bitmask == nil {
+			continue
+		}
+		label := c.Name[strings.LastIndex(c.Name, "/")+1:]
+		specs[label] = true
+		v := c.Vocab()
+		require.Len(t, p.Bitmask, BitmaskWords(v), c.Name)
+		var allowed []int32
+		for i := range v {
+			if BitmaskAllows(p.Bitmask, i) {
+				allowed = append(allowed, int32(i))
+			}
+		}
+		r := ranked(c.Logits)
+		rank := make([]int, v)
+		for j, tok := range r {
+			rank[tok] = j
+		}
+		switch label {
+		case "mask-grammar":
+			require.Len(t, allowed, 11, c.Name)
+			likely := 0
+			for _, tok := range allowed {
+				if rank[tok] < 2 {
+					likely++
+				} else {
+					assert.GreaterOrEqual(t, rank[tok], 40, "%s: token %d", c.Name, tok)
+				}
+			}
+			assert.Equal(t, 1, likely, "%s: one likely token", c.Name)
+			assert.False(t, BitmaskAllows(p.Bitmask, int(r[0])), "%s: the top token is masked out", c.Name)
+		case "mask-one":
+			assert.Equal(t, []int32{r[v-1]}, allowed, c.Name)
+			// Below min-p 0.05 of the raw top at every temperature of the suite.
+			for _, temp := range Temperatures {
+				assert.Less(t, math.Exp(float64(c.Logits[r[v-1]]-c.Logits[r[0]])/float64(temp)), 0.05)
+			}
+		case "mask-penalties":
+			require.NotNil(t, p.Allowed, c.Name)
+			list := map[int32]bool{}
+			for _, tok := range p.Allowed {
+				list[tok] = true
+			}
+			maskOnly, listOnly := 0, 0
+			for i := range v {
+				switch {
+				case BitmaskAllows(p.Bitmask, i) && !list[int32(i)]:
+					maskOnly++
+				case !BitmaskAllows(p.Bitmask, i) && list[int32(i)]:
+					listOnly++
+				}
+			}
+			assert.Positive(t, maskOnly, "%s: the list rules out tokens the mask keeps", c.Name)
+			assert.Positive(t, listOnly, "%s: the mask rules out tokens the list keeps", c.Name)
+			pos, neg := 0, 0
+			for _, tok := range p.Prompt {
+				if BitmaskAllows(p.Bitmask, int(tok)) && list[tok] {
+					if c.Logits[tok] > 0 {
+						pos++
+					} else {
+						neg++
+					}
+				}
+			}
+			assert.Positive(t, pos, "%s: a penalised positive logit is kept", c.Name)
+			assert.Positive(t, neg, "%s: a penalised negative logit is kept", c.Name)
+			x, err := ProcessedLogits(c.Logits, *p)
+			require.NoError(t, err)
+			unmasked := *p
+			unmasked.Bitmask = nil
+			y, err := ProcessedLogits(c.Logits, unmasked)
+			require.NoError(t, err)
+			gap := y[ranked(y)[0]] - x[ranked(x)[0]]
+			assert.InDelta(t, 0.35, gap, 0.01, "%s: the mask lowers the row's maximum", c.Name)
+		case "mask-tail":
+			require.NotZero(t, v%32, c.Name)
+			last := uint32(p.Bitmask[len(p.Bitmask)-1])
+			assert.Equal(t, ^uint32(0)<<(v%32), last&(^uint32(0)<<(v%32)), "%s: every bit past V is set", c.Name)
+			assert.True(t, BitmaskAllows(p.Bitmask, 31), "%s: the sign bit allows a token", c.Name)
+			// The last word's likely tokens: some allowed, some not.
+			in, out := 0, 0
+			for i := v &^ 31; i < v; i++ {
+				if rank[i] < 20 {
+					if BitmaskAllows(p.Bitmask, i) {
+						in++
+					} else {
+						out++
+					}
+				}
+			}
+			assert.Positive(t, in, c.Name)
+			assert.Positive(t, out, c.Name)
+		case "mask":
+			require.Equal(t, PairVocab, v, c.Name)
+			assert.Len(t, allowed, 5, c.Name)
+			assert.False(t, BitmaskAllows(p.Bitmask, int(r[0])), "%s: the top token is masked out", c.Name)
+			assert.Equal(t, int32(-1)<<v, p.Bitmask[0]&(int32(-1)<<v), "%s: every bit past V is set", c.Name)
+		default:
+			t.Errorf("%s: unknown bitmask spec", c.Name)
+		}
+	}
+	assert.Len(t, specs, 5)
 }

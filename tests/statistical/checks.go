@@ -40,6 +40,7 @@ func Checks() []Check {
 		{"draws-are-steps", "SampleN's draw z of a row is the token (and record) a Sample call at step+z gives", checkDrawsAreSteps},
 		{"distinct", "SampleDistinct draws distinct tokens, the first Sample's token, with processed log-probabilities", checkDistinct},
 		{"bad-draws", "SampleDistinct's filtered rows and rows with too few tokens get their own errors; draw counts out of range get call errors", checkBadDraws},
+		{"bitmask", "token bitmasks (host and device, shared or none) restrict every route to the tokens they allow, greedy rows to the largest, under the stream contract; processed log-probabilities see them, raw ones do not; a row whose mask allows no finite logit or does not fit fails alone", checkBitmask},
 		{"determinism", "the same seed and step give the same tokens, log-probabilities and device counts at any batch position, through Sample and through Batch.Launch", checkDeterminism},
 	}
 }

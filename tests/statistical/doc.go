@@ -36,11 +36,14 @@
 // # Logit processors, several draws and log-probabilities
 //
 // Logit processors (a sparse bias, allowed and banned tokens, the repetition penalty on a
-// tracked prompt) are cases of their own ([Case.Processors]): the reference applies them
-// to the row in the float32 order of kernelsrc/ABI.md ([ProcessedLogits]) and the test is
-// against the exact float64 softmax of the processed logits, on the Gumbel route, on a
-// filtered route and behind the kill switch with the same filter. Frequency and presence penalties act on counts the device keeps: a
-// [TrackedCase] lets every row draw a few tokens (counted by the kernel), compares the
+// tracked prompt, token bitmasks for structured output) are cases of their own
+// ([Case.Processors]): the reference applies them to the row in the float32 order of
+// kernelsrc/ABI.md ([ProcessedLogits]) and the test is against the exact float64 softmax
+// of the processed logits, on the Gumbel route, on a filtered route and behind the kill
+// switch with the same filter. A bitmask rides in every draw's Params; the pair cases
+// draw masked rows too, and the "bitmask" check covers greedy rows, masks in device
+// memory and rows whose mask leaves nothing. Frequency and presence penalties act on
+// counts the device keeps: a [TrackedCase] lets every row draw a few tokens (counted by the kernel), compares the
 // device's counts with a recount, then tests the next draw against the distribution those
 // counts give ([RunTracked]). [ModePairs] cases test SampleN (every draw has the row's law,
 // and the draws of a pair are independent: the ordered pair against p_a·p_b) and

@@ -20,6 +20,10 @@ type Processors struct {
 	Allowed []int32
 	// Banned lists tokens that may never be drawn.
 	Banned []int32
+	// Bitmask, when not nil, is the row's token bitmask (sampler.Params.Bitmask):
+	// ceil(V/32) words, bit j%32 of word j/32 allowing token j, ANDed with Allowed and
+	// Banned. Bits beyond V are ignored.
+	Bitmask []int32
 	// Counts, when not nil, are the row's token counts (len = vocabulary), the state the
 	// penalties read: the low 31 bits count outputs, PromptBit marks a prompt token.
 	Counts []uint32
@@ -41,8 +45,8 @@ func (p *Processors) Penalised() bool {
 }
 
 // ProcessedLogits applies the processors to a row in the order and float32 arithmetic of
-// kernelsrc/ABI.md: bias, then penalties from the counts, then the mask (allowed and
-// banned tokens become -Inf). Every operation is rounded to float32 on its own: the
+// kernelsrc/ABI.md: bias, then penalties from the counts, then the mask (tokens that the
+// allowed list, the banned list or the bitmask rule out become -Inf). Every operation is rounded to float32 on its own: the
 // explicit conversions keep the compiler from fusing a multiply and a subtract.
 func ProcessedLogits(logits []float32, p Processors) ([]float32, error) {
 	v := len(logits)
@@ -72,6 +76,9 @@ func ProcessedLogits(logits []float32, p Processors) ([]float32, error) {
 		if check != nil {
 			return nil, check
 		}
+	}
+	if p.Bitmask != nil && len(p.Bitmask) != BitmaskWords(v) {
+		return nil, fmt.Errorf("statistical: bitmask of %d words for %d logits, want %d", len(p.Bitmask), v, BitmaskWords(v))
 	}
 	if p.Counts == nil && p.Prompt != nil {
 		p.Counts = PromptCounts(v, p.Prompt)
@@ -119,7 +126,31 @@ func ProcessedLogits(logits []float32, p Processors) ([]float32, error) {
 	for _, t := range p.Banned {
 		x[t] = neg
 	}
+	if p.Bitmask != nil {
+		for i := range x {
+			if !BitmaskAllows(p.Bitmask, i) {
+				x[i] = neg
+			}
+		}
+	}
 	return x, nil
+}
+
+// BitmaskWords is the length of a token bitmask row for a vocabulary: ceil(vocab/32).
+func BitmaskWords(vocab int) int { return (vocab + 31) / 32 }
+
+// BitmaskAllows reports whether a bitmask row allows token t: bit t%32 (least
+// significant first) of word t/32.
+func BitmaskAllows(mask []int32, t int) bool { return uint32(mask[t/32])>>(t%32)&1 != 0 }
+
+// BitmaskOf returns the bitmask row of vocab tokens that allows exactly the listed ones
+// (which must lie in [0, vocab)).
+func BitmaskOf(vocab int, allowed []int32) []int32 {
+	m := make([]int32, BitmaskWords(vocab))
+	for _, t := range allowed {
+		m[t/32] |= int32(uint32(1) << (t % 32))
+	}
+	return m
 }
 
 // PromptCounts returns the counts of a freshly tracked row: PromptBit on every prompt

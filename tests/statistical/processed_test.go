@@ -38,6 +38,15 @@ func TestProcessedLogits(t *testing.T) {
 			[]float32{-4}},
 		{"penalties then mask", []float32{1, 2}, Processors{Counts: []uint32{1, 1}, Frequency: -5, Banned: []int32{0}},
 			[]float32{neg, 7}},
+		// Bit j%32 of word j/32, least significant first.
+		{"bitmask", []float32{1, -2, 3, 0}, Processors{Bitmask: []int32{0b1010}}, []float32{neg, -2, neg, 0}},
+		{"bitmask ANDed with allowed and banned", []float32{1, -2, 3, 0, 5},
+			Processors{Bitmask: []int32{0b11101}, Allowed: []int32{0, 1, 2, 3}, Banned: []int32{3}},
+			[]float32{1, neg, 3, neg, neg}},
+		{"bits past the vocabulary ignored", []float32{1, -2, 3}, Processors{Bitmask: []int32{-1 &^ 0b10}},
+			[]float32{1, neg, 3}},
+		{"bitmask after the penalties", []float32{1, 2}, Processors{Counts: []uint32{1, 1}, Frequency: -5, Bitmask: []int32{0b10}},
+			[]float32{neg, 7}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,6 +76,8 @@ func TestProcessedLogitsRejects(t *testing.T) {
 		{"negative repetition", Processors{Repetition: -1}, "penalties"},
 		{"NaN frequency", Processors{Frequency: nan}, "penalties"},
 		{"infinite presence", Processors{Presence: inf}, "penalties"},
+		{"bitmask of another vocabulary", Processors{Bitmask: []int32{0, 0}}, "bitmask"},
+		{"no bitmask words", Processors{Bitmask: []int32{}}, "bitmask"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,6 +86,24 @@ func TestProcessedLogitsRejects(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
+}
+
+func TestBitmaskOf(t *testing.T) {
+	tokens := []int32{0, 5, 31, 32, 63, 64, 69}
+	m := BitmaskOf(70, tokens)
+	require.Len(t, m, 3)
+	assert.Equal(t, []int32{int32(-1<<31 | 1<<5 | 1), int32(-1<<31 | 1), 1<<5 | 1}, m)
+	var got []int32
+	for i := range 70 {
+		if BitmaskAllows(m, i) {
+			got = append(got, int32(i))
+		}
+	}
+	assert.Equal(t, tokens, got)
+	assert.Equal(t, 1, BitmaskWords(1))
+	assert.Equal(t, 1, BitmaskWords(32))
+	assert.Equal(t, 2, BitmaskWords(33))
+	assert.Equal(t, 4748, BitmaskWords(LargeVocab))
 }
 
 func TestLogSoftmax(t *testing.T) {

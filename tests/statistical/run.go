@@ -179,7 +179,8 @@ func NewSamplerDrawer(dev runtime.Device, c *Case) (*SamplerDrawer, error) {
 }
 
 // attachProcessors gives logits row r of s the static processors of p: bias, allowed and
-// banned tokens. Token tracking is (re)started before every draw (see retrack).
+// banned tokens. Token tracking is (re)started before every draw (see retrack); the
+// bitmask goes with every draw's Params (see Case.Params).
 func attachProcessors(s *sampler.Sampler, r, vocab int, p *Processors) error {
 	if p.BiasTokens != nil {
 		if err := s.SetLogitBias(r, vocab, p.BiasTokens, p.BiasValues); err != nil {

@@ -4,7 +4,7 @@
 //
 // Usage: emu_driver JOB RESULT, or emu_driver --units UNITS RESULT (see units below).
 //
-// JOB (little-endian): u32 magic "GBE3", u32 count, then per launch:
+// JOB (little-endian): u32 magic "GBE4", u32 count, then per launch:
 //   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn, 3 the filtered route: filter_max
 //   with grid (grid_x, grid_y, 1), then filtered with grid (grid_x, grid_y, grid_z), on the
 //   same buffers), u32 dtype (0 f32, 1 f16, 2 bf16), u32 grid_x, u32 grid_y, u32 grid_z,
@@ -13,7 +13,9 @@
 //   u32 filter_min_cands (GB_FILTER_LIST and GB_FILTER_MIN_CANDS for this launch: see
 //   shadow/abi.h), u64 logits_bytes, logits, params (grid_y * 64), u32 aux (elements of
 //   bias and counts: 0, or slots * vocab), f32 bias[aux], u32 counts[aux], u32 mask_words,
-//   u32 mask[mask_words], u32 logprobs (1: a logprobs buffer, 0: none).
+//   u32 mask[mask_words], u32 bitmask_words, u32 bitmask[bitmask_words] (the token
+//   bitmasks, ceil(vocab / 32) words per mask row: kernel argument 12), u32 logprobs (1: a
+//   logprobs buffer, 0: none).
 // The scratch sizes come from the job (package abi's formulas, on the Go side): partials
 // and counters hold exactly that many words, so that a kernel that reaches past them
 // ends the process. A buffer of no elements is passed as an 8-byte one, as ABI.md allows
@@ -90,7 +92,7 @@ bool gb_filter_finish_list(A&&... a) {
 
 namespace {
 
-constexpr std::uint32_t kMagic = 0x33454247u; // "GBE3"
+constexpr std::uint32_t kMagic = 0x34454247u; // "GBE4"
 constexpr std::int32_t kUntouched = -7;
 
 // guarded is memory of n bytes that ends slack bytes before an inaccessible page and
@@ -150,10 +152,10 @@ struct reader {
 
 template <typename T>
 using sample_fn = void (*)(const T*, gb_row_params*, gb_i32*, gb_i32*, gb_u64*, gb_u32*, gb_u64, gb_u32, float*,
-                           const float*, gb_u32*, const gb_u32*);
+                           const float*, gb_u32*, const gb_u32*, const gb_u32*);
 template <typename T>
 using topn_fn = void (*)(const T*, const gb_row_params*, gb_i32*, float*, gb_u64*, gb_u32*, gb_u64, gb_u32, float*,
-                         const float*, const gb_u32*, const gb_u32*);
+                         const float*, const gb_u32*, const gb_u32*, const gb_u32*);
 
 // copy_in fills a guarded buffer of n elements of T (at least 8 bytes) from the job.
 template <typename T>
@@ -266,6 +268,8 @@ int main(int argc, char** argv) {
         auto counts = copy_in<gb_u32>(r, aux);
         const std::uint32_t mask_words = r.get<std::uint32_t>();
         auto mask = copy_in<gb_u32>(r, mask_words);
+        const std::uint32_t bitmask_words = r.get<std::uint32_t>();
+        auto bitmask = copy_in<gb_u32>(r, bitmask_words);
         const bool want_lp = r.get<std::uint32_t>() != 0;
 
         const std::size_t outs = topn ? std::size_t{slots} * GB_MAX_TOPN : std::size_t{slots} * grid_z;
@@ -296,41 +300,42 @@ int main(int argc, char** argv) {
         const float* bs = bias->as<const float>();
         gb_u32* cs = counts->as<gb_u32>();
         const gb_u32* mk = mask->as<const gb_u32>();
+        const gb_u32* bm = bitmask->as<const gb_u32>();
         const int w = static_cast<int>(warp);
         if (topn) {
             float* values = reinterpret_cast<float*>(st);
             if (dtype == 0) {
                 gb_emu::launch(topn_fn<float>(topn_f32), grid, block, w, logits.as<const float>(), prm, tok, values,
-                               part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
+                               part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm);
             } else {
                 const topn_fn<gb_u16> fns[2] = {topn_f16, topn_bf16};
                 gb_emu::launch(fns[dtype - 1], grid, block, w, logits.as<const gb_u16>(), prm, tok, values, part, cnt,
-                               static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
+                               static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm);
             }
         } else if (filtered) {
             gb_emu_filter::path.assign(std::size_t{grid_y} * grid_z, 0u);
             const gb_emu::dim3 grid1{grid_x, grid_y, 1};
             if (dtype == 0) {
                 gb_emu::launch(sample_fn<float>(filter_max_f32), grid1, block, w, logits.as<const float>(), prm, tok,
-                               st, part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
+                               st, part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm);
                 gb_emu::launch(sample_fn<float>(filtered_f32), grid, block, w, logits.as<const float>(), prm, tok, st,
-                               part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
+                               part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm);
             } else {
                 const sample_fn<gb_u16> fns[2][2] = {{filter_max_f16, filtered_f16}, {filter_max_bf16, filtered_bf16}};
                 for (int k = 0; k < 2; ++k) {
                     gb_emu::launch(fns[dtype - 1][k], k == 0 ? grid1 : grid, block, w, logits.as<const gb_u16>(), prm,
-                                   tok, st, part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
+                                   tok, st, part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm);
                 }
             }
         } else if (dtype == 0) {
             const sample_fn<float> fns[2] = {gumbel_argmax_f32, categorical_f32};
             gb_emu::launch(fns[kernel], grid, block, w, logits.as<const float>(), prm, tok, st, part, cnt,
-                           static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
+                           static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm);
         } else {
             const sample_fn<gb_u16> fns[2][2] = {{gumbel_argmax_f16, categorical_f16},
                                                  {gumbel_argmax_bf16, categorical_bf16}};
             gb_emu::launch(fns[dtype - 1][kernel], grid, block, w, logits.as<const gb_u16>(), prm, tok, st, part, cnt,
-                           static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk);
+                           static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm);
         }
         if (std::getenv("GB_EMU_TRACE") != nullptr) {
             std::fprintf(stderr, "launch %u: kernel %u dtype %u grid %ux%ux%u block %u vocab %u\n", i, kernel, dtype,

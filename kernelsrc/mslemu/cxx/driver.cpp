@@ -1,17 +1,17 @@
 // driver.cpp runs the emulated MSL kernels on cases read from a file and writes what
 // they produced, for mslemu_test.go.
 //
-// Input (little-endian): "MSLEMU03", u32 case count, then per case
+// Input (little-endian): "MSLEMU04", u32 case count, then per case
 //   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn, 3 filtered: filter_max over an
 //   (S, n, 1) grid, then filtered over (S, n, D), on the same buffers), u32 dtype (0 f32,
 //   1 f16, 2 bf16), u32 T, u32 S (threadgroups per row), u32 n (launch rows), u32 D
 //   (draws, grid.z), u32 vocab, u64 row_stride, u32 rows (logits rows: outputs are per
 //   row), u32 max_groups, u32 yield_percent, u32 simd_width (0 means 32), u64 seed,
 //   u64 partials words (uint64), u64 counters words (uint32), u64 logits byte count and
-//   the logits, n RowParams of 64 bytes, then the bias, counts and mask buffers, each as
-//   a u64 byte count and the bytes (0 bytes: an 8-byte buffer of poison, which a kernel
-//   must not touch).
-// Output: "MSLEMU03", then per case, with slots = rows * D (topn: rows * 20):
+//   the logits, n RowParams of 64 bytes, then the bias, counts, mask and bitmask buffers,
+//   each as a u64 byte count and the bytes (0 bytes: an 8-byte buffer of poison, which a
+//   kernel must not touch).
+// Output: "MSLEMU04", then per case, with slots = rows * D (topn: rows * 20):
 //   int32 tokens[slots], int32 status[slots] (topn: float32 values[slots]),
 //   float32 logprobs[4 * rows * D] (none for topn), the counts buffer after the launch,
 //   the n RowParams after the launch, and a u32 count of counter words left non-zero.
@@ -43,50 +43,50 @@ struct gb_row_params;
 // The kernels of the Metal edition (kernelsrc/metal/sampling.metal), as the emulator
 // compiles them.
 void gumbel_argmax_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
-    uint, uint);
-void gumbel_argmax_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
-    uint, uint);
-void gumbel_argmax_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
-    uint, uint);
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
+void gumbel_argmax_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*,
+    metal::atomic_uint*, const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3,
+    uint, uint3, uint, uint, uint, uint);
+void gumbel_argmax_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*,
+    metal::atomic_uint*, const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3,
+    uint, uint3, uint, uint, uint, uint);
 void categorical_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
-    uint, uint);
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
 void categorical_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
-    uint, uint);
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
 void categorical_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
-    uint, uint);
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
 void filter_max_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
-    uint, uint);
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
 void filter_max_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
-    uint, uint);
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
 void filter_max_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
-    uint, uint);
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
 void filtered_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
-    uint, uint);
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
 void filtered_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
-    uint, uint);
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
 void filtered_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, uint3, uint3, uint, uint3, uint, uint,
-    uint, uint);
-void topn_f32(const float*, const gb_row_params*, int*, float*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, const float*, const uint*, const uint*, uint3, uint3, uint, uint3, uint, uint, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
+void topn_f32(const float*, const gb_row_params*, int*, float*, metal::atomic_uint*, metal::atomic_uint*, const ulong&,
+    const uint&, const float*, const uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint, uint, uint,
     uint);
-void topn_f16(const ushort*, const gb_row_params*, int*, float*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, const float*, const uint*, const uint*, uint3, uint3, uint, uint3, uint, uint, uint,
+void topn_f16(const ushort*, const gb_row_params*, int*, float*, metal::atomic_uint*, metal::atomic_uint*, const ulong&,
+    const uint&, const float*, const uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint, uint, uint,
     uint);
 void topn_bf16(const ushort*, const gb_row_params*, int*, float*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, const float*, const uint*, const uint*, uint3, uint3, uint, uint3, uint, uint, uint,
-    uint);
+    const ulong&, const uint&, const float*, const uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
 
 namespace mslemu_probe {
 float exponential(uint w, uint tail);
@@ -170,16 +170,17 @@ struct Launch {
     const float* bias;
     uint* counts;
     const uint* mask;
+    const uint* bitmask;
 };
 
 #define SAMPLING_CALL(fn, T)                                                                                       \
     fn(static_cast<const T*>(l->logits), l->params, static_cast<metal::atomic_int*>(l->tokens),                  \
        static_cast<int*>(l->status), l->partials, l->counters, l->rowStride, l->vocab, l->logprobs, l->bias,      \
-       l->counts, l->mask, group, groups, id.tid, size, id.lane, id.sg, id.width, id.nsg)
+       l->counts, l->mask, l->bitmask, group, groups, id.tid, size, id.lane, id.sg, id.width, id.nsg)
 #define TOPN_CALL(fn, T)                                                                                           \
     fn(static_cast<const T*>(l->logits), l->params, static_cast<int*>(l->tokens), static_cast<float*>(l->status), \
-       l->partials, l->counters, l->rowStride, l->vocab, l->bias, l->counts, l->mask, group, groups, id.tid, size, \
-       id.lane, id.sg, id.width, id.nsg)
+       l->partials, l->counters, l->rowStride, l->vocab, l->bias, l->counts, l->mask, l->bitmask, group, groups,    \
+       id.tid, size, id.lane, id.sg, id.width, id.nsg)
 
 void thunk(void* ctx, const mslemu::ThreadIds& id) {
     const Launch* l = static_cast<const Launch*>(ctx);
@@ -388,10 +389,10 @@ int main(int argc, char** argv) {
         }
         return 0;
     }
-    if (std::memcmp(magic, "MSLEMU03", 8) != 0) {
+    if (std::memcmp(magic, "MSLEMU04", 8) != 0) {
         die("bad magic");
     }
-    std::fwrite("MSLEMU03", 1, 8, out);
+    std::fwrite("MSLEMU04", 1, 8, out);
     uint32_t cases = r.get<uint32_t>();
     for (uint32_t c = 0; c < cases; ++c) {
         uint32_t which = r.get<uint32_t>();
@@ -418,10 +419,10 @@ int main(int argc, char** argv) {
         r.bytes(logits.data, logitBytes);
         Guarded params(size_t(n) * 64, 0);
         r.bytes(params.data, size_t(n) * 64);
-        // bias, counts, mask: an absent one is 8 bytes of poison.
+        // bias, counts, mask, bitmask: an absent one is 8 bytes of poison.
         std::vector<Guarded*> extra;
-        uint64_t extraBytes[3];
-        for (int i = 0; i < 3; ++i) {
+        uint64_t extraBytes[4];
+        for (int i = 0; i < 4; ++i) {
             uint64_t bytes = r.get<uint64_t>();
             extraBytes[i] = bytes;
             Guarded* g = new Guarded(bytes == 0 ? 8 : bytes, 0xA5);
@@ -462,6 +463,7 @@ int main(int argc, char** argv) {
         l.bias = reinterpret_cast<const float*>(extra[0]->data);
         l.counts = reinterpret_cast<uint*>(extra[1]->data);
         l.mask = reinterpret_cast<const uint*>(extra[2]->data);
+        l.bitmask = reinterpret_cast<const uint*>(extra[3]->data);
 
         mslemu::Dispatch d;
         d.grid[0] = which == kCategorical ? 1 : S;
