@@ -26,10 +26,14 @@ const (
 	// GumbelBatch is the graph-capturable path: Batch.Launch with the row parameters
 	// on the device and each row's step advanced there.
 	GumbelBatch Route = "gumbel-batch-launch"
+	// Score scores a given token per row (Sampler.Score: its raw and processed
+	// log-probabilities and its rank) at temperature 0.8, nothing drawn: set it against
+	// greedy, the other one-pass route without noise.
+	Score Route = "score"
 )
 
 // FeatureRoutes lists the plain Gumbel step followed by every serving feature.
-var FeatureRoutes = []Route{GumbelSplit, GumbelLogprobs, GumbelTop20, GumbelPenalties, GumbelBiasMask, GumbelDraws4, GumbelDistinct4, GumbelBatch}
+var FeatureRoutes = []Route{GumbelSplit, GumbelLogprobs, GumbelTop20, GumbelPenalties, GumbelBiasMask, GumbelDraws4, GumbelDistinct4, GumbelBatch, Score}
 
 // FeatureMatrix is the serving-feature issue's matrix: each feature against the plain
 // Gumbel step at the vocabulary of the log-probability target.
@@ -103,6 +107,21 @@ func featureCall(s *sampler.Sampler, r Route, lg sampler.Logits, ps []sampler.Pa
 		return func() error { return s.SampleN(lg, ps, 4, res) }
 	case GumbelDistinct4:
 		return func() error { return s.SampleDistinct(lg, ps, 4, res) }
+	case Score:
+		tokens := make([]int32, len(ps))
+		for i := range tokens {
+			tokens[i] = int32((i*7919 + 13) % lg.Vocab)
+		}
+		var scores sampler.Scores
+		return func() error {
+			if err := s.Score(lg, ps, tokens, &scores); err != nil {
+				return err
+			}
+			// The measurement reads tokens and errors from res: the ranks stand in.
+			res.Tokens = append(res.Tokens[:0], scores.Ranks...)
+			res.Errs = append(res.Errs[:0], scores.Errs...)
+			return nil
+		}
 	}
 	return func() error { return s.Sample(lg, ps, res) }
 }

@@ -59,9 +59,12 @@
 #define GB_ROW_PARAMS_SIZE 64 // The bytes of one RowParams record: 16 little-endian 32-bit words.
 #define GB_STEP_OFFSET 16 // The byte offset of the Step field, which FlagAdvance rewrites on the device.
 
-// FlagsOffset and BitmaskRowOffset are the byte offsets of the Flags and BitmaskRow fields, which a Batch rewrites alone when a row's bitmask row changes.
-#define GB_FLAGS_OFFSET 36 // 
-#define GB_BITMASK_ROW_OFFSET 56 // 
+// Fields a Batch rewrites alone when a row's bitmask row changes.
+#define GB_FLAGS_OFFSET 36 // The byte offset of the Flags field.
+#define GB_BITMASK_ROW_OFFSET 56 // The byte offset of the BitmaskRow field.
+
+#define GB_TOKEN_OFFSET 60 // The byte offset of the Token field.
+#define GB_SCORE_STRIDE 3 // The partials words of one score block: its raw and processed log-sum-exp pairs, then the count of its logits at or above the token's.
 
 // RowParams (package abi): one launch row's parameters, 64-bit fields as two words, low
 // half first.
@@ -79,5 +82,5 @@ struct gb_row_params {
     float presence_penalty; // Subtracted from every token drawn at least once (FlagPenalties).
     unsigned int topn; // The n of the topn kernels, 1 to MaxTopN.
     unsigned int bitmask_row; // The row of the bitmask argument the row applies (FlagBitmask).
-    unsigned int reserved; // Reserved words are zero.
+    unsigned int token; // The token the score kernel scores, in [0, V).
 };

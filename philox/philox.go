@@ -17,8 +17,9 @@
 //   - Purposes (the fourth counter word) separate independent uses:
 //     [PurposeGumbel] for the main noise word of every element, [PurposeGumbelTail] for
 //     the tail-extension word, [PurposeCategorical] for the categorical draw (element
-//     index 0 and 1 give the two words of its 64-bit uniform), and reserved values for
-//     later uses. Changing any of this changes sampled streams for equal seeds, so it
+//     index 0 and 1 give the two words of its 64-bit uniform), [PurposeSpeculative] for
+//     the acceptance uniform of a draft token at its decode position (same layout), and
+//     reserved values for later uses. Changing any of this changes sampled streams for equal seeds, so it
 //     bumps [ContractVersion] and is noted in the CHANGELOG.
 //   - A row's seed is its own (a nonzero seed, or seed 0 asked for explicitly). A row
 //     without one gets [RowSeed](sampler seed, request id): SplitMix64 mixing, never
@@ -67,7 +68,8 @@ const (
 	PurposeCategorical Purpose = 3
 	// PurposeXTC is reserved for the exclude-top-choices coin.
 	PurposeXTC Purpose = 4
-	// PurposeSpeculative is reserved for speculative-decoding acceptance.
+	// PurposeSpeculative gives the acceptance uniform of a speculative draft token at a
+	// decode position ([SpeculativeUniform]).
 	PurposeSpeculative Purpose = 5
 )
 
@@ -171,6 +173,15 @@ func SplitMix64(x uint64) uint64 {
 	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
 	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
 	return x ^ (x >> 31)
+}
+
+// SpeculativeUniform returns the uniform in [0, 1) that decides whether the draft token
+// at decode position step is accepted (Sampler.VerifyChain): the top 53 bits of words 0
+// (low half) and 1 (high half) of the PurposeSpeculative block at index 0. It depends on
+// the request's seed and the position only, never on the batch.
+func SpeculativeUniform(seed, step uint64) float64 {
+	b := Block(Counter(0, step, PurposeSpeculative), Key(seed))
+	return float64((uint64(b[1])<<32|uint64(b[0]))>>11) * 0x1p-53
 }
 
 // CategoricalUniform64 returns the 64-bit uniform of the categorical draw of one row:

@@ -204,3 +204,80 @@ func ExampleBatch() {
 	// launch 1: [4 0]
 	// launch 2: [4 1]
 }
+
+// Scoring: the log-probabilities and rank of given tokens (a prompt's, an evaluation's,
+// a rollout's), one pass per row, nothing drawn. Processed log-probabilities follow the
+// row's temperature (and processors and bitmask, when it has them); raw ones do not.
+func ExampleSampler_Score() {
+	dev, s := newCPUSampler()
+	defer dev.Close()
+	defer s.Close()
+
+	const vocab = 4
+	logits := []float32{
+		2, 1, 0, -1, // token 0 is the most likely
+		0, 0, 3, 0, // token 1 is tied with two others, below token 2
+	}
+	buf, err := dev.Alloc(4 * len(logits))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer buf.Free()
+	if err := dev.DefaultStream().CopyToDevice(buf, 0, runtime.BytesOf(logits)); err != nil {
+		log.Fatal(err)
+	}
+	params := []sampler.Params{{Temperature: 1}, {Temperature: 0.5}}
+	var res sampler.Scores
+	if err := s.Score(sampler.Logits{Data: buf, DType: sampler.Float32, Rows: 2, Vocab: vocab}, params, []int32{0, 1}, &res); err != nil {
+		log.Fatal(err)
+	}
+	for i, lp := range res.Logprobs {
+		fmt.Printf("row %d: raw %.3f, processed %.3f, rank %d\n", i, lp.Raw, lp.Processed, res.Ranks[i])
+	}
+	// Output:
+	// row 0: raw -0.440, processed -0.440, rank 1
+	// row 1: raw -3.139, processed -6.007, rank 4
+}
+
+// Speculative decoding: an n-gram drafter proposed two tokens; the target model's
+// logits at the three positions decide how many are kept. A greedy request keeps
+// exactly the drafts greedy decoding would have produced, then adds the target's own
+// token; a sampled request keeps each draft with the target's probability of it.
+func ExampleSampler_VerifyChain() {
+	dev, s := newCPUSampler()
+	defer dev.Close()
+	defer s.Close()
+
+	const vocab = 5
+	logits := []float32{
+		// request 0, positions 0 to 2
+		0, 4, 0, 0, 0, // arg-max 1: the draft 1 is kept
+		0, 0, 0, 4, 0, // arg-max 3: the draft 2 is not
+		0, 0, 0, 0, 4,
+		// request 1, positions 0 to 2: the target is sure of each draft
+		30, 0, 0, 0, 0,
+		0, 30, 0, 0, 0,
+		0, 0, 30, 0, 0,
+	}
+	buf, err := dev.Alloc(4 * len(logits))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer buf.Free()
+	if err := dev.DefaultStream().CopyToDevice(buf, 0, runtime.BytesOf(logits)); err != nil {
+		log.Fatal(err)
+	}
+	lg := sampler.Logits{Data: buf, DType: sampler.Float32, Rows: 6, Vocab: vocab}
+	params := []sampler.Params{{Temperature: 0}, {Temperature: 0.8, Seed: 7, Step: 100}}
+	drafts := []sampler.Draft{{Tokens: []int32{1, 2}, Row: 0}, {Tokens: []int32{0, 1}, Row: 3}}
+	var res sampler.Verified
+	if err := s.VerifyChain(lg, params, drafts, &res); err != nil {
+		log.Fatal(err)
+	}
+	for b := range drafts {
+		fmt.Printf("request %d: %d accepted, emits %v\n", b, res.Accepted[b], res.Tokens[b])
+	}
+	// Output:
+	// request 0: 1 accepted, emits [1 3]
+	// request 1: 2 accepted, emits [0 1 2]
+}

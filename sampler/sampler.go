@@ -23,6 +23,7 @@ const (
 	kernelTopN
 	kernelFilterMax
 	kernelFiltered
+	kernelScore
 	numKernels
 )
 
@@ -30,7 +31,7 @@ const numDTypes = len(abi.DTypes)
 
 // kernelFamilies are the ABI's kernel families of the slots.
 var kernelFamilies = [numKernels]string{kernelGumbel: abi.GumbelArgmax, kernelCategorical: abi.Categorical,
-	kernelTopN: abi.TopN, kernelFilterMax: abi.FilterMax, kernelFiltered: abi.Filtered}
+	kernelTopN: abi.TopN, kernelFilterMax: abi.FilterMax, kernelFiltered: abi.Filtered, kernelScore: abi.Score}
 
 // launchKernel is a kernel with the block width it is launched with.
 type launchKernel struct {
@@ -52,10 +53,12 @@ type Sampler struct {
 	// topnErr says why the module has no topn kernels (an edition without them);
 	// calls that need them report it.
 	topnErr error
-	set     Settings
-	args    runtime.Args
-	scratch scratch
-	procs   processors
+	// scoreErr says why the module has no score kernels; Score reports it.
+	scoreErr error
+	set      Settings
+	args     runtime.Args
+	scratch  scratch
+	procs    processors
 	// dirty is set when a call failed after queuing work: the next call waits for
 	// the stream and zeroes the counters, which a half-done launch may have left set.
 	dirty bool
@@ -67,6 +70,11 @@ type Sampler struct {
 	unnamedRows uint64
 	// maskRows holds each row's bitmask row during a call (-1: none).
 	maskRows []int
+	// VerifyChain's reused state: each logits row's request, each request's seed, the
+	// host masks of a round.
+	verifyOwner []int
+	verifySeeds []uint64
+	verifyMasks [][]int32
 }
 
 // New loads the sampling kernels on dev and resolves the options.
@@ -114,9 +122,15 @@ func New(dev runtime.Device, opts Options) (*Sampler, error) {
 		for k, family := range kernelFamilies {
 			name := abi.KernelName(family, dt)
 			kern, err := module.Kernel(name)
-			if err != nil && k == kernelTopN && errors.Is(err, runtime.ErrNoKernel) {
-				// Sampling works without topn; only the calls that need it fail.
-				s.topnErr = fmt.Errorf("gumbel/sampler: kernel %s: %w", name, err)
+			if err != nil && (k == kernelTopN || k == kernelScore) && errors.Is(err, runtime.ErrNoKernel) {
+				// Sampling works without topn and score; only the calls that need them
+				// fail.
+				missing := fmt.Errorf("gumbel/sampler: kernel %s: %w", name, err)
+				if k == kernelTopN {
+					s.topnErr = missing
+				} else {
+					s.scoreErr = missing
+				}
 				continue
 			}
 			if err == nil {
@@ -198,11 +212,12 @@ const (
 	groupFiltered
 	groupDistinct
 	groupTop
+	groupScore
 	numGroups
 )
 
 // kernelOfGroup is the kernel each launch group runs.
-var kernelOfGroup = [numGroups]int{kernelGumbel, kernelCategorical, kernelFiltered, kernelTopN, kernelTopN}
+var kernelOfGroup = [numGroups]int{kernelGumbel, kernelCategorical, kernelFiltered, kernelTopN, kernelTopN, kernelScore}
 
 // plan is what a call launched: enough to queue the same launches again (Relaunch).
 type plan struct {
@@ -414,6 +429,34 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 	return nil
 }
 
+// runPlan uploads a plan's row parameters (host, in group order), queues its launches
+// and the copies of their outputs, and waits: the work of a call after its checks, for
+// calls that build their own plans (Score, VerifyChain). It returns the host mirror of
+// the outputs and makes the plan the one Relaunch repeats.
+func (s *Sampler) runPlan(pl *plan, host []byte, wantLogprobs bool) ([]byte, error) {
+	results, err := s.scratch.resultsHost.bytes(s.dev, pl.out.size())
+	if err != nil {
+		return nil, err
+	}
+	s.dirty, s.last.ok = true, false
+	if err := s.stream.CopyToDevice(s.scratch.params.buf, 0, host); err != nil {
+		return nil, fmt.Errorf("gumbel/sampler: uploading row parameters: %w", err)
+	}
+	if err := s.queue(pl); err != nil {
+		return nil, err
+	}
+	if err := s.copyBack(results, pl, wantLogprobs); err != nil {
+		return nil, err
+	}
+	if err := s.stream.Synchronize(); err != nil {
+		return nil, fmt.Errorf("gumbel/sampler: waiting for the kernels: %w", err)
+	}
+	s.dirty = false
+	pl.ok = true
+	s.last = *pl
+	return results, nil
+}
+
 // copyBack queues the copies of the outputs a plan's groups wrote into results, the
 // host mirror of the results scratch.
 func (s *Sampler) copyBack(results []byte, pl *plan, wantLogprobs bool) error {
@@ -422,7 +465,7 @@ func (s *Sampler) copyBack(results []byte, pl *plan, wantLogprobs bool) error {
 		on        bool
 		off, size int
 	}
-	mainRows := pl.groups[groupGumbel] + pl.groups[groupCategorical] + pl.groups[groupFiltered]
+	mainRows := pl.groups[groupGumbel] + pl.groups[groupCategorical] + pl.groups[groupFiltered] + pl.groups[groupScore]
 	for _, r := range [...]region{
 		{mainRows > 0, out.tokens(), 8 * out.slots()},
 		{mainRows > 0 && wantLogprobs, out.logprobs(), 16 * out.slots()},
@@ -624,6 +667,8 @@ func (s *Sampler) launchGroup(pl *plan, g, first, n int) error {
 		out0, out1, records, draws = out.topTokens(), out.topValues(), -1, 1
 	case groupDistinct:
 		out0, out1, records, draws = out.distinctTokens(), out.distinctValues(), -1, 1
+	case groupScore:
+		draws = 1
 	}
 	return s.launchRows(pl, lk, first, n, split, draws, out0, out1, records)
 }
@@ -702,15 +747,14 @@ func (s *Sampler) decode(results []byte, out outLayout, params []Params, mode dr
 			continue
 		}
 		if p.TopLogprobs > 0 {
-			s.decodeTop(results, out, i, p.TopLogprobs, vocab, res)
+			decodeTop(results, out, i, p.TopLogprobs, vocab, &res.Top[i])
 		}
 	}
 }
 
-// decodeTop fills res.Top[i] from row i's plain topn list.
-func (s *Sampler) decodeTop(results []byte, out outLayout, i, n, vocab int, res *Result) {
+// decodeTop fills top from row i's plain topn list.
+func decodeTop(results []byte, out outLayout, i, n, vocab int, top *TopLogprobs) {
 	le := binary.LittleEndian
-	top := &res.Top[i]
 	top.Count = 0
 	for j := range n {
 		off := 4 * (i*MaxTopLogprobs + j)

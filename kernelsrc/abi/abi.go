@@ -26,6 +26,9 @@ const (
 	// Filtered is the filtered route: top-k, top-p and min-p with a Gumbel-max draw over
 	// the kept set, S blocks per row.
 	Filtered = "filtered"
+	// Score is scoring: the raw and processed log-probabilities and the raw rank of a
+	// given token per row, S blocks per row, nothing drawn.
+	Score = "score"
 )
 
 // DType is the element type of the logits, the kernel's name suffix and its template

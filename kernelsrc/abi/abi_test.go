@@ -14,7 +14,7 @@ import (
 func sampleParams() RowParams {
 	return RowParams{Row: 7, Temperature: 0.7, Seed: 0x0123456789ABCDEF, Step: 1<<40 + 3, TopK: 50, TopP: 0.9,
 		MinP: 0.05, Flags: FlagLogprobs | FlagPenalties, RepetitionPenalty: 1.1, FrequencyPenalty: -0.5,
-		PresencePenalty: 0.25, TopN: 20, BitmaskRow: 5}
+		PresencePenalty: 0.25, TopN: 20, BitmaskRow: 5, Token: 1234}
 }
 
 // TestRowParamsLayout checks Encode against the struct's own layout: the Go struct is

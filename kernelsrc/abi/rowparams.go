@@ -41,8 +41,8 @@ type RowParams struct {
 	TopN uint32
 	// BitmaskRow is the row of the bitmask argument the row applies (FlagBitmask).
 	BitmaskRow uint32
-	// Reserved words are zero.
-	_ [1]uint32
+	// Token is the token the score kernel scores, in [0, V).
+	Token uint32
 }
 
 // Encode writes p into the first RowParamsSize bytes of dst.
@@ -62,7 +62,7 @@ func (p *RowParams) Encode(dst []byte) {
 	le.PutUint32(dst[48:], math.Float32bits(p.PresencePenalty))
 	le.PutUint32(dst[52:], p.TopN)
 	le.PutUint32(dst[56:], p.BitmaskRow)
-	clear(dst[60:])
+	le.PutUint32(dst[60:], p.Token)
 }
 
 // DecodeRowParams reads the record in the first RowParamsSize bytes of src.
@@ -84,6 +84,7 @@ func DecodeRowParams(src []byte) RowParams {
 		PresencePenalty:   f(48),
 		TopN:              le.Uint32(src[52:]),
 		BitmaskRow:        le.Uint32(src[56:]),
+		Token:             le.Uint32(src[60:]),
 	}
 }
 
@@ -91,9 +92,13 @@ func DecodeRowParams(src []byte) RowParams {
 // device.
 const StepOffset = 16
 
-// FlagsOffset and BitmaskRowOffset are the byte offsets of the Flags and BitmaskRow
-// fields, which a Batch rewrites alone when a row's bitmask row changes.
+// Fields a Batch rewrites alone when a row's bitmask row changes.
 const (
-	FlagsOffset      = 36
+	// FlagsOffset is the byte offset of the Flags field.
+	FlagsOffset = 36
+	// BitmaskRowOffset is the byte offset of the BitmaskRow field.
 	BitmaskRowOffset = 56
 )
+
+// TokenOffset is the byte offset of the Token field.
+const TokenOffset = 60

@@ -6,9 +6,9 @@ type Launch struct {
 	Rows, Split, Draws int
 }
 
-// draws is D, at least 1; topn launches count one.
+// draws is D, at least 1; topn and score launches count one.
 func (l Launch) draws(family string) int {
-	if family == TopN || l.Draws < 1 {
+	if family == TopN || family == Score || l.Draws < 1 {
 		return 1
 	}
 	return l.Draws
@@ -21,8 +21,9 @@ func (l Launch) draws(family string) int {
 // 3·n·D·S + p. topn: block p = y·S + x keeps TopNStride words from TopNStride·p.
 // filter_max: block x of launch row y keeps its largest processed key at MaxWord(y, x).
 // filtered: the filter_max words, then FilterStride words per block p = (z·n + y)·S + x
-// from FilterWord(y, z, x, 0): its candidates, then FilterMeta words. categorical uses
-// none.
+// from FilterWord(y, z, x, 0): its candidates, then FilterMeta words. score: block
+// p = y·S + x keeps ScoreStride words from ScoreWord(y, x, 0): its raw and processed
+// log-sum-exp pairs and its count. categorical uses none.
 func (l Launch) PartialsWords(family string) int {
 	s := max(l.Split, 1)
 	switch family {
@@ -34,9 +35,18 @@ func (l Launch) PartialsWords(family string) int {
 		return l.Rows * s
 	case Filtered:
 		return l.Rows*s + l.Rows*l.draws(family)*s*l.FilterStride()
+	case Score:
+		return ScoreStride * l.Rows * s
 	}
 	return 0
 }
+
+// ScoreStride is the partials words of one score block: its raw and processed
+// log-sum-exp pairs, then the count of its logits at or above the token's.
+const ScoreStride = 3
+
+// ScoreWord is word j (0 to ScoreStride-1) of score block x of launch row y.
+func (l Launch) ScoreWord(y, x, j int) int { return ScoreStride*(y*l.Split+x) + j }
 
 // FilterCands is the candidates one block of a filtered launch may publish:
 // FilterList/S, and at least FilterMinCands.
@@ -61,7 +71,7 @@ func (l Launch) FilterWord(y, z, x, j int) int {
 func (l Launch) CountersWords(family string) int {
 	d := l.draws(family)
 	switch family {
-	case TopN:
+	case TopN, Score:
 		return 2 * l.Rows
 	case FilterMax:
 		return 0

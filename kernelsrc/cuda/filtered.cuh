@@ -36,17 +36,6 @@ __device__ __forceinline__ bool gb_filter_owns(gb_u32 flags) {
     return !(flags & GB_FLAG_ROUTED) || ((flags & GB_FLAG_FILTERED) && !(flags & GB_FLAG_CATEGORICAL));
 }
 
-// gb_chunk_of is block x's contiguous part [start, end) of a row of vocab elements split
-// over nblocks: a multiple of 4 elements long, so that a Philox block never straddles two
-// blocks and vector loads stay aligned.
-__device__ __forceinline__ void gb_chunk_of(gb_u32 vocab, gb_u32 nblocks, gb_u32 x, gb_u32& start, gb_u32& end) {
-    gb_u32 per = vocab / nblocks + (vocab % nblocks != 0u ? 1u : 0u);
-    per = (per + 3u) & ~3u;
-    const gb_u64 start64 = (gb_u64)x * per;
-    start = start64 < vocab ? (gb_u32)start64 : vocab;
-    end = start64 + per < vocab ? (gb_u32)(start64 + per) : vocab;
-}
-
 // gb_filter_max is the filter_max kernel: block x of launch row y writes the largest
 // order key of its chunk's processed logits to partials word y * S + x.
 template <int KIND>

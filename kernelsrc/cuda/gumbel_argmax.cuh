@@ -612,13 +612,8 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
         return;
     }
 
-    // This block's chunk: a multiple of 4 elements long, so a Philox block (4 elements)
-    // never straddles two blocks and vector loads stay aligned.
-    gb_u32 per = vocab / nblocks + (vocab % nblocks != 0u ? 1u : 0u);
-    per = (per + 3u) & ~3u;
-    gb_u64 start64 = (gb_u64)blockIdx.x * per;
-    gb_u32 start = start64 < vocab ? (gb_u32)start64 : vocab;
-    gb_u32 end = start64 + per < vocab ? (gb_u32)(start64 + per) : vocab;
+    gb_u32 start, end; // this block's chunk
+    gb_chunk_of(vocab, nblocks, blockIdx.x, start, end);
 
     const typename gb_io<KIND>::elem* row = logits + (gb_u64)p.row * row_stride;
     const bool vec = gb_io<KIND>::vec_ok(row);

@@ -28,6 +28,7 @@
 #include "categorical.cuh"
 #include "topn.cuh"
 #include "filtered.cuh"
+#include "score.cuh"
 
 // Entry points (names and arguments: ABI.md).
 
@@ -113,4 +114,16 @@ extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filtered_f16(GB_ARG
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filtered_bf16(GB_ARGS(gb_u16)) {
     gb_filtered<GB_BF16>(GB_PASS);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) score_f32(GB_ARGS(float)) {
+    gb_score<GB_F32>(GB_PASS);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) score_f16(GB_ARGS(gb_u16)) {
+    gb_score<GB_F16>(GB_PASS);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) score_bf16(GB_ARGS(gb_u16)) {
+    gb_score<GB_BF16>(GB_PASS);
 }

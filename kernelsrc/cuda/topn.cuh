@@ -236,11 +236,8 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
         return;
     }
 
-    gb_u32 per = vocab / nblocks + (vocab % nblocks != 0u ? 1u : 0u);
-    per = (per + 3u) & ~3u;
-    const gb_u64 start64 = (gb_u64)blockIdx.x * per;
-    const gb_u32 start = start64 < vocab ? (gb_u32)start64 : vocab;
-    const gb_u32 end = start64 + per < vocab ? (gb_u32)(start64 + per) : vocab;
+    gb_u32 start, end;
+    gb_chunk_of(vocab, nblocks, blockIdx.x, start, end);
 
     const typename gb_io<KIND>::elem* row = logits + (gb_u64)p.row * row_stride;
     const bool vec = gb_io<KIND>::vec_ok(row);

@@ -12,7 +12,9 @@
 // emulation's fast 2^x is exact, the GPU's is not, and the Go edition sums in float64).
 // The filtered route (filter_max, then filtered, filtered_test.go) is run on both of its
 // paths, which the driver observes without code in the kernel: the draw on the blocks'
-// published candidates and the one-block fallback.
+// published candidates and the one-block fallback. The score kernel (score_test.go) is
+// compared the same way (ranks and statuses bit for bit, records within 1e-5 relative),
+// and the Go edition's ranks, statuses and raw records are checked against the rows.
 //
 // With the gpu build tag, the same workloads (plus full-size vocabularies) run on a real
 // NVIDIA GPU through the CUDA backend (gpu_test.go), and BenchmarkGPUKernelFeatures

@@ -283,3 +283,27 @@ func TestGPUFilteredMatchesGoEdition(t *testing.T) {
 		require.Positive(t, n, "no slot ended with status %d", s)
 	}
 }
+
+// TestGPUScoreMatchesGoEdition runs the score workload (score_test.go) on the GPU, blocks
+// rounded up to the device's warp size, plus full-size launches: V = 32000 and 151936,
+// blocks of 1024 and 256, S from 1 to 132, every dtype, with and without processors. The
+// ranks and statuses are the Go edition's bit for bit, the records within the record
+// tolerance (the GPU's 2^x is approximate).
+func TestGPUScoreMatchesGoEdition(t *testing.T) {
+	dev, mod := openCUDA(t)
+	r := rand.New(rand.NewPCG(20261201, 3))
+	ls := scoreLaunches(r)
+	for dt := range 3 {
+		for i, s := range []int{1, 16, 37, 132} {
+			v := []int{32000, 151936}[r.IntN(2)]
+			ls = append(ls, newScore(r, dt, s, v, []int{1024, 256}[i%2], 32, 9, r.IntN(3) != 0))
+		}
+	}
+	got := make([]outcome, len(ls))
+	for i, l := range ls {
+		got[i] = runDevice(t, dev, mod, l)
+	}
+	cov := checkScore(t, ls, got)
+	t.Logf("%d launches on %s; coverage %v", len(ls), dev.Info().Name, cov)
+	requireScoreCoverage(t, cov)
+}

@@ -27,6 +27,7 @@ const (
 	kernelCategorical = 1
 	kernelTopN        = 2
 	kernelFiltered    = 3 // filter_max, then filtered on the same buffers
+	kernelScore       = 4
 
 	dtF32  = 0
 	dtF16  = 1
@@ -40,7 +41,7 @@ const (
 )
 
 // kernelNames are the kernel families; the filtered route launches filter_max first.
-var kernelNames = [4]string{abi.GumbelArgmax, abi.Categorical, abi.TopN, abi.Filtered}
+var kernelNames = [5]string{abi.GumbelArgmax, abi.Categorical, abi.TopN, abi.Filtered, abi.Score}
 
 type rowParams = abi.RowParams
 
@@ -67,7 +68,7 @@ type launch struct {
 	// bitmask is the token bitmasks of kernel argument 12: ceil(V/32) words per mask row,
 	// as many mask rows as the launch likes (not one per logits row); nil passes 8 bytes.
 	bitmask  []uint32
-	logprobs bool // pass a logprobs buffer
+	logprobs bool // pass a logprobs buffer (score needs one: its records go there)
 	// The filtered route's candidate lists in the emulation (GB_FILTER_LIST and
 	// GB_FILTER_MIN_CANDS, testdata/shadow/abi.h); 0 is the ABI's.
 	filterList, filterMinCands int
@@ -75,7 +76,7 @@ type launch struct {
 
 // outcome is what a launch leaves behind.
 type outcome struct {
-	tokens, status []int32   // topn: status holds the values' bits
+	tokens, status []int32   // topn: status holds the values' bits; score: tokens the ranks
 	logprobs       []float32 // records, when the launch passes a logprobs buffer
 	counters       []uint32
 	counts         []uint32 // the counts buffer afterwards (RECORD)
@@ -102,19 +103,36 @@ func (l *launch) elemSize() int {
 // draws is grid.z.
 func (l *launch) draws() int { return max(l.gridZ, 1) }
 
+// slotDraws is the output slots per logits row of the sampling kernels and score:
+// grid.z, but one for score, which draws nothing whatever the grid.
+func (l *launch) slotDraws() int {
+	if l.kernel == kernelScore {
+		return 1
+	}
+	return l.draws()
+}
+
 // outSlots is the number of token (and status) slots of the launch.
 func (l *launch) outSlots() int {
 	if l.kernel == kernelTopN {
 		return l.slots * maxTopN
 	}
-	return l.slots * l.draws()
+	return l.slots * l.slotDraws()
+}
+
+// shape is the launch's grid as package abi sizes scratch by.
+func (l *launch) shape() abi.Launch {
+	return abi.Launch{Rows: len(l.params), Split: l.gridX, Draws: l.draws()}
 }
 
 // numCounters and numPartials are the scratch sizes of ABI.md.
 func (l *launch) numCounters() int {
 	n := len(l.params)
-	if l.kernel == kernelTopN {
+	switch l.kernel {
+	case kernelTopN:
 		return 2 * n
+	case kernelScore:
+		return l.shape().CountersWords(abi.Score)
 	}
 	return 2*n*l.draws() + n
 }
@@ -125,7 +143,9 @@ func (l *launch) numPartials() int {
 	case kernelTopN:
 		return topnStride * n * l.gridX
 	case kernelFiltered:
-		return abi.Launch{Rows: n, Split: l.gridX, Draws: l.draws()}.PartialsWords(abi.Filtered)
+		return l.shape().PartialsWords(abi.Filtered)
+	case kernelScore:
+		return l.shape().PartialsWords(abi.Score)
 	}
 	return 4 * n * l.draws() * l.gridX
 }
@@ -275,12 +295,12 @@ func matchGo(t *testing.T, ls []*launch, got []outcome) (seen [4]int, kinds map[
 	return matchOutcomes(t, ls, goEdition(t, ls), got)
 }
 
-// matchOutcomes asserts that got matches the Go edition's outcomes wants: tokens and
-// statuses exactly (untouched slots included), log-probability records and topn values
-// within recordTolerance, counts and params (RECORD, ADVANCE) exactly, and zeroed
-// counters; and that the Go edition drew no token its row's mask or bitmask masks
+// matchOutcomes asserts that got matches the Go edition's outcomes wants: tokens (score:
+// ranks) and statuses exactly (untouched slots included), log-probability records and
+// topn values within recordTolerance, counts and params (RECORD, ADVANCE) exactly, and
+// zeroed counters; and that the Go edition drew no token its row's mask or bitmask masks
 // (requireAllowedTokens). It returns the Go edition's output slots by status and its
-// sampled slots by path.
+// sampled slots by path (score: "score").
 func matchOutcomes(t *testing.T, ls []*launch, wants, got []outcome) (seen [4]int, kinds map[string]int) {
 	t.Helper()
 	kinds = map[string]int{}
@@ -290,7 +310,7 @@ func matchOutcomes(t *testing.T, ls []*launch, wants, got []outcome) (seen [4]in
 			matchTopN(t, l, want, got[i], kinds)
 			continue
 		}
-		d := l.draws()
+		d := l.slotDraws()
 		for y, p := range l.params {
 			for z := range d {
 				o := int(p.Row)*d + z
@@ -384,6 +404,9 @@ func matchTopN(t *testing.T, l *launch, want, got outcome, kinds map[string]int)
 
 // rowKind names the path a sampled row took, for the coverage check.
 func rowKind(l *launch, p rowParams) string {
+	if l.kernel == kernelScore {
+		return "score"
+	}
 	if p.Temperature == 0 {
 		return "greedy"
 	}

@@ -11,8 +11,8 @@
 // bounds or panic.
 //
 // The files follow the other editions' split by concern: kernels (the entry points),
-// launch (argument checks), base, reduce, lse, process, draw, gumbel_argmax, categorical
-// and topn.
+// launch (argument checks), base, reduce, lse, process, draw, gumbel_argmax, categorical,
+// topn, filtered and score.
 package gokernel
 
 import (
@@ -22,13 +22,14 @@ import (
 
 // Kernels returns the Go edition: kernel name to function.
 func Kernels() map[string]runtime.GoKernel {
-	m := make(map[string]runtime.GoKernel, 5*len(abi.DTypes))
+	m := make(map[string]runtime.GoKernel, 6*len(abi.DTypes))
 	for _, d := range abi.DTypes {
 		m[abi.KernelName(abi.GumbelArgmax, d)] = gumbelArgmaxKernel(d, true)
 		m[abi.KernelName(abi.Categorical, d)] = categoricalKernel(d)
 		m[abi.KernelName(abi.TopN, d)] = topnKernel(d)
 		m[abi.KernelName(abi.FilterMax, d)] = func(b *runtime.BlockContext) { filterMax(b, d) }
 		m[abi.KernelName(abi.Filtered, d)] = func(b *runtime.BlockContext) { filtered(b, d) }
+		m[abi.KernelName(abi.Score, d)] = func(b *runtime.BlockContext) { score(b, d) }
 	}
 	return m
 }

@@ -55,8 +55,8 @@ func setup(b *runtime.BlockContext, d abi.DType, family string) (l launchRow, ok
 	}
 	l.y, l.x, l.z = b.Block.Y, b.Block.X, b.Block.Z
 	l.shape = abi.Launch{Rows: max(b.Grid.Y, 1), Split: max(b.Grid.X, 1), Draws: max(b.Grid.Z, 1)}
-	if family == abi.TopN {
-		l.shape.Draws = 1 // topn draws nothing: blocks with z > 0 have no work
+	if family == abi.TopN || family == abi.Score {
+		l.shape.Draws = 1 // topn and score draw nothing: blocks with z > 0 have no work
 	}
 	n, s, dr := l.shape.Rows, l.shape.Split, l.shape.Draws
 	if l.y < 0 || l.x < 0 || l.z < 0 || l.y >= n || l.x >= s || l.z >= dr || dr > abi.MaxDraws ||
@@ -69,7 +69,7 @@ func setup(b *runtime.BlockContext, d abi.DType, family string) (l launchRow, ok
 		return l, false, false
 	}
 	l.p = p
-	if family != abi.TopN && p.Flags&abi.FlagRouted != 0 && routedFamily(p.Flags) != family {
+	if family != abi.TopN && family != abi.Score && p.Flags&abi.FlagRouted != 0 && routedFamily(p.Flags) != family {
 		return l, false, false // another kernel's row: leave it entirely alone
 	}
 	l.slot = uint64(p.Row)*uint64(dr) + uint64(l.z)
@@ -96,7 +96,7 @@ func (l *launchRow) bind(a *runtime.Args, d abi.DType, family string) bool {
 	p := &l.p
 	// One past the row's last output slot: sizes are checked for the last draw.
 	lastSlot := uint64(p.Row)*uint64(l.shape.Draws) + uint64(l.shape.Draws)
-	if family != abi.TopN && p.Flags&abi.FlagLogprobs != 0 {
+	if family == abi.Score || family != abi.TopN && p.Flags&abi.FlagLogprobs != 0 {
 		// Looked at first, so that a row found bad for another reason still gets its
 		// NaN records.
 		l.logprobs = f32Words(a.HostBytesArg(int(abi.ArgLogprobs)), abi.RecordWords*lastSlot)
@@ -109,6 +109,9 @@ func (l *launchRow) bind(a *runtime.Args, d abi.DType, family string) bool {
 		return false
 	}
 	if family == abi.TopN && (p.TopN < 1 || p.TopN > abi.MaxTopN) {
+		return false
+	}
+	if family == abi.Score && p.Token >= vocab {
 		return false
 	}
 	l.vocab = int(vocab)
@@ -136,7 +139,7 @@ func (l *launchRow) bindProcessors(a *runtime.Args, family string, lastSlot uint
 		}
 	}
 	penalties := p.Flags&abi.FlagPenalties != 0
-	record := family != abi.TopN && p.Flags&abi.FlagRecord != 0
+	record := family != abi.TopN && family != abi.Score && p.Flags&abi.FlagRecord != 0
 	var counts []uint32
 	if penalties || record {
 		counts = rowSlice(u32Words(a.HostBytesArg(int(abi.ArgCounts)), (r+1)*vocab), r, vocab)
@@ -191,13 +194,16 @@ func (l *launchRow) bindScratch(a *runtime.Args, family string) bool {
 			partials = sh.TopNWord(y, sh.Split-1, abi.TopNStride-1) + 1
 		case abi.Filtered:
 			counters = sh.DrawCounter(y, last) + 2
+		case abi.Score:
+			counters = sh.DrawCounter(y, 0) + 2
+			partials = sh.ScoreWord(y, sh.Split-1, abi.ScoreStride-1) + 1
 		}
 	}
 	if family == abi.Filtered {
 		// Its blocks publish their words even alone (S = 1).
 		partials = sh.FilterWord(y, last, sh.Split-1, sh.FilterStride()-1) + 1
 	}
-	if family != abi.TopN && sh.Draws > 1 && l.p.Flags&(abi.FlagAdvance|abi.FlagRecord) != 0 {
+	if family != abi.TopN && family != abi.Score && sh.Draws > 1 && l.p.Flags&(abi.FlagAdvance|abi.FlagRecord) != 0 {
 		counters = max(counters, sh.RowCounter(y)+1)
 	}
 	if counters > 0 {

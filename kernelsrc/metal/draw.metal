@@ -1,8 +1,8 @@
 // A draw's outputs (token, status and log-probability record of its slot) and the row's
 // end-of-draws work (ABI.md, "Draws, RECORD and ADVANCE"), shared by gumbel_argmax and
-// categorical.
+// categorical (score writes its slot with gb_finish too).
 
-// Arguments 1-12 of gumbel_argmax, categorical and filtered.
+// Arguments 1-12 of gumbel_argmax, categorical, filtered and score.
 struct gb_buffers {
     device gb_row_params* params;
     device atomic_int* tokens;

@@ -20,8 +20,8 @@
 // Launch shape. Threadgroups are 1-D of T threads, T a multiple of the SIMD-group width
 // (32 on every Apple GPU; any power of two from 8 to 64 works) and at most 1024. The
 // grid is (S, n, D) for gumbel_argmax and filtered, (1, n, D) for categorical and (S, n, 1)
-// for topn and filter_max; threadgroup (x, y, z) works on launch row y, draw z (filtered:
-// threadgroup x == 0 only).
+// for topn, filter_max and score; threadgroup (x, y, z) works on launch row y, draw z
+// (filtered: threadgroup x == 0 only).
 //
 // Arguments bind at the index of their ABI position: buffers with setBuffer, row_stride
 // (6) and vocab (7) with setBytes. Every device-side write that another threadgroup of
@@ -45,6 +45,7 @@ using namespace metal;
 #include "categorical.metal"
 #include "topn.metal"
 #include "filtered.metal"
+#include "score.metal"
 
 // ---------------------------------------------------------------------------------------
 // Entry points (ABI.md: buffers 0-5 and 8-12, row_stride at 6, vocab at 7). Threadgroup
@@ -66,7 +67,7 @@ using namespace metal;
 
 #define GB_THREAD_IDS gb_thread_ids{tid, tg_size.x, lane, sg, width, nsg}
 
-// Arguments 1-12 of gumbel_argmax, categorical, filter_max and filtered.
+// Arguments 1-12 of gumbel_argmax, categorical, filter_max, filtered and score.
 #define GB_SAMPLING_ARGS                                         \
     device gb_row_params* params [[buffer(1)]],                  \
     device atomic_int* tokens [[buffer(2)]],                     \
@@ -240,4 +241,31 @@ kernel void filtered_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     gb_categorical_scratch tg = {{hist_lo, hist_hi, sel_bin, sel_above}, scratch_u64, scratch_u32, scratch_lse};
     gb_filtered<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+kernel void score_f32(device const float* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    threadgroup ulong scratch_key[GB_MAX_SIMDGROUPS];
+    threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
+    threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
+    threadgroup uint last[1];
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
+    gb_score<GB_F32>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+kernel void score_f16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    threadgroup ulong scratch_key[GB_MAX_SIMDGROUPS];
+    threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
+    threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
+    threadgroup uint last[1];
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
+    gb_score<GB_F16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+kernel void score_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    threadgroup ulong scratch_key[GB_MAX_SIMDGROUPS];
+    threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
+    threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
+    threadgroup uint last[1];
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
+    gb_score<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }

@@ -188,6 +188,8 @@ func featureCaseName(kernel kernelKind, dtype, T, S, D, vocab, width int) string
 		family = abi.TopN
 	case filtered:
 		family = abi.Filtered
+	case score:
+		family = abi.Score
 	}
 	return fmt.Sprintf("%s%s/T=%d/S=%d/D=%d/V=%d/width=%d", family, abi.Suffixes[dtype], T, S, D, vocab, width)
 }

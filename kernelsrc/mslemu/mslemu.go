@@ -7,8 +7,8 @@
 // cxx/mslemu.cpp runs every GPU thread as a fiber under a seeded random scheduler;
 // cxx/driver.cpp reads launch cases from a file (every kernel, with draws, processors
 // and records; the filtered route as filter_max then filtered on the same buffers), runs
-// them and writes back tokens, status, records, topn outputs, counts and params, and
-// answers probes of the kernels' building blocks (cxx/probes.inc). The
+// them and writes back tokens (score: ranks), status, records, topn outputs, counts and
+// params, and answers probes of the kernels' building blocks (cxx/probes.inc). The
 // tests of this package translate kernelsrc.Metal (Translate), compile it with g++
 // through these files (the binary is cached under $GUMBEL_CACHE_DIR or the user cache
 // folder, keyed by every source and the compiler version) and require the Go edition's

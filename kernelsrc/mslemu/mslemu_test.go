@@ -120,6 +120,9 @@ const (
 	// filtered runs filter_max over an (S, n, 1) grid, then filtered over (S, n, D), on
 	// the same buffers (as the sampler launches the filtered route).
 	filtered kernelKind = 3
+	// score writes one slot per row; a grid deeper than 1 (draws > 1) must leave the
+	// threadgroups past z = 0 idle.
+	score kernelKind = 4
 )
 
 // launchCase is one launch: logits of outRows rows, n launch rows sampling some of them.
@@ -153,8 +156,11 @@ func (c *launchCase) numDraws() int { return max(c.draws, 1) }
 
 // slots is the length of tokens and status (topn: out_tokens and out_values).
 func (c *launchCase) slots() int {
-	if c.kernel == topN {
+	switch c.kernel {
+	case topN:
 		return abi.TopNSlots(c.outRows)
+	case score:
+		return abi.Slots(c.outRows, 1)
 	}
 	return abi.Slots(c.outRows, c.numDraws())
 }
@@ -193,6 +199,8 @@ func (c *launchCase) partialWords() int {
 		return l.PartialsWords(abi.TopN)
 	case filtered:
 		return l.PartialsWords(abi.Filtered)
+	case score:
+		return l.PartialsWords(abi.Score)
 	}
 	return 1
 }
@@ -208,6 +216,8 @@ func (c *launchCase) family() string {
 		return abi.TopN
 	case filtered:
 		return abi.Filtered
+	case score:
+		return abi.Score
 	}
 	return abi.GumbelArgmax
 }

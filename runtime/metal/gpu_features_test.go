@@ -21,7 +21,7 @@ import (
 	"github.com/gumbel-go/gumbel/runtime/cpu"
 )
 
-// featureLaunch is one launch of a sampling kernel with the row features (ABI.md): host
+// featureLaunch is one launch of a sampling or score kernel with the row features (ABI.md): host
 // copies of every buffer argument, indexed by abi.Arg (an empty one is bound as an
 // 8-byte buffer that no row uses; topn's status buffer holds its values).
 type featureLaunch struct {
@@ -106,10 +106,11 @@ func (l *featureLaunch) runOnGo(fn runtime.GoKernel, r *rand.Rand) [abi.NumArgs]
 // bitmaskRows is the number of mask rows in the bitmask argument of a feature launch.
 const bitmaskRows = 4
 
-// newFeatureLaunch builds a launch of kernel base (gumbel_argmax, categorical or topn)
-// over rows rows of vocab logits, n = rows launch rows in reverse order, S blocks per row
-// and D draws, with random processors (the token bitmask among them), records, routing,
-// advance and recording.
+// newFeatureLaunch builds a launch of kernel base (gumbel_argmax, categorical, topn or
+// score) over rows rows of vocab logits, n = rows launch rows in reverse order, S blocks
+// per row and D draws, with random processors (the token bitmask among them), records,
+// routing, advance and recording (score: random tokens, some past V, and no routing,
+// which it ignores and the Go edition does not).
 func newFeatureLaunch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int) *featureLaunch {
 	es := 4
 	if dtype != 0 {
@@ -118,7 +119,7 @@ func newFeatureLaunch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int
 	if base == abi.Categorical {
 		S = 1
 	}
-	if base == abi.TopN {
+	if base == abi.TopN || base == abi.Score {
 		D = 1
 	}
 	l := &featureLaunch{
@@ -163,7 +164,7 @@ func newFeatureLaunch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int
 					flags |= f
 				}
 			}
-			if r.IntN(4) == 0 {
+			if r.IntN(4) == 0 && base != abi.Score {
 				flags |= abi.FlagRouted | abi.Flags(r.IntN(2))*abi.FlagCategorical
 			}
 		}
@@ -174,7 +175,10 @@ func newFeatureLaunch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int
 			MinP: []float32{0, 0.05}[r.IntN(2)], Flags: flags,
 			RepetitionPenalty: []float32{1, 1.3, 0.8}[r.IntN(3)], FrequencyPenalty: []float32{0, 0.5, -0.25}[r.IntN(3)],
 			PresencePenalty: []float32{0, 0.2, -1}[r.IntN(3)], TopN: []uint32{1, 5, 20}[r.IntN(3)],
-			BitmaskRow: uint32(r.IntN(bitmaskRows))}
+			BitmaskRow: uint32(r.IntN(bitmaskRows)), Token: uint32(r.IntN(vocab))}
+		if base == abi.Score && r.IntN(8) == 0 {
+			p.Token = uint32(vocab) // status 3
+		}
 		p.Encode(params[abi.RowParamsSize*y:])
 	}
 	l.bufs[abi.ArgParams] = params
@@ -194,11 +198,11 @@ func newFeatureLaunch(r *rand.Rand, base string, dtype, vocab, rows, S, D, T int
 	switch base {
 	case abi.GumbelArgmax:
 		l.bufs[abi.ArgPartials] = make([]byte, 8*shape.PayloadWord(0, 0, 0))
-	case abi.TopN:
+	case abi.TopN, abi.Score:
 		l.bufs[abi.ArgPartials] = make([]byte, 8*shape.PartialsWords(base))
 	}
 	l.bufs[abi.ArgCounters] = make([]byte, 4*shape.CountersWords(base))
-	if base != abi.TopN && all&abi.FlagLogprobs != 0 {
+	if base == abi.Score || base != abi.TopN && all&abi.FlagLogprobs != 0 {
 		l.bufs[abi.ArgLogprobs] = make([]byte, 4*abi.RecordWords*slots)
 	}
 	if all&abi.FlagBias != 0 {
@@ -275,14 +279,14 @@ func recordClose(want, got, scale float32) bool {
 
 func f32At(b []byte, i int) float32 { return math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])) }
 
-// TestRowFeaturesMatchGoEdition runs every sampling kernel on the GPU and on the Go
-// edition, over every dtype, threadgroups of 256 and 1024, 1 and 4 threadgroups per row
-// and 1 and 3 draws, with logit processors (bias, penalties, mask and token bitmasks,
-// alone and together), records, device routing, step advance, token recording and topn
-// (PERTURBED or not), and requires the same tokens, status, counts and steps, counters
-// left at zero, and records and topn values within 1e-5 of the normaliser.
-// Tokens may differ only where Apple's precise::log or precise::exp differs from the
-// correctly rounded value in the last place and that decides a draw.
+// TestRowFeaturesMatchGoEdition runs every sampling kernel and score on the GPU and on
+// the Go edition, over every dtype, threadgroups of 256 and 1024, 1 and 4 threadgroups
+// per row and 1 and 3 draws, with logit processors (bias, penalties, mask and token
+// bitmasks, alone and together), records, device routing, step advance, token recording,
+// topn (PERTURBED or not) and score's ranks, and requires the same tokens, status, counts
+// and steps, counters left at zero, and records and topn values within 1e-5 of the
+// normaliser. Tokens may differ only where Apple's precise::log or precise::exp differs
+// from the correctly rounded value in the last place and that decides a draw.
 func TestRowFeaturesMatchGoEdition(t *testing.T) {
 	d := openDevice(t)
 	mod, err := d.Load(kernelsrc.Sampling())
@@ -292,7 +296,7 @@ func TestRowFeaturesMatchGoEdition(t *testing.T) {
 	s := d.DefaultStream()
 	var records int
 	for dtype, suffix := range abi.Suffixes {
-		for _, base := range []string{abi.GumbelArgmax, abi.Categorical, abi.TopN} {
+		for _, base := range []string{abi.GumbelArgmax, abi.Categorical, abi.TopN, abi.Score} {
 			k, err := mod.Kernel(base + suffix)
 			require.NoError(t, err)
 			for _, T := range []int{256, 1024} {

@@ -7,8 +7,10 @@
 // JOB (little-endian): u32 magic "GBE4", u32 count, then per launch:
 //   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn, 3 the filtered route: filter_max
 //   with grid (grid_x, grid_y, 1), then filtered with grid (grid_x, grid_y, grid_z), on the
-//   same buffers), u32 dtype (0 f32, 1 f16, 2 bf16), u32 grid_x, u32 grid_y, u32 grid_z,
-//   u32 block_x, u32 warp_size, u32 vocab, u32 slack, u32 slots (logits rows),
+//   same buffers, 4 score: grid (grid_x, grid_y, grid_z), whose blocks with z > 0 must do
+//   nothing, and one output slot per logits row), u32 dtype (0 f32, 1 f16, 2 bf16),
+//   u32 grid_x, u32 grid_y, u32 grid_z, u32 block_x, u32 warp_size, u32 vocab, u32 slack,
+//   u32 slots (logits rows),
 //   u64 row_stride, u64 partials_words, u32 counters_words, u32 filter_list,
 //   u32 filter_min_cands (GB_FILTER_LIST and GB_FILTER_MIN_CANDS for this launch: see
 //   shadow/abi.h), u64 logits_bytes, logits, params (grid_y * 64), u32 aux (elements of
@@ -20,8 +22,9 @@
 // and counters hold exactly that many words, so that a kernel that reaches past them
 // ends the process. A buffer of no elements is passed as an 8-byte one, as ABI.md allows
 // for a feature no row uses.
-// RESULT, per launch: the sampling kernels: i32 tokens[slots * grid_z],
-//   i32 status[slots * grid_z], f32 logprobs[4 * slots * grid_z] (when asked for),
+// RESULT, per launch: the sampling kernels and score: i32 tokens[slots * grid_z],
+//   i32 status[slots * grid_z], f32 logprobs[4 * slots * grid_z] (when asked for; score:
+//   slots in place of slots * grid_z, and tokens holds the ranks),
 //   u32 counters[counters_words], u32 counts[aux], params (grid_y * 64), and for the
 //   filtered route u32 path[grid_z * grid_y] (draw z of launch row y at z * grid_y + y):
 //   0 when the row's last block never asked whether its candidate list holds the kept
@@ -253,11 +256,12 @@ int main(int argc, char** argv) {
         gb_emu_filter::list = r.get<std::uint32_t>();
         gb_emu_filter::min_cands = r.get<std::uint32_t>();
         const std::uint64_t nbytes = r.get<std::uint64_t>();
-        if (kernel > 3 || dtype > 2 || grid_x == 0 || grid_y == 0 || grid_z == 0 || slots == 0) {
+        if (kernel > 4 || dtype > 2 || grid_x == 0 || grid_y == 0 || grid_z == 0 || slots == 0) {
             gb_emu::fail("bad launch header");
         }
         const bool topn = kernel == 2;
         const bool filtered = kernel == 3;
+        const bool score = kernel == 4;
 
         guarded logits(nbytes, slack);
         std::memcpy(logits.as<unsigned char>(), r.take(nbytes), nbytes);
@@ -272,7 +276,9 @@ int main(int argc, char** argv) {
         auto bitmask = copy_in<gb_u32>(r, bitmask_words);
         const bool want_lp = r.get<std::uint32_t>() != 0;
 
-        const std::size_t outs = topn ? std::size_t{slots} * GB_MAX_TOPN : std::size_t{slots} * grid_z;
+        const std::size_t outs = topn    ? std::size_t{slots} * GB_MAX_TOPN
+                                 : score ? std::size_t{slots}
+                                         : std::size_t{slots} * grid_z;
         guarded tokens(outs * 4, 0);
         guarded status(outs * 4, 0);
         for (std::size_t s = 0; s < outs; ++s) {
@@ -326,6 +332,15 @@ int main(int argc, char** argv) {
                     gb_emu::launch(fns[dtype - 1][k], k == 0 ? grid1 : grid, block, w, logits.as<const gb_u16>(), prm,
                                    tok, st, part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm);
                 }
+            }
+        } else if (score) {
+            if (dtype == 0) {
+                gb_emu::launch(sample_fn<float>(score_f32), grid, block, w, logits.as<const float>(), prm, tok, st, part,
+                               cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm);
+            } else {
+                const sample_fn<gb_u16> fns[2] = {score_f16, score_bf16};
+                gb_emu::launch(fns[dtype - 1], grid, block, w, logits.as<const gb_u16>(), prm, tok, st, part, cnt,
+                               static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm);
             }
         } else if (dtype == 0) {
             const sample_fn<float> fns[2] = {gumbel_argmax_f32, categorical_f32};

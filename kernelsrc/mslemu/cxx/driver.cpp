@@ -3,7 +3,8 @@
 //
 // Input (little-endian): "MSLEMU04", u32 case count, then per case
 //   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn, 3 filtered: filter_max over an
-//   (S, n, 1) grid, then filtered over (S, n, D), on the same buffers), u32 dtype (0 f32,
+//   (S, n, 1) grid, then filtered over (S, n, D), on the same buffers, 4 score: grid.z is
+//   D, whose threadgroups past z = 0 have no work), u32 dtype (0 f32,
 //   1 f16, 2 bf16), u32 T, u32 S (threadgroups per row), u32 n (launch rows), u32 D
 //   (draws, grid.z), u32 vocab, u64 row_stride, u32 rows (logits rows: outputs are per
 //   row), u32 max_groups, u32 yield_percent, u32 simd_width (0 means 32), u64 seed,
@@ -11,7 +12,7 @@
 //   the logits, n RowParams of 64 bytes, then the bias, counts, mask and bitmask buffers,
 //   each as a u64 byte count and the bytes (0 bytes: an 8-byte buffer of poison, which a
 //   kernel must not touch).
-// Output: "MSLEMU04", then per case, with slots = rows * D (topn: rows * 20):
+// Output: "MSLEMU04", then per case, with slots = rows * D (topn: rows * 20; score: rows):
 //   int32 tokens[slots], int32 status[slots] (topn: float32 values[slots]),
 //   float32 logprobs[4 * rows * D] (none for topn), the counts buffer after the launch,
 //   the n RowParams after the launch, and a u32 count of counter words left non-zero.
@@ -76,6 +77,15 @@ void filtered_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal
     const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void filtered_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
+void score_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
+void score_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
+void score_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
     const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void topn_f32(const float*, const gb_row_params*, int*, float*, metal::atomic_uint*, metal::atomic_uint*, const ulong&,
@@ -154,7 +164,7 @@ struct Reader {
 
 // The kernel of a Launch: the input's kernel numbers, and filter_max, which a filtered
 // case runs first.
-enum : uint32_t { kGumbelArgmax = 0, kCategorical = 1, kTopN = 2, kFiltered = 3, kFilterMax = 4 };
+enum : uint32_t { kGumbelArgmax = 0, kCategorical = 1, kTopN = 2, kFiltered = 3, kScore = 4, kFilterMax = 5 };
 
 struct Launch {
     uint32_t which, dtype;
@@ -225,12 +235,21 @@ void thunk(void* ctx, const mslemu::ThreadIds& id) {
         SAMPLING_CALL(filtered_bf16, ushort);
         break;
     case 12:
-        SAMPLING_CALL(filter_max_f32, float);
+        SAMPLING_CALL(score_f32, float);
         break;
     case 13:
-        SAMPLING_CALL(filter_max_f16, ushort);
+        SAMPLING_CALL(score_f16, ushort);
         break;
     case 14:
+        SAMPLING_CALL(score_bf16, ushort);
+        break;
+    case 15:
+        SAMPLING_CALL(filter_max_f32, float);
+        break;
+    case 16:
+        SAMPLING_CALL(filter_max_f16, ushort);
+        break;
+    case 17:
         SAMPLING_CALL(filter_max_bf16, ushort);
         break;
     default:
@@ -411,7 +430,7 @@ int main(int argc, char** argv) {
         uint64_t partialWords = r.get<uint64_t>();
         uint64_t counterWords = r.get<uint64_t>();
         uint64_t logitBytes = r.get<uint64_t>();
-        if (which > kFiltered || dtype > 2 || T == 0 || S == 0 || n == 0 || D == 0 ||
+        if (which > kScore || dtype > 2 || T == 0 || S == 0 || n == 0 || D == 0 ||
             (which == kTopN && D != 1) || partialWords == 0 || counterWords == 0) {
             die("case " + std::to_string(c) + ": bad header");
         }
@@ -432,10 +451,10 @@ int main(int argc, char** argv) {
             extra.push_back(g);
         }
         const bool topn = which == kTopN;
-        size_t slots = topn ? size_t(rows) * 20 : size_t(rows) * D;
+        size_t slots = topn ? size_t(rows) * 20 : which == kScore ? size_t(rows) : size_t(rows) * D;
         Guarded tokens(slots * 4, 0);
         Guarded status(slots * 4, 0);
-        size_t records = topn ? 0 : size_t(rows) * D * 4;
+        size_t records = topn ? 0 : slots * 4;
         Guarded logprobs(std::max<size_t>(records * 4, 8), 0);
         int32_t sentinel = 0x7EEEEEEE;
         for (size_t i = 0; i < slots; ++i) {

@@ -1,0 +1,324 @@
+package sampler_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/cpu"
+	"github.com/gumbel-go/gumbel/sampler"
+	"github.com/gumbel-go/gumbel/tests/statistical"
+)
+
+// verifyLawCase is one target/draft pair of the verification law: the target's logits at
+// the K+1 positions, the draft tokens, the temperature and an optional bitmask for
+// position 0.
+type verifyLawCase struct {
+	name   string
+	rows   [][]float32
+	draft  []int32
+	t      float32
+	mask0  []int32 // allowed tokens at position 0, nil for all
+	vocab  int
+	seed   uint64
+	reject bool // position 0's draft is impossible: never accepted
+}
+
+func verifyLawCases() []verifyLawCase {
+	row := func(xs ...float32) []float32 { return xs }
+	return []verifyLawCase{
+		{name: "likely drafts", vocab: 6, t: 1, draft: []int32{0, 2},
+			rows: [][]float32{row(2, 1, 0, -1, 0.5, -2), row(0, 0.5, 2.5, 1, -1, 0), row(1, 1, 1, 0, 0, 0)}},
+		{name: "unlikely first draft", vocab: 6, t: 0.7, draft: []int32{5, 1},
+			rows: [][]float32{row(2, 1, 0, -1, 0.5, -2), row(0, 0.5, 2.5, 1, -1, 0), row(1, 1, 1, 0, 0, 0)}},
+		{name: "masked-out draft", vocab: 6, t: 1.3, draft: []int32{0, 1}, mask0: []int32{1, 2, 3, 4}, reject: true,
+			rows: [][]float32{row(3, 1, 0, -1, 0.5, -2), row(0, 0.5, 2.5, 1, -1, 0), row(1, 1, 1, 0, 0, 0)}},
+		{name: "no draft", vocab: 6, t: 1, draft: nil,
+			rows: [][]float32{row(2, 1, 0, -1, 0.5, -2)}},
+	}
+}
+
+// softmaxMasked is softmax(x/t) over the allowed tokens (nil: all).
+func softmaxMasked(x []float32, t float32, allowed []int32) []float64 {
+	keep := make([]bool, len(x))
+	for i := range keep {
+		keep[i] = allowed == nil
+	}
+	for _, a := range allowed {
+		keep[a] = true
+	}
+	p := make([]float64, len(x))
+	m, sum := math.Inf(-1), 0.0
+	for i, v := range x {
+		if keep[i] {
+			m = math.Max(m, float64(v)/float64(t))
+		}
+	}
+	for i, v := range x {
+		if keep[i] {
+			p[i] = math.Exp(float64(v)/float64(t) - m)
+			sum += p[i]
+		}
+	}
+	for i := range p {
+		p[i] /= sum
+	}
+	return p
+}
+
+// checkVerifyLaw draws the case's verification n times (requests of one call each with
+// its own seed) and tests, with the suite's chi-square: the first emitted token follows
+// the target at position 0; the number of accepted drafts follows its exact law,
+// Π a_j (1 - a_k) with a_j the target's probability of draft j; and after an accepted
+// first draft the second token follows the target at position 1.
+func checkVerifyLaw(t *testing.T, dev runtime.Device, lc verifyLawCase, n int) {
+	s, err := sampler.New(dev, sampler.Options{Seed: 5})
+	require.NoError(t, err)
+	defer s.Close()
+	k := len(lc.draft)
+	const perCall = 500
+	rows := perCall * (k + 1)
+	logits := make([]float32, 0, rows*lc.vocab)
+	for range perCall {
+		for _, r := range lc.rows {
+			logits = append(logits, r...)
+		}
+	}
+	buf, err := dev.Alloc(4 * len(logits))
+	require.NoError(t, err)
+	defer buf.Free()
+	require.NoError(t, dev.DefaultStream().CopyToDevice(buf, 0, runtime.BytesOf(logits)))
+	lg := sampler.Logits{Data: buf, DType: sampler.Float32, Rows: rows, Vocab: lc.vocab}
+	var mask [][]int32
+	if lc.mask0 != nil {
+		m := make([]int32, (lc.vocab+31)/32)
+		for _, a := range lc.mask0 {
+			m[a/32] |= 1 << (a % 32)
+		}
+		mask = make([][]int32, k+1)
+		mask[0] = m
+	}
+	p0 := softmaxMasked(lc.rows[0], lc.t, lc.mask0)
+	a := make([]float64, k)
+	for j := range k {
+		allowed := []int32(nil)
+		if j == 0 {
+			allowed = lc.mask0
+		}
+		a[j] = softmaxMasked(lc.rows[j], lc.t, allowed)[lc.draft[j]]
+	}
+	lengthLaw := make([]float64, k+1)
+	run := 1.0
+	for j := range k {
+		lengthLaw[j] = run * (1 - a[j])
+		run *= a[j]
+	}
+	lengthLaw[k] = run
+
+	first := make([]int64, lc.vocab)
+	lengths := make([]int64, k+1)
+	second := make([]int64, lc.vocab)
+	params := make([]sampler.Params, perCall)
+	drafts := make([]sampler.Draft, perCall)
+	var res sampler.Verified
+	for call := 0; call*perCall < n; call++ {
+		for b := range params {
+			params[b] = sampler.Params{Temperature: lc.t, Seed: uint64(1 + call*perCall + b), Step: 40}
+			drafts[b] = sampler.Draft{Tokens: lc.draft, Row: b * (k + 1), Bitmasks: mask}
+		}
+		require.NoError(t, s.VerifyChain(lg, params, drafts, &res))
+		for b := range params {
+			require.NoError(t, res.Errs[b])
+			require.Len(t, res.Tokens[b], res.Accepted[b]+1)
+			first[res.Tokens[b][0]]++
+			lengths[res.Accepted[b]]++
+			if res.Accepted[b] >= 1 && k >= 2 {
+				second[res.Tokens[b][1]]++
+			}
+		}
+	}
+	for _, c := range []struct {
+		what   string
+		law    []float64
+		counts []int64
+	}{
+		{"first token", p0, first},
+		{"accepted drafts", lengthLaw, lengths},
+		{"second token", softmaxMasked(lc.rows[min(1, len(lc.rows)-1)], lc.t, nil), second},
+	} {
+		total := int64(0)
+		for _, x := range c.counts {
+			total += x
+		}
+		if total < 1000 {
+			continue
+		}
+		v, err := statistical.ChiSquareTest(c.law, c.counts, statistical.BinTokens)
+		require.NoError(t, err, c.what)
+		assert.True(t, v.Pass(statistical.Alpha), "%s: %s: chi-square %.2f, df %d, p %.3g, impossible drawn %d", lc.name, c.what, v.ChiSquare, v.DF, v.PValue, v.ZeroDrawn)
+	}
+	if lc.reject {
+		assert.Equal(t, int64(n), lengths[0], "an impossible draft is never accepted")
+	}
+}
+
+// TestVerifyChainLaw is the verification law on the CPU device.
+func TestVerifyChainLaw(t *testing.T) {
+	dev, err := cpu.Open()
+	require.NoError(t, err)
+	defer dev.Close()
+	n := 20_000
+	if testing.Short() {
+		n = 5_000
+	}
+	for _, lc := range verifyLawCases() {
+		t.Run(lc.name, func(t *testing.T) { checkVerifyLaw(t, dev, lc, n) })
+	}
+}
+
+// TestVerifyChainGreedyIsGreedyDecoding: greedy verification accepts exactly the drafts
+// that equal the arg-max (with a logit bias on one row) and emits the arg-max where it
+// stops, whatever the batch around a request.
+func TestVerifyChainGreedyIsGreedyDecoding(t *testing.T) {
+	const vocab, k, requests = 50, 4, 6
+	rng := rand.New(rand.NewPCG(4, 4))
+	rows := requests * (k + 1)
+	logits := make([]float32, rows*vocab)
+	for i := range logits {
+		logits[i] = float32(rng.NormFloat64())
+	}
+	s, lg := verifySetup(t, logits, rows, vocab)
+	require.NoError(t, s.SetLogitBias(2, vocab, []int32{7}, []float32{100}))
+	argmax := func(r int) int32 {
+		best := int32(0)
+		for i := range int32(vocab) {
+			x := logits[r*vocab+int(i)]
+			if r == 2 && i == 7 {
+				x += 100
+			}
+			bx := logits[r*vocab+int(best)]
+			if r == 2 && best == 7 {
+				bx += 100
+			}
+			if x > bx {
+				best = i
+			}
+		}
+		return best
+	}
+	params := make([]sampler.Params, requests)
+	drafts := make([]sampler.Draft, requests)
+	want := make([][]int32, requests)
+	for b := range requests {
+		good := b % (k + 1) // drafts that match the arg-max before the first miss
+		d := make([]int32, k)
+		for j := range k {
+			d[j] = argmax(b*(k+1) + j)
+			if j == good {
+				d[j] = (d[j] + 1) % vocab
+			}
+		}
+		drafts[b] = sampler.Draft{Tokens: d, Row: b * (k + 1)}
+		params[b] = sampler.Params{Temperature: 0}
+		for j := 0; j <= k; j++ {
+			tok := argmax(b*(k+1) + j)
+			want[b] = append(want[b], tok)
+			if j < k && d[j] != tok {
+				break
+			}
+		}
+	}
+	var res sampler.Verified
+	require.NoError(t, s.VerifyChain(lg, params, drafts, &res))
+	for b := range requests {
+		require.NoError(t, res.Errs[b])
+		assert.Equal(t, want[b], res.Tokens[b], "request %d", b)
+		assert.Equal(t, len(want[b])-1, res.Accepted[b], "request %d", b)
+	}
+	// A request alone gives what it gave in the batch.
+	for b := range requests {
+		var one sampler.Verified
+		require.NoError(t, s.VerifyChain(lg, params[b:b+1], drafts[b:b+1], &one))
+		assert.Equal(t, res.Tokens[b], one.Tokens[0], "request %d alone", b)
+	}
+}
+
+// TestVerifyChainBatchInvariant: a sampled request's outcome depends on its seed and
+// step only, not on the requests around it or their order.
+func TestVerifyChainBatchInvariant(t *testing.T) {
+	const vocab, k, requests = 40, 3, 8
+	rng := rand.New(rand.NewPCG(6, 6))
+	rows := requests * (k + 1)
+	logits := make([]float32, rows*vocab)
+	for i := range logits {
+		logits[i] = float32(rng.NormFloat64() * 2)
+	}
+	s, lg := verifySetup(t, logits, rows, vocab)
+	params := make([]sampler.Params, requests)
+	drafts := make([]sampler.Draft, requests)
+	for b := range requests {
+		params[b] = sampler.Params{Temperature: 0.9, Seed: uint64(100 + b), Step: 7}
+		drafts[b] = sampler.Draft{Tokens: []int32{int32(b), int32(2 * b), 1}, Row: b * (k + 1)}
+	}
+	var all sampler.Verified
+	require.NoError(t, s.VerifyChain(lg, params, drafts, &all))
+	got := make([][]int32, requests)
+	for b := range requests {
+		require.NoError(t, all.Errs[b])
+		got[b] = append([]int32(nil), all.Tokens[b]...)
+	}
+	// Reversed order.
+	rp, rd := make([]sampler.Params, requests), make([]sampler.Draft, requests)
+	for b := range requests {
+		rp[b], rd[b] = params[requests-1-b], drafts[requests-1-b]
+	}
+	var rev sampler.Verified
+	require.NoError(t, s.VerifyChain(lg, rp, rd, &rev))
+	for b := range requests {
+		assert.Equal(t, got[requests-1-b], rev.Tokens[b], "request %d reversed", b)
+	}
+}
+
+// TestVerifyChainErrors: bad requests fail alone.
+func TestVerifyChainErrors(t *testing.T) {
+	const vocab = 10
+	s, lg := verifySetup(t, make([]float32, 12*vocab), 12, vocab)
+	params := []sampler.Params{{Temperature: 1}, {Temperature: 1, TopP: 0.5}, {Temperature: 1}, {Temperature: 1}, {Temperature: 1}, {Temperature: 1}}
+	drafts := []sampler.Draft{
+		{Tokens: []int32{1}, Row: 0},
+		{Tokens: []int32{1}, Row: 2},
+		{Tokens: []int32{vocab}, Row: 4},
+		{Tokens: []int32{1}, Row: 11},                              // past the last row
+		{Tokens: []int32{1}, Row: 1},                               // shares row 1 with request 0
+		{Tokens: []int32{1}, Row: 6, Bitmasks: [][]int32{{1}, {}}}, // a bitmask of the wrong width
+	}
+	var res sampler.Verified
+	require.NoError(t, s.VerifyChain(lg, params, drafts, &res))
+	assert.NoError(t, res.Errs[0])
+	assert.ErrorIs(t, res.Errs[1], sampler.ErrVerifyFiltered)
+	assert.ErrorIs(t, res.Errs[2], sampler.ErrDraft)
+	assert.ErrorIs(t, res.Errs[3], sampler.ErrDraft)
+	assert.ErrorIs(t, res.Errs[4], sampler.ErrDraft)
+	assert.ErrorIs(t, res.Errs[5], sampler.ErrBitmask)
+	assert.ErrorIs(t, s.VerifyChain(lg, params[:1], drafts, &res), sampler.ErrShape)
+}
+
+// verifySetup opens the CPU device and a sampler, and puts rows x vocab logits on it.
+func verifySetup(t *testing.T, logits []float32, rows, vocab int) (*sampler.Sampler, sampler.Logits) {
+	t.Helper()
+	dev, err := cpu.Open()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dev.Close() })
+	s, err := sampler.New(dev, sampler.Options{Seed: 3})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	buf, err := dev.Alloc(4 * max(len(logits), 1))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = buf.Free() })
+	require.NoError(t, dev.DefaultStream().CopyToDevice(buf, 0, runtime.BytesOf(logits)))
+	return s, sampler.Logits{Data: buf, DType: sampler.Float32, Rows: rows, Vocab: vocab}
+}
