@@ -18,8 +18,9 @@
 //     [PurposeGumbel] for the main noise word of every element, [PurposeGumbelTail] for
 //     the tail-extension word, [PurposeCategorical] for the categorical draw (element
 //     index 0 and 1 give the two words of its 64-bit uniform), [PurposeSpeculative] for
-//     the acceptance uniform of a draft token at its decode position (same layout), and
-//     reserved values for later uses. Changing any of this changes sampled streams for equal seeds, so it
+//     the acceptance uniform of a draft token at its decode position (the trial-th
+//     token tried there at index 4·trial, words 0 and 1), and reserved values for
+//     later uses. Changing any of this changes sampled streams for equal seeds, so it
 //     bumps [ContractVersion] and is noted in the CHANGELOG.
 //   - A row's seed is its own (a nonzero seed, or seed 0 asked for explicitly). A row
 //     without one gets [RowSeed](sampler seed, request id): SplitMix64 mixing, never
@@ -175,12 +176,13 @@ func SplitMix64(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-// SpeculativeUniform returns the uniform in [0, 1) that decides whether the draft token
-// at decode position step is accepted (Sampler.VerifyChain): the top 53 bits of words 0
-// (low half) and 1 (high half) of the PurposeSpeculative block at index 0. It depends on
-// the request's seed and the position only, never on the batch.
-func SpeculativeUniform(seed, step uint64) float64 {
-	b := Block(Counter(0, step, PurposeSpeculative), Key(seed))
+// SpeculativeUniform returns the uniform in [0, 1) that decides whether the trial-th
+// draft token tried at decode position step is accepted (Sampler.VerifyChain: trial 0;
+// VerifyTree: the sibling's rank): the top 53 bits of words 0 (low half) and 1 (high
+// half) of the PurposeSpeculative block at index 4·trial. It depends on the request's
+// seed, the position and the trial only, never on the batch.
+func SpeculativeUniform(seed, step uint64, trial uint32) float64 {
+	b := Block(Counter(4*trial, step, PurposeSpeculative), Key(seed))
 	return float64((uint64(b[1])<<32|uint64(b[0]))>>11) * 0x1p-53
 }
 

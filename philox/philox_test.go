@@ -175,3 +175,24 @@ func BenchmarkBlock(b *testing.B) {
 	}
 	_ = sink
 }
+
+// TestSpeculativeUniform: the acceptance uniform is the top 53 bits of the
+// PurposeSpeculative block at index 4·trial, in [0, 1), and uniform in its mean.
+func TestSpeculativeUniform(t *testing.T) {
+	const seed = 0x1234
+	for trial := range uint32(3) {
+		b := Block(Counter(4*trial, 9, PurposeSpeculative), Key(seed))
+		want := float64((uint64(b[1])<<32|uint64(b[0]))>>11) / (1 << 53)
+		assert.Equal(t, want, SpeculativeUniform(seed, 9, trial))
+	}
+	assert.NotEqual(t, SpeculativeUniform(seed, 9, 0), SpeculativeUniform(seed, 9, 1))
+	assert.NotEqual(t, SpeculativeUniform(seed, 9, 0), SpeculativeUniform(seed, 10, 0))
+	sum := 0.0
+	const n = 100_000
+	for step := range uint64(n) {
+		u := SpeculativeUniform(seed, step, 0)
+		require.True(t, u >= 0 && u < 1)
+		sum += u
+	}
+	assert.InDelta(t, 0.5, sum/n, 0.005)
+}

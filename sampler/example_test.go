@@ -281,3 +281,36 @@ func ExampleSampler_VerifyChain() {
 	// request 0: 1 accepted, emits [1 3]
 	// request 1: 2 accepted, emits [0 1 2]
 }
+
+// Tree drafts: the drafter proposed two alternatives for the next position and a
+// follow-up to the second; a greedy request follows the branch the target agrees with.
+func ExampleSampler_VerifyTree() {
+	dev, s := newCPUSampler()
+	defer dev.Close()
+	defer s.Close()
+
+	const vocab = 4
+	logits := []float32{
+		0, 0, 0, 5, // root: the target's next token is 3
+		0, 0, 0, 0, // node 0 (token 1): not followed
+		0, 6, 0, 0, // node 1 (token 3): the target's next token is 1
+		0, 0, 4, 0, // node 2 (token 1 after node 1): then 2
+	}
+	buf, err := dev.Alloc(4 * len(logits))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer buf.Free()
+	if err := dev.DefaultStream().CopyToDevice(buf, 0, runtime.BytesOf(logits)); err != nil {
+		log.Fatal(err)
+	}
+	lg := sampler.Logits{Data: buf, DType: sampler.Float32, Rows: 4, Vocab: vocab}
+	tree := sampler.DraftTree{Tokens: []int32{1, 3, 1}, Parents: []int32{-1, -1, 1}, Row: 0}
+	var res sampler.Verified
+	if err := s.VerifyTree(lg, []sampler.Params{{Temperature: 0}}, []sampler.DraftTree{tree}, &res); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("accepted nodes %v, emits %v\n", res.Nodes[0], res.Tokens[0])
+	// Output:
+	// accepted nodes [1 2], emits [3 1 2]
+}

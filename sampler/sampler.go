@@ -70,11 +70,14 @@ type Sampler struct {
 	unnamedRows uint64
 	// maskRows holds each row's bitmask row during a call (-1: none).
 	maskRows []int
-	// VerifyChain's reused state: each logits row's request, each request's seed, the
-	// host masks of a round.
-	verifyOwner []int
-	verifySeeds []uint64
-	verifyMasks [][]int32
+	// The verification calls' reused state (verifyCall).
+	verifyOwner, verifyFirst, verifyStop  []int
+	verifySeeds                           []uint64
+	verifyMasks                           [][]int32
+	verifyTrees                           []DraftTree
+	verifyParents, verifyDepth            []int32
+	verifyKids, verifyTop, verifyRejected []int32
+	verifyLP                              []float32
 }
 
 // New loads the sampling kernels on dev and resolves the options.

@@ -36,54 +36,116 @@ type Draft struct {
 	Bitmasks [][]int32
 }
 
-// Verified receives what VerifyChain decided, per request. Reuse it across calls.
+// DraftTree is one request's tree of draft tokens for VerifyTree, as tree drafters
+// (EAGLE, Medusa, SpecInfer) send it: N draft nodes, each proposing a token for the
+// position after its parent, checked against the target model's logits at the root
+// and at every node. Siblings are alternatives, tried in index order.
+type DraftTree struct {
+	// Tokens[i] is draft node i's token.
+	Tokens []int32
+	// Parents[i] is node i's parent: a lower node index, or -1 for the root (the
+	// request's last token).
+	Parents []int32
+	// Row is the root's logits row; node i's logits are row Row+1+i.
+	Row int
+	// Bitmasks, when not nil, are N+1 host token bitmasks (see Params.Bitmask): the
+	// root's first, then node i's at 1+i; nil entries leave a node free. The request's
+	// own Params.Bitmask must then be nil.
+	Bitmasks [][]int32
+}
+
+// MaxDraftSiblings is the most children a draft node may have: after rejecting them
+// all, the correction is the first of MaxDraftSiblings+1 distinct draws outside them.
+const MaxDraftSiblings = MaxTopLogprobs - 1
+
+// Verified receives what VerifyChain or VerifyTree decided, per request. Reuse it
+// across calls.
 type Verified struct {
-	// Accepted[b] is how many of request b's draft tokens were accepted, 0 to K.
+	// Accepted[b] is how many of request b's draft tokens were accepted.
 	Accepted []int
-	// Tokens[b] are the tokens request b emits: its accepted drafts, then one more (the
-	// target's token at the first rejected position, or the bonus token after all K);
-	// nil when Errs[b] is set. The slices share one buffer, valid until the next call.
+	// Nodes[b] are the accepted draft nodes, from the root down (VerifyChain: 0 to
+	// Accepted[b]-1): the path whose KV cache an engine keeps.
+	Nodes [][]int32
+	// Tokens[b] are the tokens request b emits: the accepted nodes' tokens, then one more
+	// (the target's token where verification stopped, or the bonus token after a leaf);
+	// nil when Errs[b] is set.
 	Tokens [][]int32
 	// Errs[b] is request b's error, or nil.
 	Errs []error
 
-	flat []int32
+	// flat and flatNodes back Tokens and Nodes; valid until the next call.
+	flat, flatNodes []int32
 }
 
-// VerifyChain verifies speculative drafts against the target model's logits, exactly:
-// the emitted tokens of every request follow the target distribution (temperature,
-// logit processors and token bitmasks of params[b] and of its logits rows) as if each
-// had been sampled one step at a time.
-//
-// For a sampled request (temperature > 0) the drafter is deterministic (its draft
-// distribution a point mass), so draft token t at position k is accepted with
-// probability p_k(t), decided by philox.SpeculativeUniform(seed, Step+k); at the first
-// rejection the token is drawn from p_k without t (Gumbel-max over the rest, with the
-// stream of step Step+k), and after K acceptances the bonus token is the one Sample
-// draws at step Step+K. A greedy request (temperature 0, or top-k 1) accepts while the
-// draft equals the arg-max and emits the arg-max where it stops: byte-identical to
-// greedy decoding. Every uniform is keyed by the request's seed and the decode position,
-// never by its place in the batch.
-//
-// The call runs two rounds on the device (score or arg-max over the draft positions,
-// then one draw per sampled request) and waits after each. Penalties read the token
-// counts as they are at the call (drafts are not counted); nothing is recorded or
-// advanced. A request with top-k, top-p or min-p fails with ErrVerifyFiltered; a draft
-// that does not fit with ErrDraft; the others are verified.
+// VerifyChain verifies chains of draft tokens against the target model's logits,
+// exactly: the emitted tokens of every request follow the target distribution
+// (temperature, logit processors and token bitmasks of params[b] and of its logits
+// rows) as if each had been sampled one step at a time. It is VerifyTree for trees
+// without branches: draft k's parent is draft k-1, and position k is logits row
+// Row+k.
 func (s *Sampler) VerifyChain(logits Logits, params []Params, drafts []Draft, res *Verified) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(drafts) != len(params) {
+		return fmt.Errorf("%w: %d drafts for %d requests", ErrShape, len(drafts), len(params))
+	}
+	s.verifyTrees = resized(s.verifyTrees, len(drafts))
+	total := 0
+	for _, d := range drafts {
+		total += len(d.Tokens)
+	}
+	if cap(s.verifyParents) < total {
+		s.verifyParents = make([]int32, total)
+	}
+	parents := s.verifyParents[:0]
+	for b, d := range drafts {
+		start := len(parents)
+		for k := range d.Tokens {
+			parents = append(parents, int32(k-1))
+		}
+		s.verifyTrees[b] = DraftTree{Tokens: d.Tokens, Parents: parents[start:], Row: d.Row, Bitmasks: d.Bitmasks}
+	}
+	return s.verify(logits, params, s.verifyTrees, res)
+}
+
+// VerifyTree verifies trees of draft tokens against the target model's logits,
+// exactly, as VerifyChain does chains.
+//
+// For a sampled request (temperature > 0) the drafter is deterministic (each draft a
+// point mass). At a node whose distribution is p, its children are tried in order:
+// child c with token t is accepted with probability p(t) / (1 - the mass of the
+// siblings' tokens already rejected), decided by philox.SpeculativeUniform(seed,
+// Step+depth, j) for the j-th child; an accepted child becomes the node. Where no child
+// is accepted (a leaf included), the last token is drawn from p without the rejected
+// tokens: the first of the distinct Gumbel-max draws at step Step+depth outside them,
+// which after a leaf is the token Sample draws there. A greedy request (temperature 0,
+// or top-k 1) follows the child whose token is the arg-max and emits the arg-max where
+// none is: byte-identical to greedy decoding. Every uniform is keyed by the request's
+// seed and the decode position, never by its place in the batch.
+//
+// The call runs one round on the device per sibling rank (scoring each node's j-th
+// child; a chain needs one) and one draw round, and waits after each. Penalties read
+// the token counts as they are at the call (drafts are not counted); nothing is
+// recorded or advanced. A request with top-k, top-p or min-p fails with
+// ErrVerifyFiltered, a tree that does not fit (rows outside the logits or shared, a
+// parent that is not an earlier node, more than MaxDraftSiblings children, a token
+// outside the vocabulary) with ErrDraft; the others are verified.
+func (s *Sampler) VerifyTree(logits Logits, params []Params, trees []DraftTree, res *Verified) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.verify(logits, params, trees, res)
+}
+
+// verify is VerifyChain and VerifyTree with the lock held.
+func (s *Sampler) verify(logits Logits, params []Params, trees []DraftTree, res *Verified) error {
 	if s.closed {
 		return ErrClosed
 	}
 	if res == nil {
 		return fmt.Errorf("%w: nil *Verified", ErrShape)
 	}
-	if len(drafts) != len(params) {
-		return fmt.Errorf("%w: %d drafts for %d requests", ErrShape, len(drafts), len(params))
-	}
-	if logits.Rows < 0 {
-		return fmt.Errorf("%w: %d logits rows", ErrShape, logits.Rows)
+	if len(trees) != len(params) {
+		return fmt.Errorf("%w: %d drafts for %d requests", ErrShape, len(trees), len(params))
 	}
 	stride, err := checkLogits(logits, logits.Rows)
 	if err != nil {
@@ -96,38 +158,54 @@ func (s *Sampler) VerifyChain(logits Logits, params []Params, drafts []Draft, re
 	if err := checkBitmask(logits.Bitmask, logits.Rows, vocab, false); err != nil {
 		return err
 	}
+	if logits.Bitmask != nil {
+		for b := range params {
+			if params[b].Bitmask != nil || trees[b].Bitmasks != nil {
+				return fmt.Errorf("%w: request %d has host bitmasks in a call with a device one (Logits.Bitmask)", ErrShape, b)
+			}
+		}
+	}
 	if s.scoreErr != nil {
 		return s.scoreErr
 	}
 	if s.topnErr != nil {
 		return s.topnErr
 	}
-	if logits.Bitmask != nil {
-		for b := range params {
-			if params[b].Bitmask != nil || drafts[b].Bitmasks != nil {
-				return fmt.Errorf("%w: request %d has host bitmasks in a call with a device one (Logits.Bitmask)", ErrShape, b)
-			}
-		}
-	}
-	v := &verifyCall{s: s, lg: logits, stride: stride, params: params, drafts: drafts, res: res}
+	v := &verifyCall{s: s, lg: logits, stride: stride, params: params, trees: trees, res: res}
 	v.check()
-	if err := v.round1(); err != nil {
+	if err := v.scoreRounds(); err != nil {
 		return err
 	}
-	return v.round2()
+	v.walk()
+	return v.drawRound()
 }
 
-// verifyCall is one VerifyChain call's state.
+// verifyCall is one verification call's state.
 type verifyCall struct {
 	s      *Sampler
 	lg     Logits
 	stride int
 	params []Params
-	drafts []Draft
+	trees  []DraftTree
 	res    *Verified
-	// owner[r] is 1 + the request whose draft covers logits row r, 0 for none.
+	// owner[r] is 1 + the request whose tree covers logits row r, 0 for none.
 	owner []int
 	seeds []uint64
+	// first[b] is request b's first entry in nodeLP, top, depth and kids (one per node,
+	// the root first): each draft node's processed log-probability under its parent's
+	// distribution (sampled requests), each node's arg-max (greedy ones), its depth and
+	// its child count.
+	first  []int
+	nodeLP []float32
+	top    []int32
+	depth  []int32
+	kids   []int32
+	// maxKids is the most children of a node of a sampled request.
+	maxKids int
+	// stop[b] is the node where request b's walk stopped and rejected the tokens
+	// listed from rejStart[b] in rejected.
+	stop, rejStart, rejEnd []int
+	rejected               []int32
 }
 
 // greedyRequest reports whether request p verifies by arg-max.
@@ -135,81 +213,120 @@ func greedyRequest(p Params, vocab int) bool {
 	return route(p, vocab, true) == RouteGreedy
 }
 
-// check validates every request, sizing the result; a bad request gets its error.
+// nodeRow is the logits row of node n of request b: 0 the root, 1+i draft node i.
+func (v *verifyCall) nodeRow(b, n int) int { return v.trees[b].Row + n }
+
+// check validates every request and lays out the per-node state; a bad request gets its
+// error.
 func (v *verifyCall) check() {
 	s, res, vocab := v.s, v.res, v.lg.Vocab
 	n := len(v.params)
 	res.Accepted = resized(res.Accepted, n)
 	res.Tokens = resized(res.Tokens, n)
+	res.Nodes = resized(res.Nodes, n)
 	res.Errs = resized(res.Errs, n)
 	s.verifyOwner = resized(s.verifyOwner, v.lg.Rows)
 	clear(s.verifyOwner)
 	s.verifySeeds = resized(s.verifySeeds, n)
-	v.owner, v.seeds = s.verifyOwner, s.verifySeeds
+	s.verifyFirst = resized(s.verifyFirst, n+1)
+	v.owner, v.seeds, v.first = s.verifyOwner, s.verifySeeds, s.verifyFirst
 	total := 0
 	for b, p := range v.params {
-		res.Accepted[b], res.Tokens[b] = 0, nil
-		d := v.drafts[b]
-		k := len(d.Tokens)
+		res.Accepted[b], res.Tokens[b], res.Nodes[b] = 0, nil, nil
+		v.first[b] = total
+		tr := v.trees[b]
+		nodes := len(tr.Tokens)
 		err := checkParams(b, p)
 		switch {
 		case err != nil:
 		case filtered(p, vocab):
 			err = fmt.Errorf("request %d: %w", b, ErrVerifyFiltered)
-		case d.Row < 0 || d.Row+k >= v.lg.Rows || d.Row+k < d.Row:
-			err = fmt.Errorf("request %d: positions at logits rows %d to %d, the logits hold %d rows: %w", b, d.Row, d.Row+k, v.lg.Rows, ErrDraft)
-		case d.Bitmasks != nil && len(d.Bitmasks) != k+1:
-			err = fmt.Errorf("request %d: %d bitmasks for %d positions: %w", b, len(d.Bitmasks), k+1, ErrDraft)
-		case d.Bitmasks != nil && p.Bitmask != nil:
-			err = fmt.Errorf("request %d: per-position bitmasks and Params.Bitmask: %w", b, ErrDraft)
+		case len(tr.Parents) != nodes:
+			err = fmt.Errorf("request %d: %d parents for %d draft tokens: %w", b, len(tr.Parents), nodes, ErrDraft)
+		case tr.Row < 0 || tr.Row+nodes >= v.lg.Rows || tr.Row+nodes < tr.Row:
+			err = fmt.Errorf("request %d: nodes at logits rows %d to %d, the logits hold %d rows: %w", b, tr.Row, tr.Row+nodes, v.lg.Rows, ErrDraft)
+		case tr.Bitmasks != nil && len(tr.Bitmasks) != nodes+1:
+			err = fmt.Errorf("request %d: %d bitmasks for %d nodes and the root: %w", b, len(tr.Bitmasks), nodes, ErrDraft)
+		case tr.Bitmasks != nil && p.Bitmask != nil:
+			err = fmt.Errorf("request %d: per-node bitmasks and Params.Bitmask: %w", b, ErrDraft)
 		}
-		for j := 0; err == nil && j <= k; j++ {
-			row := d.Row + j
+		for j := 0; err == nil && j <= nodes; j++ {
+			row := tr.Row + j
 			mask := p.Bitmask
-			if d.Bitmasks != nil {
-				mask = d.Bitmasks[j]
+			if tr.Bitmasks != nil {
+				mask = tr.Bitmasks[j]
 			}
 			switch {
-			case j < k && (d.Tokens[j] < 0 || int(d.Tokens[j]) >= vocab):
-				err = fmt.Errorf("request %d: draft token %d outside [0, %d): %w", b, d.Tokens[j], vocab, ErrDraft)
+			case j > 0 && (tr.Tokens[j-1] < 0 || int(tr.Tokens[j-1]) >= vocab):
+				err = fmt.Errorf("request %d: draft token %d outside [0, %d): %w", b, tr.Tokens[j-1], vocab, ErrDraft)
+			case j > 0 && (tr.Parents[j-1] < -1 || int(tr.Parents[j-1]) >= j-1):
+				err = fmt.Errorf("request %d: node %d's parent %d is not an earlier node: %w", b, j-1, tr.Parents[j-1], ErrDraft)
 			case v.owner[row] != 0:
 				err = fmt.Errorf("request %d: logits row %d is also request %d's: %w", b, row, v.owner[row]-1, ErrDraft)
 			case mask != nil && len(mask) != maskWords(vocab):
-				err = fmt.Errorf("request %d: position %d's bitmask of %d words, vocab %d needs %d: %w", b, j, len(mask), vocab, maskWords(vocab), ErrBitmask)
+				err = fmt.Errorf("request %d: node %d's bitmask of %d words, vocab %d needs %d: %w", b, j, len(mask), vocab, maskWords(vocab), ErrBitmask)
 			case mask == nil:
 				_, err = v.lg.Bitmask.deviceRow(row)
 			}
 		}
+		if err == nil {
+			for j := range nodes + 1 {
+				v.owner[tr.Row+j] = b + 1
+			}
+			v.seeds[b] = s.seedOf(p)
+			total += nodes + 1
+		}
 		res.Errs[b] = err
-		if err != nil {
+	}
+	v.first[n] = total
+	s.verifyLP = resized(s.verifyLP, total)
+	s.verifyDepth = resized(s.verifyDepth, total)
+	s.verifyKids = resized(s.verifyKids, total)
+	s.verifyTop = resized(s.verifyTop, total)
+	v.nodeLP, v.depth, v.kids, v.top = s.verifyLP, s.verifyDepth, s.verifyKids, s.verifyTop
+	clear(v.kids)
+	for b := range v.params {
+		if res.Errs[b] != nil {
 			continue
 		}
-		for j := 0; j <= k; j++ {
-			v.owner[d.Row+j] = b + 1
+		f, tr := v.first[b], v.trees[b]
+		v.depth[f] = 0
+		for i, par := range tr.Parents {
+			v.depth[f+1+i] = v.depth[f+1+int(par)] + 1
+			v.kids[f+1+int(par)]++
 		}
-		v.seeds[b] = s.seedOf(p)
-		total += k + 1
+		for j := range len(tr.Tokens) + 1 {
+			if v.kids[f+j] > MaxDraftSiblings {
+				res.Errs[b] = fmt.Errorf("request %d: node %d has %d children, at most %d: %w", b, j-1, v.kids[f+j], MaxDraftSiblings, ErrDraft)
+				break
+			}
+			if !greedyRequest(v.params[b], vocab) {
+				v.maxKids = max(v.maxKids, int(v.kids[f+j]))
+			}
+		}
 	}
 	if cap(res.flat) < total {
 		res.flat = make([]int32, total)
+		res.flatNodes = make([]int32, total)
 	}
+	res.flat, res.flatNodes = res.flat[:0], res.flatNodes[:0]
 }
 
-// positionParams are the row parameters of position j of request b.
-func (v *verifyCall) positionParams(b, j int) Params {
+// nodeParams are the row parameters at node n (0 the root) of request b.
+func (v *verifyCall) nodeParams(b, n int) Params {
 	p := v.params[b]
-	p.Step += uint64(j)
+	p.Step += uint64(v.depth[v.first[b]+n])
 	p.Seed, p.HasSeed = v.seeds[b], true
 	p.Logprobs, p.TopLogprobs = false, 0
-	if m := v.drafts[b].Bitmasks; m != nil {
-		p.Bitmask = m[j]
+	if m := v.trees[b].Bitmasks; m != nil {
+		p.Bitmask = m[n]
 	}
 	return p
 }
 
-// maskRow is the bitmask row a position with params p at logits row row applies: its
-// host mask's row in the scratch (appended to masks), the device bitmask's row of its
-// logits row, or -1. check has vetted both.
+// maskRow is the bitmask row a node with params p at logits row row applies: its host
+// mask's row in the scratch (appended to masks), the device bitmask's row of its logits
+// row, or -1. check has vetted both.
 func (v *verifyCall) maskRow(p Params, row int, masks *[][]int32) int {
 	if p.Bitmask != nil {
 		*masks = append(*masks, p.Bitmask)
@@ -219,8 +336,8 @@ func (v *verifyCall) maskRow(p Params, row int, masks *[][]int32) int {
 	return m
 }
 
-// launch runs one round: rows rows of RowParams already written in host, the host masks
-// listed in masks.
+// launch runs one round: its RowParams already written in host, the host masks listed
+// in masks.
 func (v *verifyCall) launch(groups [numGroups]int, draws int, host []byte, masks [][]int32) ([]byte, error) {
 	s := v.s
 	pl := plan{logits: v.lg, stride: v.stride, draws: draws, groups: groups, out: outLayout{rows: v.lg.Rows, draws: draws}}
@@ -254,119 +371,189 @@ func (v *verifyCall) launch(groups [numGroups]int, draws int, host []byte, masks
 	return s.runPlan(&pl, host, true)
 }
 
-// rowParamsHost returns the pinned staging of n RowParams records.
-func (v *verifyCall) rowParamsHost(n int) ([]byte, error) {
-	return v.s.scratch.paramsHost.bytes(v.s.dev, n*RowParamsSize)
+// child returns the index of node n's j-th child (draft node index), or -1.
+func (v *verifyCall) child(b, n, j int) int {
+	for i, par := range v.trees[b].Parents {
+		if int(par)+1 == n {
+			if j == 0 {
+				return i
+			}
+			j--
+		}
+	}
+	return -1
 }
 
-// round1 scores every draft token of the sampled requests and takes the arg-max of
-// every position of the greedy ones, then decides the greedy requests.
-func (v *verifyCall) round1() error {
+// scoreRounds scores, in round j, the token of the j-th child of every node of the
+// sampled requests under that node's distribution, and takes in round 0 the arg-max of
+// every node of the greedy requests.
+func (v *verifyCall) scoreRounds() error {
 	s, res, vocab := v.s, v.res, v.lg.Vocab
-	var groups [numGroups]int
-	for b := range v.params {
-		if res.Errs[b] != nil {
-			continue
-		}
-		if k := len(v.drafts[b].Tokens); greedyRequest(v.params[b], vocab) {
-			groups[groupGumbel] += k + 1
-		} else {
-			groups[groupScore] += k
-		}
-	}
-	if groups[groupGumbel]+groups[groupScore] == 0 {
-		return nil
-	}
-	host, err := v.rowParamsHost(groups[groupGumbel] + groups[groupScore])
-	if err != nil {
-		return err
-	}
-	next := [numGroups]int{groupGumbel: 0, groupScore: groups[groupGumbel]}
-	masks := s.verifyMasks[:0]
-	for b := range v.params {
-		if res.Errs[b] != nil {
-			continue
-		}
-		d := v.drafts[b]
-		greedy := greedyRequest(v.params[b], vocab)
-		positions := len(d.Tokens)
-		g := groupScore
-		if greedy {
-			positions++
-			g = groupGumbel
-		}
-		for j := range positions {
-			p, row := v.positionParams(b, j), d.Row+j
-			m := v.maskRow(p, row, &masks)
-			rec := host[next[g]*RowParamsSize:]
-			flags := s.procs.flags(row, p) &^ abi.FlagRecord
-			if greedy {
-				putRowParams(rec, row, RouteGreedy, p, vocab, p.Seed, flags, 0, m)
-			} else {
-				putRowParams(rec, row, RouteGumbel, p, vocab, p.Seed, flags, 0, m)
-				binary.LittleEndian.PutUint32(rec[abi.TokenOffset:], uint32(d.Tokens[j]))
+	for j := 0; j == 0 || j < v.maxKids; j++ {
+		var groups [numGroups]int
+		for b, p := range v.params {
+			if res.Errs[b] != nil {
+				continue
 			}
-			next[g]++
+			f, nodes := v.first[b], len(v.trees[b].Tokens)+1
+			for n := range nodes {
+				switch {
+				case greedyRequest(p, vocab):
+					if j == 0 {
+						groups[groupGumbel]++
+					}
+				case int(v.kids[f+n]) > j:
+					groups[groupScore]++
+				}
+			}
+		}
+		rows := groups[groupGumbel] + groups[groupScore]
+		if rows == 0 {
+			return nil
+		}
+		host, err := s.scratch.paramsHost.bytes(s.dev, rows*RowParamsSize)
+		if err != nil {
+			return err
+		}
+		next := [numGroups]int{groupGumbel: 0, groupScore: groups[groupGumbel]}
+		masks := s.verifyMasks[:0]
+		for b, p := range v.params {
+			if res.Errs[b] != nil {
+				continue
+			}
+			f, nodes := v.first[b], len(v.trees[b].Tokens)+1
+			greedy := greedyRequest(p, vocab)
+			for n := range nodes {
+				if greedy && j > 0 || !greedy && int(v.kids[f+n]) <= j {
+					continue
+				}
+				q, row := v.nodeParams(b, n), v.nodeRow(b, n)
+				m := v.maskRow(q, row, &masks)
+				flags := s.procs.flags(row, q) &^ abi.FlagRecord
+				if greedy {
+					putRowParams(host[next[groupGumbel]*RowParamsSize:], row, RouteGreedy, q, vocab, q.Seed, flags, 0, m)
+					next[groupGumbel]++
+					continue
+				}
+				rec := host[next[groupScore]*RowParamsSize:]
+				putRowParams(rec, row, RouteGumbel, q, vocab, q.Seed, flags, 0, m)
+				binary.LittleEndian.PutUint32(rec[abi.TokenOffset:], uint32(v.trees[b].Tokens[v.child(b, n, j)]))
+				next[groupScore]++
+			}
+		}
+		s.verifyMasks = masks[:0]
+		results, err := v.launch(groups, 1, host, masks)
+		if err != nil {
+			return err
+		}
+		le := binary.LittleEndian
+		out := outLayout{rows: v.lg.Rows, draws: 1}
+		for b, p := range v.params {
+			if res.Errs[b] != nil {
+				continue
+			}
+			f, nodes := v.first[b], len(v.trees[b].Tokens)+1
+			greedy := greedyRequest(p, vocab)
+			for n := range nodes {
+				if greedy && j > 0 || !greedy && int(v.kids[f+n]) <= j {
+					continue
+				}
+				row := v.nodeRow(b, n)
+				status := le.Uint32(results[out.status()+4*row:])
+				if greedy {
+					tok, err := rowResult(row, int32(le.Uint32(results[out.tokens()+4*row:])), status, vocab)
+					if err != nil {
+						res.Errs[b] = fmt.Errorf("request %d: %w", b, err)
+						break
+					}
+					v.top[f+n] = tok
+					continue
+				}
+				if _, err := rowResult(row, 0, status, vocab); err != nil {
+					res.Errs[b] = fmt.Errorf("request %d: %w", b, err)
+					break
+				}
+				c := v.child(b, n, j)
+				v.nodeLP[f+1+c] = math.Float32frombits(le.Uint32(results[out.logprobs()+16*row+4:]))
+			}
 		}
 	}
-	s.verifyMasks = masks[:0]
-	results, err := v.launch(groups, 1, host, masks)
-	if err != nil {
-		return err
-	}
-	le := binary.LittleEndian
-	out := outLayout{rows: v.lg.Rows, draws: 1}
-	flat := res.flat[:0]
+	return nil
+}
+
+// walk decides every request's path: greedy requests follow the arg-max, sampled ones
+// the acceptance rule; each ends at stop[b] with its rejected tokens listed.
+func (v *verifyCall) walk() {
+	s, res, vocab := v.s, v.res, v.lg.Vocab
+	n := len(v.params)
+	s.verifyStop = resized(s.verifyStop, 3*n)
+	v.stop, v.rejStart, v.rejEnd = s.verifyStop[:n], s.verifyStop[n:2*n], s.verifyStop[2*n:]
+	rejected := s.verifyRejected[:0]
 	for b, p := range v.params {
 		if res.Errs[b] != nil {
 			continue
 		}
-		d := v.drafts[b]
-		k := len(d.Tokens)
-		accepted := k
-		for j := 0; j <= k; j++ {
-			row := d.Row + j
-			status := le.Uint32(results[out.status()+4*row:])
-			val := le.Uint32(results[out.tokens()+4*row:])
-			if greedyRequest(p, vocab) {
-				tok, err := rowResult(row, int32(val), status, vocab)
-				if err != nil {
-					res.Errs[b] = fmt.Errorf("request %d: %w", b, err)
-					break
+		tr, f := v.trees[b], v.first[b]
+		greedy := greedyRequest(p, vocab)
+		startTok, startNode := len(res.flat), len(res.flatNodes)
+		cur := 0
+		v.rejStart[b] = len(rejected)
+	walk:
+		for {
+			kids := int(v.kids[f+cur])
+			if greedy {
+				top := v.top[f+cur]
+				for j := range kids {
+					c := v.child(b, cur, j)
+					if tr.Tokens[c] == top {
+						res.flat = append(res.flat, top)
+						res.flatNodes = append(res.flatNodes, int32(c))
+						cur = c + 1
+						continue walk
+					}
 				}
-				if j == k || tok != d.Tokens[j] {
-					accepted = j
-					start := len(flat)
-					flat = append(flat, d.Tokens[:j]...)
-					flat = append(flat, tok)
-					res.Tokens[b] = flat[start:]
-					break
-				}
-				continue
-			}
-			if j == k {
-				break // every draft accepted: round 2 draws the bonus token
-			}
-			if _, err := rowResult(row, 0, status, vocab); err != nil {
-				res.Errs[b] = fmt.Errorf("request %d: %w", b, err)
+				res.flat = append(res.flat, top)
 				break
 			}
-			lp := math.Float32frombits(le.Uint32(results[out.logprobs()+16*row+4:]))
-			if !(philox.SpeculativeUniform(v.seeds[b], p.Step+uint64(j)) < math.Exp(float64(lp))) {
-				accepted = j
-				break
+			gone := 0.0 // the mass of the rejected siblings' tokens
+			for j := range kids {
+				c := v.child(b, cur, j)
+				pc := math.Exp(float64(v.nodeLP[f+1+c]))
+				for _, r := range rejected[v.rejStart[b]:] {
+					if r == tr.Tokens[c] {
+						pc = 0
+					}
+				}
+				u := philox.SpeculativeUniform(v.seeds[b], p.Step+uint64(v.depth[f+cur]), uint32(j))
+				if pc > 0 && u*(1-gone) < pc {
+					res.flat = append(res.flat, tr.Tokens[c])
+					res.flatNodes = append(res.flatNodes, int32(c))
+					cur = c + 1
+					rejected = rejected[:v.rejStart[b]]
+					continue walk
+				}
+				if pc > 0 {
+					gone += pc
+					rejected = append(rejected, tr.Tokens[c])
+				}
 			}
+			break
 		}
-		res.Accepted[b] = accepted
+		v.stop[b], v.rejEnd[b] = cur, len(rejected)
+		res.Accepted[b] = len(res.flatNodes) - startNode
+		res.Nodes[b] = res.flatNodes[startNode:len(res.flatNodes):len(res.flatNodes)]
+		if !greedy {
+			res.flat = append(res.flat, -1) // the draw round's token
+		}
+		res.Tokens[b] = res.flat[startTok:len(res.flat):len(res.flat)]
 	}
-	res.flat = flat
-	return nil
+	s.verifyRejected = rejected[:0]
+	v.rejected = rejected
 }
 
-// round2 draws the last token of every sampled request: at its first rejected
-// position, p there without the rejected draft (the first of the two distinct Gumbel-max
-// draws that is not it); after all K, the bonus token (the first draw, Sample's token).
-func (v *verifyCall) round2() error {
+// drawRound draws the last token of every sampled request at the node where its walk
+// stopped: the first of its distinct Gumbel-max draws outside the rejected tokens.
+func (v *verifyCall) drawRound() error {
 	s, res, vocab := v.s, v.res, v.lg.Vocab
 	var groups [numGroups]int
 	for b, p := range v.params {
@@ -377,7 +564,7 @@ func (v *verifyCall) round2() error {
 	if groups[groupDistinct] == 0 {
 		return nil
 	}
-	host, err := v.rowParamsHost(groups[groupDistinct])
+	host, err := s.scratch.paramsHost.bytes(s.dev, groups[groupDistinct]*RowParamsSize)
 	if err != nil {
 		return err
 	}
@@ -387,59 +574,55 @@ func (v *verifyCall) round2() error {
 		if res.Errs[b] != nil || greedyRequest(p, vocab) {
 			continue
 		}
-		j := res.Accepted[b]
-		q, row := v.positionParams(b, j), v.drafts[b].Row+j
+		q, row := v.nodeParams(b, v.stop[b]), v.nodeRow(b, v.stop[b])
 		m := v.maskRow(q, row, &masks)
 		flags := abi.FlagPerturbed | s.procs.flags(row, q)&^abi.FlagRecord
-		putRowParams(host[next*RowParamsSize:], row, RouteGumbel, q, vocab, q.Seed, flags, 2, m)
+		draws := uint32(v.rejEnd[b]-v.rejStart[b]) + 1
+		putRowParams(host[next*RowParamsSize:], row, RouteGumbel, q, vocab, q.Seed, flags, draws, m)
 		next++
 	}
-	groups[groupDistinct] = next
-	if next == 0 {
-		return nil
-	}
 	s.verifyMasks = masks[:0]
-	results, err := v.launch(groups, 2, host[:next*RowParamsSize], masks)
+	results, err := v.launch(groups, 1, host, masks)
 	if err != nil {
 		return err
 	}
 	le := binary.LittleEndian
-	out := outLayout{rows: v.lg.Rows, draws: 2}
-	flat := res.flat
+	out := outLayout{rows: v.lg.Rows, draws: 1}
 	for b, p := range v.params {
 		if res.Errs[b] != nil || greedyRequest(p, vocab) {
 			continue
 		}
-		d, j := v.drafts[b], res.Accepted[b]
-		row := d.Row + j
-		var tok int32 = -1
-		for z := range 2 {
+		row := v.nodeRow(b, v.stop[b])
+		rejected := v.rejected[v.rejStart[b]:v.rejEnd[b]]
+		tok := int32(-1)
+	draw:
+		for z := range len(rejected) + 1 {
 			o := 4 * (row*MaxTopLogprobs + z)
 			t, err := distinctResult(row, z, int32(le.Uint32(results[out.distinctTokens()+o:])),
 				math.Float32frombits(le.Uint32(results[out.distinctValues()+o:])), vocab)
 			if err != nil {
-				if z == 0 || j == len(d.Tokens) || !errors.Is(err, ErrTooFewTokens) {
+				if z == 0 || !errors.Is(err, ErrTooFewTokens) {
 					res.Errs[b] = fmt.Errorf("request %d: %w", b, err)
 				} else {
-					// p_j holds the rejected draft alone: it was accepted with
-					// probability 1, so this cannot happen but through rounding.
-					tok = d.Tokens[j]
+					// Only rejected tokens have mass: they held all of it up to
+					// rounding, so the last one rejected stands.
+					tok = rejected[len(rejected)-1]
 				}
 				break
 			}
-			if j == len(d.Tokens) || t != d.Tokens[j] {
-				tok = t
-				break
+			for _, r := range rejected {
+				if t == r {
+					continue draw
+				}
 			}
+			tok = t
+			break
 		}
 		if res.Errs[b] != nil {
+			res.Tokens[b], res.Nodes[b] = nil, nil
 			continue
 		}
-		start := len(flat)
-		flat = append(flat, d.Tokens[:j]...)
-		flat = append(flat, tok)
-		res.Tokens[b] = flat[start:]
+		res.Tokens[b][len(res.Tokens[b])-1] = tok
 	}
-	res.flat = flat
 	return nil
 }

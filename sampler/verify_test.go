@@ -322,3 +322,114 @@ func verifySetup(t *testing.T, logits []float32, rows, vocab int) (*sampler.Samp
 	require.NoError(t, dev.DefaultStream().CopyToDevice(buf, 0, runtime.BytesOf(logits)))
 	return s, sampler.Logits{Data: buf, DType: sampler.Float32, Rows: rows, Vocab: vocab}
 }
+
+// TestVerifyTreeLaw: a root with three children (two of them the same token) and a
+// grandchild. The first emitted token follows the target at the root exactly; the
+// second, after an accepted child, follows the target at that child; the emitted tokens
+// are the accepted nodes' tokens; a repeated sibling is never accepted.
+func TestVerifyTreeLaw(t *testing.T) {
+	const vocab, requests, calls = 6, 500, 40
+	root := []float32{2, 1, 0.5, -1, 0, -2}
+	child0 := []float32{0, 2, 1, 0, -1, 0.5}
+	tree := sampler.DraftTree{Tokens: []int32{0, 2, 0, 3}, Parents: []int32{-1, -1, -1, 0}}
+	nodes := len(tree.Tokens) + 1
+	logits := make([]float32, 0, requests*nodes*vocab)
+	for range requests {
+		logits = append(logits, root...)
+		logits = append(logits, child0...)
+		for range nodes - 2 {
+			logits = append(logits, root...)
+		}
+	}
+	s, lg := verifySetup(t, logits, requests*nodes, vocab)
+	params := make([]sampler.Params, requests)
+	trees := make([]sampler.DraftTree, requests)
+	first := make([]int64, vocab)
+	second := make([]int64, vocab)
+	var res sampler.Verified
+	for call := range calls {
+		for b := range requests {
+			params[b] = sampler.Params{Temperature: 0.9, Seed: uint64(1 + call*requests + b), Step: 3}
+			tr := tree
+			tr.Row = b * nodes
+			trees[b] = tr
+		}
+		require.NoError(t, s.VerifyTree(lg, params, trees, &res))
+		for b := range requests {
+			require.NoError(t, res.Errs[b])
+			require.Len(t, res.Tokens[b], res.Accepted[b]+1)
+			for i, n := range res.Nodes[b] {
+				require.Equal(t, tree.Tokens[n], res.Tokens[b][i])
+				require.NotEqual(t, int32(2), n, "the repeated sibling is never accepted")
+			}
+			first[res.Tokens[b][0]]++
+			if res.Accepted[b] >= 1 && res.Nodes[b][0] == 0 {
+				second[res.Tokens[b][1]]++
+			}
+		}
+	}
+	for _, c := range []struct {
+		what   string
+		law    []float64
+		counts []int64
+	}{
+		{"first token", softmaxMasked(root, 0.9, nil), first},
+		{"second token after node 0", softmaxMasked(child0, 0.9, nil), second},
+	} {
+		v, err := statistical.ChiSquareTest(c.law, c.counts, statistical.BinTokens)
+		require.NoError(t, err, c.what)
+		assert.True(t, v.Pass(statistical.Alpha), "%s: chi-square %.2f, df %d, p %.3g", c.what, v.ChiSquare, v.DF, v.PValue)
+	}
+}
+
+// TestVerifyTreeGreedy: a greedy request follows the branch of arg-max tokens, whichever
+// sibling holds it, and emits the arg-max where no child does.
+func TestVerifyTreeGreedy(t *testing.T) {
+	const vocab = 8
+	rows := [][]float32{
+		{0, 0, 5, 0, 0, 0, 0, 0}, // root: arg-max 2
+		{0, 0, 0, 0, 0, 0, 0, 0}, // node 0 (token 1, not followed)
+		{0, 0, 0, 0, 0, 0, 7, 0}, // node 1 (token 2): arg-max 6
+		{0, 0, 0, 0, 0, 0, 0, 0}, // node 2 (token 5 under node 1, not followed)
+		{3, 0, 0, 0, 0, 0, 0, 0}, // node 3 (token 6 under node 1): arg-max 0, no child
+	}
+	var logits []float32
+	for _, r := range rows {
+		logits = append(logits, r...)
+	}
+	s, lg := verifySetup(t, logits, len(rows), vocab)
+	tree := sampler.DraftTree{Tokens: []int32{1, 2, 5, 6}, Parents: []int32{-1, -1, 1, 1}}
+	var res sampler.Verified
+	require.NoError(t, s.VerifyTree(lg, []sampler.Params{{}}, []sampler.DraftTree{tree}, &res))
+	require.NoError(t, res.Errs[0])
+	assert.Equal(t, []int32{1, 3}, res.Nodes[0])
+	assert.Equal(t, []int32{2, 6, 0}, res.Tokens[0])
+	assert.Equal(t, 2, res.Accepted[0])
+}
+
+// TestVerifyTreeErrors: trees that do not fit fail alone.
+func TestVerifyTreeErrors(t *testing.T) {
+	const vocab = 10
+	s, lg := verifySetup(t, make([]float32, 40*vocab), 40, vocab)
+	many := sampler.DraftTree{Row: 10}
+	for i := range sampler.MaxDraftSiblings + 1 {
+		many.Tokens = append(many.Tokens, int32(i%vocab))
+		many.Parents = append(many.Parents, -1)
+	}
+	trees := []sampler.DraftTree{
+		{Tokens: []int32{1, 2}, Parents: []int32{-1, 0}, Row: 0},
+		{Tokens: []int32{1, 2}, Parents: []int32{-1, 1}, Row: 3}, // a node its own parent
+		{Tokens: []int32{1, 2}, Parents: []int32{-1}, Row: 6},    // parents missing
+		many,
+	}
+	params := make([]sampler.Params, len(trees))
+	for i := range params {
+		params[i] = sampler.Params{Temperature: 1}
+	}
+	var res sampler.Verified
+	require.NoError(t, s.VerifyTree(lg, params, trees, &res))
+	assert.NoError(t, res.Errs[0])
+	for b := 1; b < len(trees); b++ {
+		assert.ErrorIs(t, res.Errs[b], sampler.ErrDraft, "tree %d", b)
+	}
+}
