@@ -133,7 +133,8 @@ type Stream interface {
 	// Handle is the backend's stream handle (CUstream, hipStream_t, MTLCommandQueue);
 	// 0 for the CPU device and for a default stream that has none.
 	Handle() uintptr
-	// Close releases the stream, unless it wraps one the caller owns.
+	// Close releases the stream, unless it wraps one the caller owns. A second Close
+	// does nothing and returns nil, as for every handle of every backend.
 	Close() error
 }
 
@@ -144,6 +145,7 @@ type Event interface {
 	// ElapsedSince returns the time in milliseconds from start to this event, both
 	// recorded and reached.
 	ElapsedSince(start Event) (float32, error)
+	// Close releases the event; a second Close does nothing and returns nil.
 	Close() error
 }
 
@@ -151,6 +153,7 @@ type Event interface {
 type Module interface {
 	// Kernel returns the kernel of that name, or an error wrapping ErrNoKernel.
 	Kernel(name string) (Kernel, error)
+	// Close releases the module; a second Close does nothing and returns nil.
 	Close() error
 }
 

@@ -70,11 +70,18 @@ type Verified struct {
 	// (the target's token where verification stopped, or the bonus token after a leaf);
 	// nil when Errs[b] is set.
 	Tokens [][]int32
+	// Logprobs[b][i] is the log-probability record of Tokens[b][i] under the target
+	// at its position (Raw; Processed with the request's temperature, processors and
+	// bitmask, at temperature 1 for greedy requests; the two LSEs), when params[b] asks
+	// (Params.Logprobs); nil otherwise.
+	Logprobs [][]Logprob
 	// Errs[b] is request b's error, or nil.
 	Errs []error
 
-	// flat and flatNodes back Tokens and Nodes; valid until the next call.
+	// flat, flatNodes and flatLogprobs back Tokens, Nodes and Logprobs; valid until the
+	// next call.
 	flat, flatNodes []int32
+	flatLogprobs    []Logprob
 }
 
 // VerifyChain verifies chains of draft tokens against the target model's logits,
@@ -124,7 +131,9 @@ func (s *Sampler) VerifyChain(logits Logits, params []Params, drafts []Draft, re
 // seed and the decode position, never by its place in the batch.
 //
 // The call runs one round on the device per sibling rank (scoring each node's j-th
-// child; a chain needs one) and one draw round, and waits after each. Penalties read
+// child; a chain needs one), one draw round and, when a request asks for
+// log-probabilities (Params.Logprobs), one scoring round of the emitted tokens, and
+// waits after each. Penalties read
 // the token counts as they are at the call (drafts are not counted); nothing is
 // recorded or advanced. A request with top-k, top-p or min-p fails with
 // ErrVerifyFiltered, a tree that does not fit (rows outside the logits or shared, a
@@ -177,7 +186,10 @@ func (s *Sampler) verify(logits Logits, params []Params, trees []DraftTree, res 
 		return err
 	}
 	v.walk()
-	return v.drawRound()
+	if err := v.drawRound(); err != nil {
+		return err
+	}
+	return v.recordRound()
 }
 
 // verifyCall is one verification call's state.
@@ -222,6 +234,8 @@ func (v *verifyCall) check() {
 	s, res, vocab := v.s, v.res, v.lg.Vocab
 	n := len(v.params)
 	res.Accepted = resized(res.Accepted, n)
+	res.Logprobs = resized(res.Logprobs, n)
+	clear(res.Logprobs)
 	res.Tokens = resized(res.Tokens, n)
 	res.Nodes = resized(res.Nodes, n)
 	res.Errs = resized(res.Errs, n)
@@ -384,6 +398,16 @@ func (v *verifyCall) child(b, n, j int) int {
 	return -1
 }
 
+// inRound reports whether node n of request b has a row in scoring round j: every node
+// of a greedy request in round 0 (its arg-max), a node of a sampled one while it has a
+// j-th child.
+func (v *verifyCall) inRound(b, n, j int, greedy bool) bool {
+	if greedy {
+		return j == 0
+	}
+	return int(v.kids[v.first[b]+n]) > j
+}
+
 // scoreRounds scores, in round j, the token of the j-th child of every node of the
 // sampled requests under that node's distribution, and takes in round 0 the arg-max of
 // every node of the greedy requests.
@@ -395,14 +419,13 @@ func (v *verifyCall) scoreRounds() error {
 			if res.Errs[b] != nil {
 				continue
 			}
-			f, nodes := v.first[b], len(v.trees[b].Tokens)+1
-			for n := range nodes {
+			greedy := greedyRequest(p, vocab)
+			for n := range len(v.trees[b].Tokens) + 1 {
 				switch {
-				case greedyRequest(p, vocab):
-					if j == 0 {
-						groups[groupGumbel]++
-					}
-				case int(v.kids[f+n]) > j:
+				case !v.inRound(b, n, j, greedy):
+				case greedy:
+					groups[groupGumbel]++
+				default:
 					groups[groupScore]++
 				}
 			}
@@ -421,10 +444,9 @@ func (v *verifyCall) scoreRounds() error {
 			if res.Errs[b] != nil {
 				continue
 			}
-			f, nodes := v.first[b], len(v.trees[b].Tokens)+1
 			greedy := greedyRequest(p, vocab)
-			for n := range nodes {
-				if greedy && j > 0 || !greedy && int(v.kids[f+n]) <= j {
+			for n := range len(v.trees[b].Tokens) + 1 {
+				if !v.inRound(b, n, j, greedy) {
 					continue
 				}
 				q, row := v.nodeParams(b, n), v.nodeRow(b, n)
@@ -452,10 +474,10 @@ func (v *verifyCall) scoreRounds() error {
 			if res.Errs[b] != nil {
 				continue
 			}
-			f, nodes := v.first[b], len(v.trees[b].Tokens)+1
+			f := v.first[b]
 			greedy := greedyRequest(p, vocab)
-			for n := range nodes {
-				if greedy && j > 0 || !greedy && int(v.kids[f+n]) <= j {
+			for n := range len(v.trees[b].Tokens) + 1 {
+				if !v.inRound(b, n, j, greedy) {
 					continue
 				}
 				row := v.nodeRow(b, n)
@@ -623,6 +645,77 @@ func (v *verifyCall) drawRound() error {
 			continue
 		}
 		res.Tokens[b][len(res.Tokens[b])-1] = tok
+	}
+	return nil
+}
+
+// recordRound scores every emitted token of the requests that ask for log-probabilities
+// (Params.Logprobs) at its position's row: one more round, only when asked.
+func (v *verifyCall) recordRound() error {
+	s, res, vocab := v.s, v.res, v.lg.Vocab
+	var groups [numGroups]int
+	for b, p := range v.params {
+		if res.Errs[b] == nil && p.Logprobs {
+			groups[groupScore] += len(res.Tokens[b])
+		}
+	}
+	if groups[groupScore] == 0 {
+		return nil
+	}
+	host, err := s.scratch.paramsHost.bytes(s.dev, groups[groupScore]*RowParamsSize)
+	if err != nil {
+		return err
+	}
+	masks := s.verifyMasks[:0]
+	next := 0
+	for b, p := range v.params {
+		if res.Errs[b] != nil || !p.Logprobs {
+			continue
+		}
+		for i, tok := range res.Tokens[b] {
+			n := 0 // the root emits the first token; node Nodes[b][i-1] the next
+			if i > 0 {
+				n = int(res.Nodes[b][i-1]) + 1
+			}
+			q, row := v.nodeParams(b, n), v.nodeRow(b, n)
+			if greedyRequest(p, vocab) {
+				q.Temperature = 0 // scored at 1, as greedy records are
+			}
+			m := v.maskRow(q, row, &masks)
+			rec := host[next*RowParamsSize:]
+			putRowParams(rec, row, RouteGumbel, q, vocab, q.Seed, s.procs.flags(row, q)&^abi.FlagRecord, 0, m)
+			binary.LittleEndian.PutUint32(rec[abi.TokenOffset:], uint32(tok))
+			next++
+		}
+	}
+	s.verifyMasks = masks[:0]
+	results, err := v.launch(groups, 1, host, masks)
+	if err != nil {
+		return err
+	}
+	le := binary.LittleEndian
+	f32 := func(off int) float32 { return math.Float32frombits(le.Uint32(results[off:])) }
+	out := outLayout{rows: v.lg.Rows, draws: 1}
+	res.flatLogprobs = resized(res.flatLogprobs, groups[groupScore])[:0]
+	for b, p := range v.params {
+		if res.Errs[b] != nil || !p.Logprobs {
+			continue
+		}
+		start := len(res.flatLogprobs)
+		for i := range res.Tokens[b] {
+			n := 0
+			if i > 0 {
+				n = int(res.Nodes[b][i-1]) + 1
+			}
+			row := v.nodeRow(b, n)
+			lp := nanLogprob
+			if _, err := rowResult(row, 0, le.Uint32(results[out.status()+4*row:]), vocab); err == nil {
+				r := out.logprobs() + 16*row
+				lp = Logprob{Raw: f32(r), Processed: f32(r + 4), RawLSE: f32(r + 8), ProcessedLSE: f32(r + 12)}
+			}
+			res.flatLogprobs = append(res.flatLogprobs, lp)
+		}
+		res.Logprobs[b] = res.flatLogprobs[start:len(res.flatLogprobs):len(res.flatLogprobs)]
 	}
 	return nil
 }

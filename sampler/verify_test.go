@@ -433,3 +433,40 @@ func TestVerifyTreeErrors(t *testing.T) {
 		assert.ErrorIs(t, res.Errs[b], sampler.ErrDraft, "tree %d", b)
 	}
 }
+
+// TestVerifyLogprobs: with Params.Logprobs each emitted token comes with the record
+// Score gives it at its position's row; without, none.
+func TestVerifyLogprobs(t *testing.T) {
+	const vocab, k, requests = 30, 3, 4
+	rng := rand.New(rand.NewPCG(7, 7))
+	rows := requests * (k + 1)
+	logits := make([]float32, rows*vocab)
+	for i := range logits {
+		logits[i] = float32(rng.NormFloat64() * 2)
+	}
+	s, lg := verifySetup(t, logits, rows, vocab)
+	params := make([]sampler.Params, requests)
+	drafts := make([]sampler.Draft, requests)
+	for b := range requests {
+		params[b] = sampler.Params{Temperature: []float32{0, 0.8}[b%2], Seed: uint64(b + 1), Logprobs: b != 3}
+		drafts[b] = sampler.Draft{Tokens: []int32{int32(b), 2, 3}, Row: b * (k + 1)}
+	}
+	var res sampler.Verified
+	require.NoError(t, s.VerifyChain(lg, params, drafts, &res))
+	for b := range requests {
+		require.NoError(t, res.Errs[b])
+		if !params[b].Logprobs {
+			assert.Nil(t, res.Logprobs[b])
+			continue
+		}
+		require.Len(t, res.Logprobs[b], len(res.Tokens[b]))
+		for i, tok := range res.Tokens[b] {
+			row := drafts[b].Row + i
+			one := sampler.Logits{Data: lg.Data, Offset: 4 * row * vocab, DType: sampler.Float32, Rows: 1, Vocab: vocab}
+			var sc sampler.Scores
+			require.NoError(t, s.Score(one, []sampler.Params{{Temperature: params[b].Temperature}}, []int32{tok}, &sc))
+			require.NoError(t, sc.Errs[0])
+			assert.Equal(t, sc.Logprobs[0], res.Logprobs[b][i], "request %d token %d", b, i)
+		}
+	}
+}

@@ -34,3 +34,24 @@ func TestCloseConcurrently(t *testing.T) {
 		assert.NoError(t, <-errs)
 	}
 }
+
+// TestHandlesCloseTwice: a stream, an event and a module close once and then do
+// nothing: every handle follows the device's rule, and stays closed.
+func TestHandlesCloseTwice(t *testing.T) {
+	d, err := cpu.Open()
+	require.NoError(t, err)
+	defer d.Close()
+	s, err := d.NewStream()
+	require.NoError(t, err)
+	e, err := d.NewEvent()
+	require.NoError(t, err)
+	m, err := d.Load(&runtime.Program{Name: "close-twice", Go: map[string]runtime.GoKernel{"k": func(*runtime.BlockContext) {}}})
+	require.NoError(t, err)
+	for name, c := range map[string]interface{ Close() error }{"stream": s, "event": e, "module": m} {
+		require.NoError(t, c.Close(), name)
+		assert.NoError(t, c.Close(), "%s: a second Close does nothing", name)
+	}
+	assert.ErrorIs(t, s.Synchronize(), runtime.ErrClosed, "the stream stays closed")
+	_, err = m.Kernel("k")
+	assert.ErrorIs(t, err, runtime.ErrClosed, "the module stays closed")
+}

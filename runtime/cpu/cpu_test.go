@@ -366,7 +366,7 @@ func TestStreams(t *testing.T) {
 	require.NoError(t, s.Synchronize())
 	require.NoError(t, s.Close())
 	assert.ErrorIs(t, s.Synchronize(), runtime.ErrClosed)
-	assert.ErrorIs(t, s.Close(), runtime.ErrClosed)
+	assert.NoError(t, s.Close(), "a second Close does nothing")
 	b, err := d.Alloc(4)
 	require.NoError(t, err)
 	assert.ErrorIs(t, s.Zero(b, 0, 4), runtime.ErrClosed)
