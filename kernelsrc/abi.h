@@ -47,6 +47,7 @@
 #define GB_MAX_VOCAB 2147483647 // The largest V.
 #define GB_MAX_DRAWS 16777216 // The largest grid.z: draws per row in one launch.
 #define GB_MAX_TOPN 20 // The largest n of the topn kernels, and the stride of their outputs.
+#define GB_TOPN_REFUSED -3 // The token of every entry of a topn row with bad parameters (status 3 in the sampling kernels); a row with NaN or +Inf gets -1 (both with value NaN).
 #define GB_TOPN_STRIDE 22 // The uint64 words one topn block keeps in partials: MaxTopN keys, its log-sum-exp pair and a spare word.
 #define GB_MAX_THREADS 1024 // The largest block the kernels are compiled for.
 #define GB_MAX_WARPS 32 // The most warps of a block: MaxThreads over 32 lanes.

@@ -205,6 +205,9 @@ const (
 	MaxDraws = 1 << 24
 	// MaxTopN is the largest n of the topn kernels, and the stride of their outputs.
 	MaxTopN = 20
+	// TopNRefused is the token of every entry of a topn row with bad parameters (status
+	// 3 in the sampling kernels); a row with NaN or +Inf gets -1 (both with value NaN).
+	TopNRefused = -3
 	// TopNStride is the uint64 words one topn block keeps in partials: MaxTopN keys, its
 	// log-sum-exp pair and a spare word.
 	TopNStride = MaxTopN + 2

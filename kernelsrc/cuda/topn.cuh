@@ -229,7 +229,7 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     if (bad_n || gb_bad_flags(p.flags) || gb_bad_row(p.temperature, vocab)) {
         if (blockIdx.x == 0u) {
             for (gb_u32 j = threadIdx.x; j < (bad_n ? GB_MAX_TOPN : N); j += blockDim.x) {
-                otok[j] = -1;
+                otok[j] = GB_TOPN_REFUSED;
                 oval[j] = __uint_as_float(0x7FC00000u);
             }
         }

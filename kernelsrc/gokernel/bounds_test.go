@@ -402,7 +402,7 @@ func TestTopNBadBuffers(t *testing.T) {
 			for y, rp := range p.params {
 				first := int(rp.Row) * abi.MaxTopN
 				if c.failRow[y] {
-					require.Equal(t, int32(-1), outTok[first], "launch row %d", y)
+					require.Equal(t, int32(abi.TopNRefused), outTok[first], "launch row %d", y)
 					require.True(t, math.IsNaN(float64(outVal[first])), "launch row %d", y)
 				} else {
 					toks, _ := refTopN(p.rows[rp.Row], rp, p.inputs(rp.Row))

@@ -52,7 +52,7 @@ func topn(b *runtime.BlockContext, d abi.DType) {
 	}
 	if bad {
 		if l.x == 0 {
-			l.topnFail()
+			l.topnFail(abi.TopNRefused)
 		}
 		return
 	}
@@ -177,7 +177,7 @@ func (l *launchRow) topnEnd(ns *topnScan) {
 		atomic.StoreUint32(arrivals, 0)
 	}
 	if seen&abi.SeenNonFinite != 0 {
-		l.topnFail()
+		l.topnFail(-1)
 		return
 	}
 	perturbed := l.p.Flags&abi.FlagPerturbed != 0
@@ -199,15 +199,15 @@ func (l *launchRow) topnEnd(ns *topnScan) {
 	}
 }
 
-// topnFail gives the row's N entries (all abi.MaxTopN when N itself is bad) token -1 and
-// NaN.
-func (l *launchRow) topnFail() {
+// topnFail gives the row's N entries (all abi.MaxTopN when N itself is bad) the token
+// tok (-1 for a row with NaN or +Inf, abi.TopNRefused for bad parameters) and NaN.
+func (l *launchRow) topnFail(tok int32) {
 	n := int(l.p.TopN)
 	if n < 1 || n > abi.MaxTopN {
 		n = abi.MaxTopN
 	}
 	for j := range n {
-		l.topnPut(j, -1, float32(math.NaN()))
+		l.topnPut(j, tok, float32(math.NaN()))
 	}
 }
 

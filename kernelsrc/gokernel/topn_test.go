@@ -86,7 +86,8 @@ func (p *problem) checkTopN(t testing.TB, b *topnBuffers, what string) {
 		where := fmt.Sprintf("%s: launch row %d (row %d, %+v)", what, y, rp.Row, rp)
 		row := p.rows[rp.Row][:p.vocab]
 		in := p.inputs(rp.Row)
-		failed := refBadTemperature(rp.Temperature) || rp.TopN < 1 || rp.TopN > abi.MaxTopN
+		refused := refBadTemperature(rp.Temperature) || rp.TopN < 1 || rp.TopN > abi.MaxTopN
+		failed := refused
 		if !failed {
 			if rp.Flags&abi.FlagPerturbed != 0 {
 				_, st := refProcessed(row, rp, in)
@@ -100,9 +101,13 @@ func (p *problem) checkTopN(t testing.TB, b *topnBuffers, what string) {
 			if n < 1 || n > abi.MaxTopN {
 				n = abi.MaxTopN
 			}
+			want := int32(-1) // NaN or +Inf
+			if refused {
+				want = abi.TopNRefused
+			}
 			for j := range n {
 				tok, val := out(j)
-				require.Equal(t, int32(-1), tok, "failed row, entry %d: %s", j, where)
+				require.Equal(t, want, tok, "failed row, entry %d: %s", j, where)
 				require.True(t, math.IsNaN(float64(val)), "failed row, entry %d is %v: %s", j, val, where)
 			}
 		} else {
@@ -216,8 +221,8 @@ func TestTopNHandCases(t *testing.T) {
 		{"nothing finite", []float32{-inf, -inf}, 2, []int32{-1, -1}, []float64{math.Inf(-1), math.Inf(-1)}},
 		{"NaN", []float32{1, nan}, 2, []int32{-1, -1}, nil},
 		{"+Inf", []float32{1, inf}, 1, []int32{-1}, nil},
-		{"N = 0", []float32{1, 2}, 0, slices.Repeat([]int32{-1}, abi.MaxTopN), nil},
-		{"N = 21", []float32{1, 2}, 21, slices.Repeat([]int32{-1}, abi.MaxTopN), nil},
+		{"N = 0", []float32{1, 2}, 0, slices.Repeat([]int32{abi.TopNRefused}, abi.MaxTopN), nil},
+		{"N = 21", []float32{1, 2}, 21, slices.Repeat([]int32{abi.TopNRefused}, abi.MaxTopN), nil},
 	}
 	for _, c := range cases {
 		for _, s := range []int{1, 2} {

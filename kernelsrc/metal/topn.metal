@@ -232,7 +232,7 @@ inline void gb_topn(device const typename gb_io<KIND>::elem* logits, gb_topn_buf
         if (bx == 0u && L.tid == 0u) {
             uint slots = bad_n ? uint(GB_MAX_TOPN) : N;
             for (uint j = 0u; j < slots; ++j) {
-                A.out_tokens[out + j] = -1;
+                A.out_tokens[out + j] = GB_TOPN_REFUSED;
                 A.out_values[out + j] = NAN;
             }
         }
