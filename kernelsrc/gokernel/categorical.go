@@ -29,7 +29,10 @@ type catScratch struct {
 	// keepFew, 0 when none are waiting.
 	candK  int
 	candKk uint32
-	order  []uint32 // keepFew: the active set by key
+	// candMinP says that cand holds the candidates rowMaxMinP left for this row's
+	// min-p.
+	candMinP bool
+	order    []uint32 // keepFew: the active set by key
 	// record is the log-probability record of the row's token, when the row asked for
 	// one and its status is 0.
 	record [abi.RecordWords]float32
@@ -68,9 +71,12 @@ func oneBlockRow(b *runtime.BlockContext, d abi.DType, family string) {
 	// Step 1: the largest logit m and the observations; for a small top-k, keepFew's
 	// candidates in the same pass.
 	var m float32
-	if k := fewTopK(&l.p, len(row)); k > 0 {
-		m, seen = sc.rowMaxTopK(row, seen, k)
-	} else {
+	switch {
+	case fewTopK(&l.p, len(row)) > 0:
+		m, seen = sc.rowMaxTopK(row, seen, fewTopK(&l.p, len(row)))
+	case minPAlone(&l.p, len(row)):
+		m, seen = sc.rowMaxMinP(row, seen, &l.p)
+	default:
 		m, seen = rowMax(row, seen)
 	}
 	tok, status := int32(-1), seenStatus(seen)
@@ -427,19 +433,24 @@ func (sc *catScratch) keepFew(p *abi.RowParams, row []float32, m float32) (keptS
 		}
 		sc.idx = idx
 	case !topK && !topP && minP:
-		// w = exp32(d) ≥ min_p needs d ≥ ln(min_p); the margin covers exp32's and
-		// log's last places many times over, so no kept element is left out.
-		dmin := float32(math.Log(float64(p.MinP)))*1.0001 - 1e-3
-		// lim is a logit below which d = fl(fl(x - m)·invT) stays under dmin, by a margin
-		// far above the roundings of d: the scan compares logits, and only the elements
-		// it passes pay for d.
-		lim := math.Nextafter32(float32(float64(m)+(float64(dmin)-0.01)/float64(ks.invT)), negInf)
+		dmin := minPBound(p.MinP)
+		lim := minPLimit(m, dmin, ks.invT)
 		idx := grow(sc.idx, len(row))[:0]
-		for i, x := range row {
-			if x >= lim && float32(float32(x-m)*ks.invT) >= dmin {
-				idx = append(idx, uint32(i))
+		if sc.candMinP {
+			// rowMaxMinP's candidates hold every element at or above lim.
+			for _, i := range sc.cand {
+				if x := row[i]; x >= lim && float32(float32(x-m)*ks.invT) >= dmin {
+					idx = append(idx, i)
+				}
+			}
+		} else {
+			for i, x := range row {
+				if x >= lim && float32(float32(x-m)*ks.invT) >= dmin {
+					idx = append(idx, uint32(i))
+				}
 			}
 		}
+		sc.candMinP = false
 		sc.idx = idx
 	default:
 		return ks, false
@@ -468,6 +479,58 @@ func (sc *catScratch) keepFew(p *abi.RowParams, row []float32, m float32) (keptS
 	ks.threshold = max(kk, kp)
 	ks.total = ks.keptMass()
 	return ks, true
+}
+
+// minPBound is the d = fl(fl(x - m)·invT) below which min-p keeps nothing: w =
+// exp32(d) ≥ min_p needs d ≥ ln(min_p), and the margin covers exp32's and log's last
+// places many times over, so no kept element is left out.
+func minPBound(minP float32) float32 { return float32(math.Log(float64(minP)))*1.0001 - 1e-3 }
+
+// minPLimit is a logit below which d stays under dmin, by a margin far above the
+// roundings of d, for the row maximum m: the scans compare logits, and only the elements
+// they pass pay for d. It grows with m.
+func minPLimit(m, dmin, invT float32) float32 {
+	return math.Nextafter32(float32(float64(m)+(float64(dmin)-0.01)/float64(invT)), negInf)
+}
+
+// minPAlone reports whether a sampled row's only filter is min-p, which keepFew takes
+// from rowMaxMinP's candidates.
+func minPAlone(p *abi.RowParams, n int) bool {
+	return p.Temperature != 0 && p.MinP > 0 && p.MinP <= 1 && !(p.TopK > 0 && uint64(p.TopK) < uint64(n)) &&
+		!(p.TopP > 0 && p.TopP < 1)
+}
+
+// rowMaxMinP is rowMax and min-p's candidates in one pass over a row of finite values:
+// an element is a candidate when it reaches minPLimit of the running maximum, which only
+// grows, so every element that reaches the limit of the row's maximum is one. Most
+// elements cost one comparison. A row holding NaN or an infinity takes rowMax, and
+// keepFew then scans the row itself.
+func (sc *catScratch) rowMaxMinP(row []float32, s abi.Seen, p *abi.RowParams) (float32, abi.Seen) {
+	invT := float32(1 / p.Temperature)
+	dmin := minPBound(p.MinP)
+	cand := grow(sc.cand, len(row))[:0] // sized once: no growth on the hot path
+	m, lim := negInf, negInf
+	var bad uint32
+	for i, x := range row {
+		bad |= nonFinite(x)
+		if x >= lim {
+			if x > m {
+				m, lim = x, minPLimit(x, dmin, invT)
+			}
+			cand = append(cand, uint32(i))
+		}
+	}
+	sc.cand, sc.candMinP = cand, false
+	if bad != 0 || len(row) == 0 {
+		return rowMax(row, s)
+	}
+	if m == 0 {
+		for _, x := range row {
+			m = max(m, x) // max's answer for signed zeros: +0 when the row holds one
+		}
+	}
+	sc.candMinP = true
+	return m, s | abi.SeenFinite
 }
 
 // fewTopK is the k of a sampled row whose kept set keepFew finds from a heap of the k
