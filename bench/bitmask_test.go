@@ -185,7 +185,7 @@ func TestBitmaskMarkdown(t *testing.T) {
 		meas(GumbelSplit, "float32", 4096, 1, 4),
 		meas(GumbelBitmask, "float32", 4096, 1, 4.1),
 		meas(GumbelBitmaskUnfused, "float32", 4096, 1, 6.15),
-		meas(GreedyBitmask, "float32", 4096, 1, 3), // no greedy measured
+		meas(GreedyBitmask, "float32", 4096, 1, 3), // without its unmasked greedy: no ratio
 		meas(GumbelBitmask, "float32", 4096, 8, 9),
 	}
 	md := BitmaskMarkdown(ms)

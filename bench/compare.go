@@ -156,9 +156,9 @@ func peerFamily(r Route) string {
 // Compare renders gumbel's measurements against peers' as markdown: per dtype, one table
 // per peer family (the name before its first "." or ":", such as torch or flashinfer),
 // rows vocab x batch, columns the device µs of gumbel-split and greedy (and of
-// topk50-topp0.9 where gumbel measured it; of topk50-topp0.9, topk40-topp0.9, topk50,
+// topk50-topp0.9 where gumbel has it; of topk50-topp0.9, topk40-topp0.9, topk50,
 // topp0.95, minp0.05 and the masked routes where a peer of the family is set against
-// them; of gumbel+bitmask-unfused beside gumbel+bitmask where gumbel measured it) and of
+// them; of gumbel+bitmask-unfused beside gumbel+bitmask where gumbel has both) and of
 // every peer route of the family, then for each peer its time over its gumbel
 // counterpart's (peerBase: peer / topk50-topp0.9 for a top-k + top-p peer, peer /
 // minp0.05 for a min-p peer, peer / greedy for a greedy one, peer / gumbel+bitmask for
@@ -278,7 +278,7 @@ func compareTables(sb *strings.Builder, title string, ours, peers []Measurement,
 			for _, ck := range ks {
 				c := cells[tableKey{dt, ck.vocab, ck.batch}]
 				if !slices.ContainsFunc(slices.Concat(cols, peerRoutes), func(r Route) bool { _, ok := c[r]; return ok }) {
-					continue // only another family's peers measured this cell
+					continue // the cell holds only another family's peers
 				}
 				fmt.Fprintf(sb, "| %d | %d |", ck.vocab, ck.batch)
 				for _, r := range slices.Concat(cols, peerRoutes) {

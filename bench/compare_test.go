@@ -218,8 +218,8 @@ func TestCompareFlashInfer(t *testing.T) {
 	}
 }
 
-// A family's table is left out for a dtype it has no measurements of; a dtype no peer
-// measured gets a table of gumbel's routes alone.
+// A family's table is left out for a dtype it has no measurements of; a dtype without
+// peers gets a table of gumbel's routes alone.
 func TestCompareFamiliesByDType(t *testing.T) {
 	ours := []Measurement{meas(GumbelSplit, "float32", 4096, 1, 4), meas(GumbelSplit, "bfloat16", 4096, 1, 3), meas(GumbelSplit, "float16", 4096, 1, 5)}
 	peers := []Measurement{

@@ -73,6 +73,22 @@ func checkBitmask(m *Bitmask, rows, vocab int, batch bool) error {
 	return nil
 }
 
+// checkCallBitmasks checks a call's device bitmask against rows logits rows, and that no
+// row of it also brings a host one: one call takes one of the two.
+func checkCallBitmasks(lg Logits, params []Params, rows int) error {
+	if err := checkBitmask(lg.Bitmask, rows, lg.Vocab, false); err != nil {
+		return err
+	}
+	if lg.Bitmask != nil {
+		for i := range params {
+			if params[i].Bitmask != nil {
+				return fmt.Errorf("%w: row %d has a host bitmask (Params.Bitmask) in a call with a device one (Logits.Bitmask)", ErrShape, i)
+			}
+		}
+	}
+	return nil
+}
+
 // deviceRow returns the mask row logits row i applies under m (checked by
 // checkBitmask), -1 for none, or row i's error.
 func (m *Bitmask) deviceRow(i int) (int, error) {
@@ -93,13 +109,13 @@ func (m *Bitmask) deviceRow(i int) (int, error) {
 type bitmaskCall struct {
 	// dev is the caller's device bitmask (Logits.Bitmask), nil when the call has none.
 	dev *Bitmask
-	// hostRows counts the rows with a host mask (Params.Bitmask): the k-th of them
-	// applies row k of the bitmask scratch.
-	hostRows int
+	// host lists the rows' host masks (Params.Bitmask): the k-th applies row k of the
+	// bitmask scratch.
+	host [][]int32
 }
 
 // rowOf returns the mask row of logits row i with params p, -1 for none, or the row's
-// error. Host rows are numbered in the order rowOf meets them.
+// error. Host masks are listed in the order rowOf meets them.
 func (c *bitmaskCall) rowOf(i int, p Params, vocab int) (int, error) {
 	if p.Bitmask == nil {
 		return c.dev.deviceRow(i)
@@ -107,18 +123,19 @@ func (c *bitmaskCall) rowOf(i int, p Params, vocab int) (int, error) {
 	if n := maskWords(vocab); len(p.Bitmask) != n {
 		return -1, fmt.Errorf("row %d: bitmask of %d words, vocab %d needs ceil(vocab/32) = %d: %w", i, len(p.Bitmask), vocab, n, ErrBitmask)
 	}
-	c.hostRows++
-	return c.hostRows - 1, nil
+	c.host = append(c.host, p.Bitmask)
+	return len(c.host) - 1, nil
 }
 
-// stageBitmasks copies the host masks of the rows the call serves into the bitmask
-// scratch, in the order rowOf numbered them, and queues their upload.
-func (s *Sampler) stageBitmasks(params []Params, errs []error, hostRows, vocab int) error {
-	if hostRows == 0 {
+// stageBitmasks copies host masks into the bitmask scratch, mask k at row k, and queues
+// their upload.
+func (s *Sampler) stageBitmasks(masks [][]int32, vocab int) error {
+	if len(masks) == 0 {
 		return nil
 	}
 	sc := &s.scratch
-	size := 4 * hostRows * maskWords(vocab)
+	words := maskWords(vocab)
+	size := 4 * words * len(masks)
 	if _, err := sc.bitmask.ensure(s.dev, size); err != nil {
 		return err
 	}
@@ -126,13 +143,11 @@ func (s *Sampler) stageBitmasks(params []Params, errs []error, hostRows, vocab i
 	if err != nil {
 		return err
 	}
-	off := 0
-	for i, p := range params {
-		if errs[i] == nil && p.Bitmask != nil {
-			off += copy(host[off:], runtime.BytesOf(p.Bitmask))
-		}
+	for k, m := range masks {
+		copy(host[4*words*k:], runtime.BytesOf(m))
 	}
-	if err := s.stream.CopyToDevice(sc.bitmask.buf, 0, host[:off]); err != nil {
+	s.dirty = true
+	if err := s.stream.CopyToDevice(sc.bitmask.buf, 0, host); err != nil {
 		return fmt.Errorf("gumbel/sampler: uploading token bitmasks: %w", err)
 	}
 	return nil

@@ -68,8 +68,10 @@ type Sampler struct {
 	batches int
 	// unnamedRows counts the rows sampled without a seed or request id (seedOf).
 	unnamedRows uint64
-	// maskRows holds each row's bitmask row during a call (-1: none).
-	maskRows []int
+	// maskRows holds each row's bitmask row during a call (-1: none); hostMasks the
+	// call's host masks in bitmask-scratch order.
+	maskRows  []int
+	hostMasks [][]int32
 	// The verification calls' reused state (verifyCall).
 	verifyOwner, verifyFirst, verifyStop  []int
 	verifySeeds                           []uint64
@@ -286,15 +288,8 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 	if err := s.procs.checkCall(rows, vocab); err != nil {
 		return err
 	}
-	if err := checkBitmask(lg.Bitmask, rows, vocab, false); err != nil {
+	if err := checkCallBitmasks(lg, params, rows); err != nil {
 		return err
-	}
-	if lg.Bitmask != nil {
-		for i := range params {
-			if params[i].Bitmask != nil {
-				return fmt.Errorf("%w: row %d has a host bitmask (Params.Bitmask) in a call with a device one (Logits.Bitmask)", ErrShape, i)
-			}
-		}
 	}
 	// Route and check every row; count the launched rows of each group.
 	var groups [numGroups]int
@@ -303,7 +298,7 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 	res.Routes = resized(res.Routes, rows)
 	res.Errs = resized(res.Errs, rows)
 	s.maskRows = resized(s.maskRows, rows)
-	masks := bitmaskCall{dev: lg.Bitmask}
+	masks := bitmaskCall{dev: lg.Bitmask, host: s.hostMasks[:0]}
 	for i, p := range params {
 		r := route(p, vocab, s.set.Gumbel)
 		err := checkParams(i, p)
@@ -340,6 +335,7 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 		}
 		wantLogprobs = wantLogprobs || p.Logprobs
 	}
+	s.hostMasks = masks.host[:0] // the list's memory, for the next call
 	res.resize(rows, draws, wantLogprobs, wantTop)
 	if rows == 0 {
 		return nil
@@ -360,7 +356,7 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 	switch {
 	case lg.Bitmask != nil:
 		pl.bitmask, pl.bitmaskOff = lg.Bitmask.Data, lg.Bitmask.Offset
-	case masks.hostRows > 0:
+	case len(masks.host) > 0:
 		pl.bitmask = nil // the scratch, which prepare may still grow
 		pl.hostBitmask = true
 	}
@@ -412,7 +408,7 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 	if err := s.stream.CopyToDevice(sc.params.buf, 0, host); err != nil {
 		return fmt.Errorf("gumbel/sampler: uploading row parameters: %w", err)
 	}
-	if err := s.stageBitmasks(params, res.Errs, masks.hostRows, vocab); err != nil {
+	if err := s.stageBitmasks(masks.host, vocab); err != nil {
 		return err
 	}
 	if err := s.queue(&pl); err != nil {

@@ -64,22 +64,15 @@ func (s *Sampler) Score(logits Logits, params []Params, tokens []int32, res *Sco
 	if err := s.procs.checkCall(rows, vocab); err != nil {
 		return err
 	}
-	if err := checkBitmask(logits.Bitmask, rows, vocab, false); err != nil {
+	if err := checkCallBitmasks(logits, params, rows); err != nil {
 		return err
-	}
-	if logits.Bitmask != nil {
-		for i := range params {
-			if params[i].Bitmask != nil {
-				return fmt.Errorf("%w: row %d has a host bitmask (Params.Bitmask) in a call with a device one (Logits.Bitmask)", ErrShape, i)
-			}
-		}
 	}
 	if s.scoreErr != nil {
 		return s.scoreErr
 	}
 	res.resize(rows)
 	s.maskRows = resized(s.maskRows, rows)
-	masks := bitmaskCall{dev: logits.Bitmask}
+	masks := bitmaskCall{dev: logits.Bitmask, host: s.hostMasks[:0]}
 	var groups [numGroups]int
 	for i, p := range params {
 		err := checkParams(i, p)
@@ -103,6 +96,7 @@ func (s *Sampler) Score(logits Logits, params []Params, tokens []int32, res *Sco
 			groups[groupTop]++
 		}
 	}
+	s.hostMasks = masks.host[:0] // the list's memory, for the next call
 	wantTop := groups[groupTop] > 0
 	if wantTop {
 		res.Top = resized(res.Top, rows)
@@ -121,7 +115,7 @@ func (s *Sampler) Score(logits Logits, params []Params, tokens []int32, res *Sco
 	switch {
 	case logits.Bitmask != nil:
 		pl.bitmask, pl.bitmaskOff = logits.Bitmask.Data, logits.Bitmask.Offset
-	case masks.hostRows > 0:
+	case len(masks.host) > 0:
 		pl.hostBitmask = true
 	}
 	if err := s.prepare(&pl); err != nil {
@@ -149,7 +143,7 @@ func (s *Sampler) Score(logits Logits, params []Params, tokens []int32, res *Sco
 		}
 	}
 	s.dirty, s.last.ok = true, false
-	if err := s.stageBitmasks(params, res.Errs, masks.hostRows, vocab); err != nil {
+	if err := s.stageBitmasks(masks.host, vocab); err != nil {
 		return err
 	}
 	results, err := s.runPlan(&pl, host, true)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/philox"
-	"github.com/gumbel-go/gumbel/runtime"
 )
 
 // ErrVerifyFiltered: VerifyChain was asked for a request with top-k, top-p or min-p;
@@ -164,12 +163,12 @@ func (s *Sampler) verify(logits Logits, params []Params, trees []DraftTree, res 
 	if err := s.procs.checkCall(logits.Rows, vocab); err != nil {
 		return err
 	}
-	if err := checkBitmask(logits.Bitmask, logits.Rows, vocab, false); err != nil {
+	if err := checkCallBitmasks(logits, params, logits.Rows); err != nil {
 		return err
 	}
 	if logits.Bitmask != nil {
-		for b := range params {
-			if params[b].Bitmask != nil || trees[b].Bitmasks != nil {
+		for b := range trees {
+			if trees[b].Bitmasks != nil {
 				return fmt.Errorf("%w: request %d has host bitmasks in a call with a device one (Logits.Bitmask)", ErrShape, b)
 			}
 		}
@@ -364,23 +363,8 @@ func (v *verifyCall) launch(groups [numGroups]int, draws int, host []byte, masks
 	if err := s.prepare(&pl); err != nil {
 		return nil, err
 	}
-	if len(masks) > 0 {
-		words := maskWords(v.lg.Vocab)
-		sc := &s.scratch
-		if _, err := sc.bitmask.ensure(s.dev, 4*words*len(masks)); err != nil {
-			return nil, err
-		}
-		stage, err := sc.bitmaskHost.bytes(s.dev, 4*words*len(masks))
-		if err != nil {
-			return nil, err
-		}
-		for i, m := range masks {
-			copy(stage[4*words*i:], runtime.BytesOf(m))
-		}
-		s.dirty = true
-		if err := s.stream.CopyToDevice(sc.bitmask.buf, 0, stage); err != nil {
-			return nil, fmt.Errorf("gumbel/sampler: uploading token bitmasks: %w", err)
-		}
+	if err := s.stageBitmasks(masks, v.lg.Vocab); err != nil {
+		return nil, err
 	}
 	return s.runPlan(&pl, host, true)
 }
@@ -439,7 +423,7 @@ func (v *verifyCall) scoreRounds() error {
 			return err
 		}
 		next := [numGroups]int{groupGumbel: 0, groupScore: groups[groupGumbel]}
-		masks := s.verifyMasks[:0]
+		masks := s.hostMasks[:0]
 		for b, p := range v.params {
 			if res.Errs[b] != nil {
 				continue
@@ -463,7 +447,7 @@ func (v *verifyCall) scoreRounds() error {
 				next[groupScore]++
 			}
 		}
-		s.verifyMasks = masks[:0]
+		s.hostMasks = masks[:0]
 		results, err := v.launch(groups, 1, host, masks)
 		if err != nil {
 			return err
@@ -590,7 +574,7 @@ func (v *verifyCall) drawRound() error {
 	if err != nil {
 		return err
 	}
-	masks := s.verifyMasks[:0]
+	masks := s.hostMasks[:0]
 	next := 0
 	for b, p := range v.params {
 		if res.Errs[b] != nil || greedyRequest(p, vocab) {
@@ -603,7 +587,7 @@ func (v *verifyCall) drawRound() error {
 		putRowParams(host[next*RowParamsSize:], row, RouteGumbel, q, vocab, q.Seed, flags, draws, m)
 		next++
 	}
-	s.verifyMasks = masks[:0]
+	s.hostMasks = masks[:0]
 	results, err := v.launch(groups, 1, host, masks)
 	if err != nil {
 		return err
@@ -666,7 +650,7 @@ func (v *verifyCall) recordRound() error {
 	if err != nil {
 		return err
 	}
-	masks := s.verifyMasks[:0]
+	masks := s.hostMasks[:0]
 	next := 0
 	for b, p := range v.params {
 		if res.Errs[b] != nil || !p.Logprobs {
@@ -688,7 +672,7 @@ func (v *verifyCall) recordRound() error {
 			next++
 		}
 	}
-	s.verifyMasks = masks[:0]
+	s.hostMasks = masks[:0]
 	results, err := v.launch(groups, 1, host, masks)
 	if err != nil {
 		return err

@@ -185,12 +185,8 @@ func TestVerifyChainLaw(t *testing.T) {
 // stops, whatever the batch around a request.
 func TestVerifyChainGreedyIsGreedyDecoding(t *testing.T) {
 	const vocab, k, requests = 50, 4, 6
-	rng := rand.New(rand.NewPCG(4, 4))
 	rows := requests * (k + 1)
-	logits := make([]float32, rows*vocab)
-	for i := range logits {
-		logits[i] = float32(rng.NormFloat64())
-	}
+	logits := normalLogits(4, rows*vocab, 1)
 	s, lg := verifySetup(t, logits, rows, vocab)
 	require.NoError(t, s.SetLogitBias(2, vocab, []int32{7}, []float32{100}))
 	argmax := func(r int) int32 {
@@ -251,12 +247,8 @@ func TestVerifyChainGreedyIsGreedyDecoding(t *testing.T) {
 // step only, not on the requests around it or their order.
 func TestVerifyChainBatchInvariant(t *testing.T) {
 	const vocab, k, requests = 40, 3, 8
-	rng := rand.New(rand.NewPCG(6, 6))
 	rows := requests * (k + 1)
-	logits := make([]float32, rows*vocab)
-	for i := range logits {
-		logits[i] = float32(rng.NormFloat64() * 2)
-	}
+	logits := normalLogits(6, rows*vocab, 2)
 	s, lg := verifySetup(t, logits, rows, vocab)
 	params := make([]sampler.Params, requests)
 	drafts := make([]sampler.Draft, requests)
@@ -438,12 +430,8 @@ func TestVerifyTreeErrors(t *testing.T) {
 // Score gives it at its position's row; without, none.
 func TestVerifyLogprobs(t *testing.T) {
 	const vocab, k, requests = 30, 3, 4
-	rng := rand.New(rand.NewPCG(7, 7))
 	rows := requests * (k + 1)
-	logits := make([]float32, rows*vocab)
-	for i := range logits {
-		logits[i] = float32(rng.NormFloat64() * 2)
-	}
+	logits := normalLogits(7, rows*vocab, 2)
 	s, lg := verifySetup(t, logits, rows, vocab)
 	params := make([]sampler.Params, requests)
 	drafts := make([]sampler.Draft, requests)
@@ -469,4 +457,14 @@ func TestVerifyLogprobs(t *testing.T) {
 			assert.Equal(t, sc.Logprobs[0], res.Logprobs[b][i], "request %d token %d", b, i)
 		}
 	}
+}
+
+// normalLogits returns n normal logits of the given spread from seed.
+func normalLogits(seed uint64, n int, spread float64) []float32 {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = float32(rng.NormFloat64() * spread)
+	}
+	return out
 }

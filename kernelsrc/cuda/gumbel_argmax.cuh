@@ -22,12 +22,15 @@ struct gb_win {
 // to a faster scan than the same statements written for one group without the arrays.
 #define GB_GROUPS 1
 
-// gb_take_groups moves the prefetched groups of the next trip into the current ones.
+// gb_take_groups moves the prefetched groups of the next trip, and their mask words,
+// into the current ones.
 template <int G>
-__device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], const float nxt[G][4], const gb_u32 nn[G]) {
+__device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], gb_u32 mw[G], const float nxt[G][4],
+                                               const gb_u32 nn[G], const gb_u32 nmw[G]) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
         n[i] = nn[i];
+        mw[i] = nmw[i];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             cur[i][k] = nxt[i][k];
@@ -37,29 +40,27 @@ __device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], con
 
 // gb_load_mask_words reads the mask words of a thread's G groups (all ones without
 // processors).
-template <int PROC, int G>
+template <bool PROC, int G>
 __device__ __forceinline__ void gb_load_mask_words(const gb_processor& pc, gb_u32 g, gb_u32 stride, gb_u32 end,
                                                    gb_u32 mw[G]) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
-        mw[i] = PROC != GB_PROC_NONE ? gb_group_mask_word(pc, g + (gb_u32)i * stride, end) : 0xFFFFFFFFu;
+        mw[i] = PROC ? gb_group_mask_word(pc, g + (gb_u32)i * stride, end) : 0xFFFFFFFFu;
     }
 }
 
 // gb_prepare processes a thread's groups of one trip: the row flags, the values the scan
-// ranks (xp: the processed logits with processors (PROC, a GB_PROC_*), else the logits;
-// mw: the groups' mask words) and, with NL = 2, the raw log-sum-exp over the logits themselves, whose groups'
+// ranks (xp: the processed logits with PROC, else the logits; mw: the groups' mask
+// words) and, with NL = 2, the raw log-sum-exp over the logits themselves, whose groups'
 // largest logits it leaves in rmax (NL = 1: the scan's one log-sum-exp covers both; rmax
 // is left unset).
-template <int PROC, int NL, int G>
+template <bool PROC, int NL, int G>
 __device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_u32 stride, const float cur[G][4],
                                            const gb_u32 n[G], const gb_u32 mw[G], float xp[G][4], gb_u32& flags,
                                            gb_lse& raw, float rmax[G]) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
-        if (PROC == GB_PROC_MASKS) {
-            flags |= gb_mask_group(mw[i], g + (gb_u32)i * stride, n[i], cur[i], xp[i]);
-        } else if (PROC == GB_PROC_ALL) {
+        if (PROC) {
             flags |= gb_process_group_w(pc, mw[i], g + (gb_u32)i * stride, n[i], cur[i], xp[i]);
         } else {
             flags |= gb_group_seen(cur[i], n[i]);
@@ -83,7 +84,7 @@ __device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_
 // with status 2 (NaN and +Inf: status 1) whatever the key. NL log-sum-exps run beside
 // it: proc over x' (the greedy record's temperature-1 distribution) and, with NL = 2,
 // raw over the logits; with NL > 0, w.x and w.v follow the best key (see gb_win).
-template <int KIND, int PROC, int NL>
+template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem* row, gb_u32 start,
                                                gb_u32 end, bool vec, const gb_processor& pc, gb_win& w) {
     gb_u64& tkey = w.key;
@@ -126,11 +127,7 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
                 }
             }
         }
-        gb_take_groups<GB_GROUPS>(cur, n, nxt, nn);
-#pragma unroll
-        for (int i = 0; i < GB_GROUPS; ++i) {
-            mw[i] = nmw[i];
-        }
+        gb_take_groups<GB_GROUPS>(cur, n, mw, nxt, nn, nmw);
     }
 }
 
@@ -163,7 +160,7 @@ __device__ __forceinline__ float gb_share_bound(float wlower, gb_u32* s_bound) {
 // beside it (every element counts, skipped or not): proc over fl(x'·invT) and, with
 // NL = 2, raw over the logits; NL = 1 only when the two are the same (no processors,
 // invT = 1). With NL > 0, win.x and win.v follow the best key (see gb_win).
-template <int KIND, int PROC, int NL>
+template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem* row, gb_u32 start,
                                                gb_u32 end, bool vec, float invT, gb_u32 step_lo, gb_u32 step_hi,
                                                const gb_row_params& p, const gb_processor& pc, gb_u32* s_bound,
@@ -263,11 +260,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                 }
             }
         }
-        gb_take_groups<GB_GROUPS>(cur, n, nxt, nn);
-#pragma unroll
-        for (int i = 0; i < GB_GROUPS; ++i) {
-            mw[i] = nmw[i];
-        }
+        gb_take_groups<GB_GROUPS>(cur, n, mw, nxt, nn, nmw);
         g += trip;
     };
     // The trips in which every warp holds elements run in a loop that is uniform for the
@@ -637,18 +630,14 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     if (greedy) {
         if (!procs) {
             if (nl == 0) {
-                gb_scan_greedy<KIND, GB_PROC_NONE, 0>(row, start, end, vec, pc, w);
+                gb_scan_greedy<KIND, false, 0>(row, start, end, vec, pc, w);
             } else {
-                gb_scan_greedy<KIND, GB_PROC_NONE, 1>(row, start, end, vec, pc, w);
+                gb_scan_greedy<KIND, false, 1>(row, start, end, vec, pc, w);
             }
         } else if (nl == 0) {
-            if (gb_proc_kind(pc) == GB_PROC_MASKS) {
-                gb_scan_greedy<KIND, GB_PROC_MASKS, 0>(row, start, end, vec, pc, w);
-            } else {
-                gb_scan_greedy<KIND, GB_PROC_ALL, 0>(row, start, end, vec, pc, w);
-            }
+            gb_scan_greedy<KIND, true, 0>(row, start, end, vec, pc, w);
         } else {
-            gb_scan_greedy<KIND, GB_PROC_ALL, 2>(row, start, end, vec, pc, w);
+            gb_scan_greedy<KIND, true, 2>(row, start, end, vec, pc, w);
         }
     } else {
         gb_u32 step_lo, step_hi;
@@ -660,21 +649,16 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
         __syncthreads();
         if (!procs) {
             if (nl == 0) {
-                gb_scan_gumbel<KIND, GB_PROC_NONE, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+                gb_scan_gumbel<KIND, false, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
             } else if (nl == 1) {
-                gb_scan_gumbel<KIND, GB_PROC_NONE, 1>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+                gb_scan_gumbel<KIND, false, 1>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
             } else {
-                gb_scan_gumbel<KIND, GB_PROC_NONE, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+                gb_scan_gumbel<KIND, false, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
             }
         } else if (nl == 0) {
-            if (gb_proc_kind(pc) == GB_PROC_MASKS) {
-                gb_scan_gumbel<KIND, GB_PROC_MASKS, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound,
-                                                      w);
-            } else {
-                gb_scan_gumbel<KIND, GB_PROC_ALL, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
-            }
+            gb_scan_gumbel<KIND, true, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
         } else {
-            gb_scan_gumbel<KIND, GB_PROC_ALL, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+            gb_scan_gumbel<KIND, true, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
         }
     }
     if (nl == 0) {

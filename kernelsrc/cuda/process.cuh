@@ -88,19 +88,6 @@ __device__ __forceinline__ gb_u32 gb_group_mask_word(const gb_processor& pc, gb_
     return g < end ? gb_mask_word(pc, g) : 0xFFFFFFFFu;
 }
 
-// What a scan does to a row's logits, a template parameter of the scans, so that a row
-// without processors runs the plain loop and a row with only masks (a grammar's) keeps
-// no bias or counts pointer live: GB_PROC_NONE, GB_PROC_MASKS (MASK and BITMASK only),
-// GB_PROC_ALL.
-#define GB_PROC_NONE 0
-#define GB_PROC_MASKS 1
-#define GB_PROC_ALL 2
-
-// gb_proc_kind is the GB_PROC_* of a row's processors.
-__device__ __forceinline__ int gb_proc_kind(const gb_processor& pc) {
-    return pc.flags == 0u ? GB_PROC_NONE : (pc.flags & (GB_FLAG_BIAS | GB_FLAG_PENALTIES)) ? GB_PROC_ALL : GB_PROC_MASKS;
-}
-
 // gb_mask_group is gb_process_group_w for a row whose only processors are masks (a
 // grammar's bitmask, allowed and banned tokens): a select per element, and the
 // observations settled by one test of the logits when all four are finite. xp may be x:
