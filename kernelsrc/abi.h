@@ -9,7 +9,7 @@
 #define GB_F16 1 // IEEE binary16, suffix _f16.
 #define GB_BF16 2 // The top half of an IEEE binary32 (bfloat16), suffix _bf16.
 
-#define GB_NUM_ARGS 13 // The number of arguments of every kernel.
+#define GB_NUM_ARGS 15 // The number of arguments of every kernel.
 
 // Row flags. A kernel ignores the flags it has no use for; a reserved bit set is bad parameters.
 #define GB_FLAG_LOGPROBS 1u // Write the log-probability record of every output slot of the row.
@@ -23,8 +23,9 @@
 #define GB_FLAG_PERTURBED 256u // The topn kernels rank Gumbel scores instead of raw logits (sampling without replacement).
 #define GB_FLAG_FILTERED 512u // With FlagRouted, the row belongs to the filter_max and filtered kernels.
 #define GB_FLAG_BITMASK 1024u // Apply mask row BitmaskRow of the bitmask argument (a grammar's allowed tokens), on top of FlagMask.
+#define GB_FLAG_SHARD 2048u // The row is a vocabulary shard (gumbel_argmax only; status 3 elsewhere): element i is global token vocab_offset + i, noised there, and the draw also writes its shard key.
 #define GB_FLAGS_PROCESSORS 1248u // The flags of the logit processors.
-#define GB_FLAGS_RESERVED 0xFFFFF800u // The bits a row must leave clear.
+#define GB_FLAGS_RESERVED 0xFFFFF000u // The bits a row must leave clear.
 
 // Status codes.
 #define GB_STATUS_OK 0 // The token is the sampled index.
@@ -57,6 +58,7 @@
 #define GB_FILTER_MIN_CANDS 32 // The fewest candidates a filtered block publishes.
 #define GB_FILTER_META 4 // The uint64 words a filtered block publishes after its candidates.
 
+#define GB_SHARD_KEY_FAILED 0xFFFFFFFF00000000ull // Marks a failed draw in the high word of its shard key; the low word is its status (1 or 3), so the worse failure wins the maximum.
 #define GB_ROW_PARAMS_SIZE 64 // The bytes of one RowParams record: 16 little-endian 32-bit words.
 #define GB_STEP_OFFSET 16 // The byte offset of the Step field, which FlagAdvance rewrites on the device.
 

@@ -89,3 +89,32 @@ func (s LibrarySearch) notFound(tried []string) error {
 	}
 	return fmt.Errorf("%w: %s", ErrUnavailable, b.String())
 }
+
+// PythonPackageDirs lists folder sub (e.g. "nvidia/nccl/lib") inside every Python
+// site-packages or dist-packages folder found (the active virtual or conda environment,
+// the user's, the system's), where NVIDIA's pip wheels put their libraries.
+func PythonPackageDirs(sub ...string) []string {
+	var roots []string
+	for _, env := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
+		if v := os.Getenv(env); v != "" {
+			roots = append(roots, glob(filepath.Join(v, "lib", "python3*", "site-packages"))...)
+		}
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		roots = append(roots, glob(filepath.Join(home, ".local", "lib", "python3*", "site-packages"))...)
+	}
+	roots = append(roots, glob("/usr/local/lib/python3*/dist-packages")...)
+	roots = append(roots, glob("/usr/lib/python3*/dist-packages")...)
+	dirs := make([]string, len(roots))
+	for i, r := range roots {
+		dirs[i] = filepath.Join(append([]string{r}, sub...)...)
+	}
+	return dirs
+}
+
+// glob is filepath.Glob without the error (only a malformed pattern fails, and these
+// are fixed).
+func glob(pattern string) []string {
+	m, _ := filepath.Glob(pattern)
+	return m
+}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/gumbel-go/gumbel/collective"
 	"github.com/gumbel-go/gumbel/kernelsrc"
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
@@ -72,6 +73,9 @@ type Sampler struct {
 	// call's host masks in bitmask-scratch order.
 	maskRows  []int
 	hostMasks [][]int32
+	// shard is the Shard of the SampleShard call in progress (kept here so that the
+	// call does not allocate one).
+	shard Shard
 	// The verification calls' reused state (verifyCall).
 	verifyOwner, verifyFirst, verifyStop  []int
 	verifySeeds                           []uint64
@@ -240,6 +244,8 @@ type plan struct {
 	bitmask     runtime.Buffer
 	bitmaskOff  int
 	hostBitmask bool
+	// shard is the vocabulary shard of a SampleShard call; nil otherwise.
+	shard *Shard
 }
 
 // appendBitmask appends the bitmask argument (ABI argument 12) of a plan's launches.
@@ -270,10 +276,19 @@ func (l outLayout) topTokens() int {
 func (l outLayout) topValues() int      { return l.topTokens() + 4*MaxTopLogprobs*l.rows }
 func (l outLayout) distinctTokens() int { return l.topValues() + 4*MaxTopLogprobs*l.rows }
 func (l outLayout) distinctValues() int { return l.distinctTokens() + 4*MaxTopLogprobs*l.rows }
-func (l outLayout) size() int           { return l.distinctValues() + 4*MaxTopLogprobs*l.rows }
+
+// keys holds the shard keys of a SampleShard call, 8-byte aligned for the all-reduce.
+func (l outLayout) keys() int { return (l.distinctValues() + 4*MaxTopLogprobs*l.rows + 7) &^ 7 }
+func (l outLayout) size() int { return l.keys() + 8*l.slots() }
 
 // sample is Sample, SampleN and SampleDistinct with the lock held.
 func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, res *Result) error {
+	return s.sampleCall(lg, params, draws, mode, nil, res)
+}
+
+// sampleCall is sample over the whole vocabulary (sh nil) or over a vocabulary shard
+// (SampleShard).
+func (s *Sampler) sampleCall(lg Logits, params []Params, draws int, mode drawMode, sh *Shard, res *Result) error {
 	stride, err := checkLogits(lg, len(params))
 	if err != nil {
 		return err
@@ -314,6 +329,9 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 		if err == nil {
 			s.maskRows[i], err = masks.rowOf(i, p, vocab)
 		}
+		if err == nil && sh != nil {
+			err = s.checkShardRow(i, p, r)
+		}
 		res.Routes[i], res.Errs[i] = r, err
 		if err != nil {
 			continue
@@ -344,15 +362,15 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 	for _, n := range groups {
 		total += n
 	}
-	if total == 0 {
-		return nil
+	if total == 0 && sh == nil {
+		return nil // a shard call still takes part in the merge
 	}
 	if (groups[groupDistinct] > 0 || groups[groupTop] > 0) && s.topnErr != nil {
 		return s.topnErr
 	}
 
 	pl := plan{logits: lg, stride: stride, draws: draws, groups: groups, maxRows: maxRows,
-		out: outLayout{rows: rows, draws: draws}}
+		out: outLayout{rows: rows, draws: draws}, shard: sh}
 	switch {
 	case lg.Bitmask != nil:
 		pl.bitmask, pl.bitmaskOff = lg.Bitmask.Data, lg.Bitmask.Offset
@@ -390,6 +408,9 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 			if p.Logprobs {
 				flags |= abi.FlagLogprobs
 			}
+			if sh != nil {
+				flags |= abi.FlagShard
+			}
 		}
 		putRowParams(host[next[g]*RowParamsSize:], i, r, p, vocab, seed, flags, topn, s.maskRows[i])
 		next[g]++
@@ -411,8 +432,18 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 	if err := s.stageBitmasks(masks.host, vocab); err != nil {
 		return err
 	}
+	if sh != nil {
+		if err := s.stageShardKeys(results, pl.out, res.Errs); err != nil {
+			return err
+		}
+	}
 	if err := s.queue(&pl); err != nil {
 		return err
+	}
+	if sh != nil {
+		if err := sh.Comm.AllReduce(sc.results.buf, pl.out.keys(), pl.out.slots(), collective.Uint64, collective.OpMax, s.stream); err != nil {
+			return fmt.Errorf("gumbel/sampler: merging the shards' keys: %w", err)
+		}
 	}
 	if err := s.copyBack(results, &pl, wantLogprobs); err != nil {
 		return err
@@ -424,6 +455,10 @@ func (s *Sampler) sample(lg Logits, params []Params, draws int, mode drawMode, r
 	pl.ok = true
 	s.last = pl
 
+	if sh != nil {
+		decodeShard(results, pl.out, sh.Global, res)
+		return nil
+	}
 	s.decode(results, pl.out, params, mode, vocab, res)
 	return nil
 }
@@ -470,6 +505,7 @@ func (s *Sampler) copyBack(results []byte, pl *plan, wantLogprobs bool) error {
 		{mainRows > 0 && wantLogprobs, out.logprobs(), 16 * out.slots()},
 		{pl.groups[groupTop] > 0, out.topTokens(), 8 * MaxTopLogprobs * out.rows},
 		{pl.groups[groupDistinct] > 0, out.distinctTokens(), 8 * MaxTopLogprobs * out.rows},
+		{pl.shard != nil, out.keys(), 8 * out.slots()},
 	} {
 		if !r.on {
 			continue
@@ -696,6 +732,11 @@ func (s *Sampler) launchRows(pl *plan, lk launchKernel, first, n, split, draws, 
 		}
 		s.procs.appendArgs(a, sc.unused.buf)
 		s.appendBitmask(a, pl)
+		if pl.shard != nil {
+			a.U32(uint32(pl.shard.Offset)).BufferAt(sc.results.buf, pl.out.keys())
+		} else {
+			a.U32(0).Buffer(sc.unused.buf)
+		}
 		grid := runtime.Dim3{X: split, Y: chunk, Z: draws}
 		block := runtime.Dim3{X: lk.block, Y: 1, Z: 1}
 		if err := s.stream.Launch(lk.kernel, grid, block, a); err != nil {

@@ -71,7 +71,7 @@ func (d DType) Size() int {
 // "gumbel_argmax_bf16".
 func KernelName(family string, d DType) string { return family + d.Suffix() }
 
-// Arg is the position of a kernel argument. Every kernel takes the thirteen arguments in
+// Arg is the position of a kernel argument. Every kernel takes the fifteen arguments in
 // this order; a buffer whose feature no row of the launch uses may be any valid buffer of
 // at least 8 bytes, which the kernel never reads or writes.
 type Arg int
@@ -110,10 +110,16 @@ const (
 	// layout of the grammar libraries; launch row y applies mask row bitmask_row
 	// (FlagBitmask).
 	ArgBitmask Arg = 12
+	// ArgVocabOffset (u32): the global index of element 0 of the rows with FlagShard (a
+	// vocabulary shard), a multiple of 4 with vocab_offset + V ≤ MaxVocab.
+	ArgVocabOffset Arg = 13
+	// ArgShard (buffer, uint64): the shard key of each output slot of the rows with
+	// FlagShard (gumbel_argmax), merged across shards by a maximum.
+	ArgShard Arg = 14
 )
 
 // NumArgs is the number of arguments of every kernel.
-const NumArgs = 13
+const NumArgs = 15
 
 // Flags is RowParams word 9: the features of a row.
 type Flags uint32
@@ -149,10 +155,14 @@ const (
 	// FlagBitmask: apply mask row BitmaskRow of the bitmask argument (a grammar's
 	// allowed tokens), on top of FlagMask.
 	FlagBitmask Flags = 1 << 10
+	// FlagShard: the row is a vocabulary shard (gumbel_argmax only; status 3 elsewhere):
+	// element i is global token vocab_offset + i, noised there, and the draw also writes
+	// its shard key.
+	FlagShard Flags = 1 << 11
 	// FlagsProcessors are the flags of the logit processors.
 	FlagsProcessors = FlagBias | FlagMask | FlagPenalties | FlagBitmask
 	// FlagsReserved are the bits a row must leave clear.
-	FlagsReserved Flags = ^Flags(1<<11 - 1)
+	FlagsReserved Flags = ^Flags(1<<12 - 1)
 )
 
 // Status is what a kernel reports for an output slot.
@@ -227,3 +237,35 @@ const (
 	// FilterMeta is the uint64 words a filtered block publishes after its candidates.
 	FilterMeta = 4
 )
+
+// Shard keys: what a FlagShard draw writes to ArgShard. The largest key over the shards
+// of a row is the key of the unsharded row, so one all-reduce with max merges them.
+const (
+	// ShardKeyFailed marks a failed draw in the high word of its shard key; the low
+	// word is its status (1 or 3), so the worse failure wins the maximum. A draw with
+	// no finite logit writes 0, which every other key beats.
+	ShardKeyFailed uint64 = 0xFFFFFFFF << 32
+)
+
+// ShardKey is the shard key of a draw whose merge key (the packed score and global
+// index of its winner) is key and whose status is st.
+func ShardKey(key uint64, st Status) uint64 {
+	switch st {
+	case StatusOK:
+		return key
+	case StatusNoFinite:
+		return 0
+	}
+	return ShardKeyFailed | uint64(uint32(st))
+}
+
+// ShardResult is the token and status a merged shard key stands for.
+func ShardResult(k uint64) (token int32, st Status) {
+	switch {
+	case k == 0:
+		return -1, StatusNoFinite
+	case k&ShardKeyFailed == ShardKeyFailed:
+		return -1, Status(uint32(k))
+	}
+	return int32(^uint32(k)), StatusOK
+}

@@ -57,7 +57,7 @@ func TestKernelNames(t *testing.T) {
 
 func TestFlagsAreDistinctBitsBelowTheReserved(t *testing.T) {
 	all := []Flags{FlagLogprobs, FlagAdvance, FlagRecord, FlagRouted, FlagCategorical, FlagBias, FlagMask,
-		FlagPenalties, FlagPerturbed, FlagFiltered, FlagBitmask}
+		FlagPenalties, FlagPerturbed, FlagFiltered, FlagBitmask, FlagShard}
 	var seen Flags
 	for _, f := range all {
 		assert.Equal(t, 1, bitsSet(uint32(f)), "flag %#x", f)
@@ -122,4 +122,31 @@ func TestScratchLayout(t *testing.T) {
 	}
 	assert.Equal(t, 6, Slots(3, 2))
 	assert.Equal(t, 60, TopNSlots(3))
+}
+
+func TestShardKeys(t *testing.T) {
+	ok := uint64(0x80000001)<<32 | uint64(^uint32(7)) // score bits, token 7
+	tests := []struct {
+		name  string
+		key   uint64
+		st    Status
+		token int32
+	}{
+		{"token", ok, StatusOK, 7},
+		{"no finite logit", ok, StatusNoFinite, -1},
+		{"NaN or +Inf", ok, StatusNonFinite, -1},
+		{"bad parameters", 0, StatusBadParams, -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tok, st := ShardResult(ShardKey(tt.key, tt.st))
+			assert.Equal(t, tt.token, tok)
+			assert.Equal(t, tt.st, st)
+		})
+	}
+	// The merge is a maximum: failures beat tokens (bad parameters beat NaN), tokens
+	// beat a shard without a finite logit.
+	assert.Greater(t, ShardKey(0, StatusBadParams), ShardKey(0, StatusNonFinite))
+	assert.Greater(t, ShardKey(0, StatusNonFinite), ShardKey(^uint64(0)>>1, StatusOK))
+	assert.Greater(t, ShardKey(1, StatusOK), ShardKey(ok, StatusNoFinite))
 }

@@ -141,8 +141,11 @@ __device__ __forceinline__ void gb_step_plus(const gb_row_params& p, gb_u32 z, g
     hi = (gb_u32)(s >> 32);
 }
 
-// gb_bad_flags reports reserved flag bits; such a row gets status 3.
-__device__ __forceinline__ bool gb_bad_flags(gb_u32 flags) { return (flags & GB_FLAGS_RESERVED) != 0u; }
+// gb_bad_flags reports reserved flag bits, and FlagShard outside gumbel_argmax (which
+// checks its shards itself); such a row gets status 3.
+__device__ __forceinline__ bool gb_bad_flags(gb_u32 flags) {
+    return (flags & (GB_FLAGS_RESERVED | GB_FLAG_SHARD)) != 0u;
+}
 
 // gb_max4 is the largest of four values (NaN ignored; -Inf when all are -Inf or NaN).
 __device__ __forceinline__ float gb_max4(const float v[4]) {

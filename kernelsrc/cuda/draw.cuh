@@ -20,6 +20,12 @@ __device__ __forceinline__ gb_i32 gb_finish(gb_i32* tokens, gb_i32* status, gb_u
     return st;
 }
 
+// gb_shard_key is a FlagShard draw's shard key (ABI.md, "Vocabulary shards"): its
+// winner key for status 0, 0 for status 2, GB_SHARD_KEY_FAILED | status otherwise.
+__device__ __forceinline__ gb_u64 gb_shard_key(gb_u64 key, gb_i32 st) {
+    return st == GB_STATUS_OK ? key : st == GB_STATUS_NO_FINITE ? 0ull : (GB_SHARD_KEY_FAILED | (gb_u32)st);
+}
+
 // gb_write_record stores a slot's log-probability record (ABI.md): NaN unless ok.
 __device__ __forceinline__ void gb_write_record(float* logprobs, gb_u64 o, bool ok, float raw_x, float lse_raw,
                                                 float proc_v, float lse_proc) {

@@ -86,7 +86,8 @@ __device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_
 // raw over the logits; with NL > 0, w.x and w.v follow the best key (see gb_win).
 template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem* row, gb_u32 start,
-                                               gb_u32 end, bool vec, const gb_processor& pc, gb_win& w) {
+                                               gb_u32 end, bool vec, const gb_processor& pc, gb_u32 goff,
+                                               gb_win& w) {
     gb_u64& tkey = w.key;
     gb_u32& flags = w.seen;
     gb_lse& raw = w.raw;
@@ -120,7 +121,7 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
                 j = xp[i][1] == mx ? 1u : j;
                 j = xp[i][0] == mx ? 0u : j;
                 tbest = mx;
-                tkey = gb_pack(mx, g + (gb_u32)i * stride + j);
+                tkey = gb_pack(mx, goff + g + (gb_u32)i * stride + j);
                 if (NL != 0) {
                     w.x = j == 0u ? cur[i][0] : j == 1u ? cur[i][1] : j == 2u ? cur[i][2] : cur[i][3];
                     w.v = mx;
@@ -163,8 +164,8 @@ __device__ __forceinline__ float gb_share_bound(float wlower, gb_u32* s_bound) {
 template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem* row, gb_u32 start,
                                                gb_u32 end, bool vec, float invT, gb_u32 step_lo, gb_u32 step_hi,
-                                               const gb_row_params& p, const gb_processor& pc, gb_u32* s_bound,
-                                               gb_win& win) {
+                                               const gb_row_params& p, const gb_processor& pc, gb_u32 goff,
+                                               gb_u32* s_bound, gb_win& win) {
     gb_u64& tkey = win.key; // (w is the Philox words below)
     gb_u32& flags = win.seen;
     gb_lse& raw = win.raw;
@@ -217,7 +218,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
             gb_u32 c0[GB_GROUPS];
 #pragma unroll
             for (int i = 0; i < GB_GROUPS; ++i) {
-                c0[i] = (g + (gb_u32)i * stride) >> 2;
+                c0[i] = (goff + g + (gb_u32)i * stride) >> 2;
             }
             gb_u32 w[GB_GROUPS][4];
             gb_philox_groups<GB_GROUPS>(c0, step_lo, step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
@@ -249,7 +250,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                 for (gb_u32 j = 0; j < 4u; ++j) {
                     if (need[i][j]) {
                         float s = __fadd_rn(xs[i][j], gb_gumbel(w[i][j], t[i][j]));
-                        const gb_u64 key = gb_pack(s, g + (gb_u32)i * stride + j);
+                        const gb_u64 key = gb_pack(s, goff + g + (gb_u32)i * stride + j);
                         if (NL != 0 && key > tkey) {
                             win.x = cur[i][j];
                             win.v = xs[i][j];
@@ -364,8 +365,12 @@ __device__ __forceinline__ void gb_block_win(gb_win& w, gb_u64* s_key, gb_u32* s
 // and status of slot o, the log-probability record (LOGPROBS) and the end-of-draws work.
 __device__ __forceinline__ void gb_finish_draw(gb_row_params* params, const gb_row_params& p, gb_u32 y, gb_u64 o,
                                                const gb_win& w, int nl, gb_i32* tokens, gb_i32* status,
-                                               float* logprobs, gb_u32* counters, gb_u32* counts, gb_u32 vocab) {
+                                               float* logprobs, gb_u32* counters, gb_u32* counts, gb_u32 vocab,
+                                               gb_u64* shard) {
     const gb_i32 st = gb_finish(tokens, status, o, w.key, w.seen);
+    if (p.flags & GB_FLAG_SHARD) {
+        shard[o] = gb_shard_key(w.key, st);
+    }
     if (p.flags & GB_FLAG_LOGPROBS) {
         gb_write_record_sets(logprobs, o, st == GB_STATUS_OK, nl, w.x, w.v, w.raw, w.proc);
     }
@@ -475,13 +480,13 @@ template <int NL>
 __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_row_params& p, gb_u32 y, gb_u32 z,
                                               gb_u64 o, gb_win& w, gb_i32* tokens, gb_i32* status,
                                               gb_u64* partials, gb_u32* counters, float* logprobs, gb_u32* counts,
-                                              gb_u32 vocab, gb_u64* s_key, gb_u32* s_seen, gb_u64* s_pair,
-                                              gb_u64* s_xv, gb_u32* s_last) {
+                                              gb_u32 vocab, gb_u64* shard, gb_u64* s_key, gb_u32* s_seen,
+                                              gb_u64* s_pair, gb_u64* s_xv, gb_u32* s_last) {
     const gb_u32 nblocks = gridDim.x;
     gb_block_win<NL, NL != 0>(w, s_key, s_seen, s_pair, s_xv);
     if (nblocks == 1u) {
         if (threadIdx.x == 0u) {
-            gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab);
+            gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab, shard);
         }
         return;
     }
@@ -565,7 +570,7 @@ __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_ro
     }
     if (threadIdx.x == 0u) {
         w.seen = seen;
-        gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab);
+        gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab, shard);
     }
 }
 
@@ -576,7 +581,8 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
                                                  gb_row_params* params, gb_i32* tokens, gb_i32* status,
                                                  gb_u64* partials, gb_u32* counters, gb_u64 row_stride,
                                                  gb_u32 vocab, float* logprobs, const float* bias, gb_u32* counts,
-                                                 const gb_u32* mask, const gb_u32* bitmask) {
+                                                 const gb_u32* mask, const gb_u32* bitmask, gb_u32 vocab_offset,
+                                                 gb_u64* shard) {
     __shared__ gb_u64 s_key[GB_MAX_WARPS];
     __shared__ gb_u32 s_seen[GB_MAX_WARPS];
     __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
@@ -592,7 +598,12 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
         return; // another kernel's row: left entirely alone
     }
     const gb_u64 o = (gb_u64)p.row * gridDim.z + z; // this draw's output slot
-    if (gb_bad_flags(p.flags) || gb_bad_row(p.temperature, vocab)) {
+    // A shard's offset keeps Philox's groups of four aligned; a shard writes neither
+    // records nor counts, which need the merged token.
+    const bool in_shard = (p.flags & GB_FLAG_SHARD) != 0u;
+    const bool bad_shard = in_shard && ((vocab_offset & 3u) != 0u || (gb_u64)vocab_offset + vocab > GB_MAX_VOCAB ||
+                                        (p.flags & (GB_FLAG_LOGPROBS | GB_FLAG_RECORD)) != 0u);
+    if ((p.flags & GB_FLAGS_RESERVED) != 0u || bad_shard || gb_bad_row(p.temperature, vocab)) {
         // Uniform for every block of the row: none touches the counters, and the row
         // gets no end-of-draws work.
         if (blockIdx.x == 0u && threadIdx.x == 0u) {
@@ -601,9 +612,13 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
             if (p.flags & GB_FLAG_LOGPROBS) {
                 gb_write_record(logprobs, o, false, 0.0f, 0.0f, 0.0f, 0.0f);
             }
+            if (in_shard) {
+                shard[o] = gb_shard_key(0ull, GB_STATUS_BAD_PARAMS);
+            }
         }
         return;
     }
+    const gb_u32 goff = in_shard ? vocab_offset : 0u; // global index of element 0
 
     gb_u32 start, end; // this block's chunk
     gb_chunk_of(vocab, nblocks, blockIdx.x, start, end);
@@ -630,14 +645,14 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     if (greedy) {
         if (!procs) {
             if (nl == 0) {
-                gb_scan_greedy<KIND, false, 0>(row, start, end, vec, pc, w);
+                gb_scan_greedy<KIND, false, 0>(row, start, end, vec, pc, goff, w);
             } else {
-                gb_scan_greedy<KIND, false, 1>(row, start, end, vec, pc, w);
+                gb_scan_greedy<KIND, false, 1>(row, start, end, vec, pc, goff, w);
             }
         } else if (nl == 0) {
-            gb_scan_greedy<KIND, true, 0>(row, start, end, vec, pc, w);
+            gb_scan_greedy<KIND, true, 0>(row, start, end, vec, pc, goff, w);
         } else {
-            gb_scan_greedy<KIND, true, 2>(row, start, end, vec, pc, w);
+            gb_scan_greedy<KIND, true, 2>(row, start, end, vec, pc, goff, w);
         }
     } else {
         gb_u32 step_lo, step_hi;
@@ -649,26 +664,26 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
         __syncthreads();
         if (!procs) {
             if (nl == 0) {
-                gb_scan_gumbel<KIND, false, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+                gb_scan_gumbel<KIND, false, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, goff, &s_bound, w);
             } else if (nl == 1) {
-                gb_scan_gumbel<KIND, false, 1>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+                gb_scan_gumbel<KIND, false, 1>(row, start, end, vec, invT, step_lo, step_hi, p, pc, goff, &s_bound, w);
             } else {
-                gb_scan_gumbel<KIND, false, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+                gb_scan_gumbel<KIND, false, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, goff, &s_bound, w);
             }
         } else if (nl == 0) {
-            gb_scan_gumbel<KIND, true, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+            gb_scan_gumbel<KIND, true, 0>(row, start, end, vec, invT, step_lo, step_hi, p, pc, goff, &s_bound, w);
         } else {
-            gb_scan_gumbel<KIND, true, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, &s_bound, w);
+            gb_scan_gumbel<KIND, true, 2>(row, start, end, vec, invT, step_lo, step_hi, p, pc, goff, &s_bound, w);
         }
     }
     if (nl == 0) {
-        gb_argmax_end<0>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, s_key,
-                         s_seen, s_pair, s_xv, &s_last);
+        gb_argmax_end<0>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, shard,
+                         s_key, s_seen, s_pair, s_xv, &s_last);
     } else if (nl == 1) {
-        gb_argmax_end<1>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, s_key,
-                         s_seen, s_pair, s_xv, &s_last);
+        gb_argmax_end<1>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, shard,
+                         s_key, s_seen, s_pair, s_xv, &s_last);
     } else {
-        gb_argmax_end<2>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, s_key,
-                         s_seen, s_pair, s_xv, &s_last);
+        gb_argmax_end<2>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, shard,
+                         s_key, s_seen, s_pair, s_xv, &s_last);
     }
 }

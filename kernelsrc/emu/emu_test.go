@@ -50,6 +50,12 @@ func encodeJob(t *testing.T, ls []*launch) []byte {
 			lp = 1
 		}
 		w(lp)
+		w(uint32(l.vocabOffset))
+		sk := uint32(0)
+		if l.shard {
+			sk = 1
+		}
+		w(sk)
 	}
 	return b.Bytes()
 }
@@ -66,6 +72,9 @@ func decodeResults(t *testing.T, data []byte, ls []*launch) []outcome {
 		get(o.status)
 		if o.logprobs != nil {
 			get(o.logprobs)
+		}
+		if o.keys != nil {
+			get(o.keys)
 		}
 		get(o.counters)
 		if l.kernel != kernelTopN {

@@ -44,19 +44,23 @@ func BenchmarkGPUKernelFeatures(b *testing.B) {
 		flags  abi.Flags
 		temp   float32
 		draws  int
+		shards int // with FlagShard: the row's first 1/shards of the vocabulary, as one rank of a split
 	}{
-		{"gumbel", kernelGumbel, 0, 0.8, 1},
-		{"gumbel+logprobs", kernelGumbel, abi.FlagLogprobs, 0.8, 1},
-		{"gumbel T=1", kernelGumbel, 0, 1, 1},
-		{"gumbel+logprobs T=1", kernelGumbel, abi.FlagLogprobs, 1, 1},
-		{"greedy", kernelGumbel, 0, 0, 1},
-		{"greedy+logprobs", kernelGumbel, abi.FlagLogprobs, 0, 1},
-		{"gumbel+processors", kernelGumbel, procs, 0.8, 1},
-		{"gumbel+processors+logprobs", kernelGumbel, procs | abi.FlagLogprobs, 0.8, 1},
-		{"gumbel+bitmask", kernelGumbel, abi.FlagBitmask, 0.8, 1},
-		{"gumbel draws=4", kernelGumbel, 0, 0.8, 4},
-		{"topn 20", kernelTopN, 0, 0.8, 1},
-		{"topn 20 perturbed", kernelTopN, abi.FlagPerturbed, 0.8, 1},
+		{"gumbel", kernelGumbel, 0, 0.8, 1, 1},
+		{"gumbel+logprobs", kernelGumbel, abi.FlagLogprobs, 0.8, 1, 1},
+		{"gumbel T=1", kernelGumbel, 0, 1, 1, 1},
+		{"gumbel+logprobs T=1", kernelGumbel, abi.FlagLogprobs, 1, 1, 1},
+		{"greedy", kernelGumbel, 0, 0, 1, 1},
+		{"greedy+logprobs", kernelGumbel, abi.FlagLogprobs, 0, 1, 1},
+		{"gumbel+processors", kernelGumbel, procs, 0.8, 1, 1},
+		{"gumbel+processors+logprobs", kernelGumbel, procs | abi.FlagLogprobs, 0.8, 1, 1},
+		{"gumbel+bitmask", kernelGumbel, abi.FlagBitmask, 0.8, 1, 1},
+		{"gumbel draws=4", kernelGumbel, 0, 0.8, 4, 1},
+		{"gumbel shard 1/2", kernelGumbel, abi.FlagShard, 0.8, 1, 2},
+		{"greedy shard 1/2", kernelGumbel, abi.FlagShard, 0, 1, 2},
+		{"gumbel shard 1/4", kernelGumbel, abi.FlagShard, 0.8, 1, 4},
+		{"topn 20", kernelTopN, 0, 0.8, 1, 1},
+		{"topn 20 perturbed", kernelTopN, abi.FlagPerturbed, 0.8, 1, 1},
 	}
 	for _, s := range []int{1, 16, 17} {
 		for _, c := range cases {
@@ -64,6 +68,10 @@ func BenchmarkGPUKernelFeatures(b *testing.B) {
 				l := *base
 				l.kernel, l.gridX, l.gridZ, l.block = c.kernel, s, c.draws, 1024
 				l.logprobs = c.flags&abi.FlagLogprobs != 0
+				if c.shards > 1 {
+					l.vocab = (vocab / c.shards) &^ 3 // rows keep their stride: a view of the first shard
+					l.shard = true
+				}
 				l.params = make([]rowParams, batch)
 				for y := range l.params {
 					l.params[y] = rowParams{Row: uint32(y), Temperature: c.temp, Seed: uint64(y), Step: 9,
@@ -111,7 +119,7 @@ func deviceArgs(b *testing.B, dev runtime.Device, l *launch, extraPartialWords i
 	a := new(runtime.Args)
 	a.Buffer(logits).Buffer(params).Buffer(tokens).Buffer(status).Buffer(partials).Buffer(counters).
 		U64(uint64(l.stride)).U32(uint32(l.vocab)).Buffer(logprobs).Buffer(bias).Buffer(counts).Buffer(mask).
-		Buffer(bitmask)
+		Buffer(bitmask).U32(uint32(l.vocabOffset)).Buffer(upload(nil, 8*len(out.keys)))
 	require.NoError(b, a.Err())
 	return a, partials, free
 }

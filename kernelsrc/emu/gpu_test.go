@@ -97,6 +97,7 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 	fresh := l.newOutcome()
 	tokens, status := alloc(4*len(fresh.tokens)), alloc(4*len(fresh.status))
 	logprobs := alloc(4 * len(fresh.logprobs))
+	keys := alloc(8 * len(fresh.keys))
 	partials := alloc(8 * l.numPartials())
 	counters := alloc(4 * l.numCounters())
 	require.NoError(t, s.Zero(counters, 0, 4*l.numCounters()))
@@ -118,11 +119,15 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 		if o.logprobs != nil {
 			require.NoError(t, s.CopyToDevice(logprobs, 0, runtime.BytesOf(o.logprobs)))
 		}
+		if o.keys != nil {
+			require.NoError(t, s.CopyToDevice(keys, 0, runtime.BytesOf(o.keys)))
+		}
 		require.NoError(t, s.CopyToDevice(params, 0, l.paramBytes()))
 		require.NoError(t, s.CopyToDevice(counts, 0, auxBuffer(l.counts)))
 		a.Reset().BufferAt(logits, off).Buffer(params).Buffer(tokens).Buffer(status).
 			Buffer(partials).Buffer(counters).U64(uint64(l.stride)).U32(uint32(l.vocab)).
-			Buffer(logprobs).Buffer(bias).Buffer(counts).Buffer(mask).Buffer(bitmask)
+			Buffer(logprobs).Buffer(bias).Buffer(counts).Buffer(mask).Buffer(bitmask).
+			U32(uint32(l.vocabOffset)).Buffer(keys)
 		grid := runtime.Dim3{X: l.gridX, Y: n, Z: l.draws()}
 		if fm != nil {
 			require.NoError(t, s.Launch(fm, runtime.Dim3{X: l.gridX, Y: n, Z: 1}, runtime.Dim3{X: block, Y: 1, Z: 1}, &a),
@@ -133,6 +138,9 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 		require.NoError(t, s.CopyToHost(runtime.BytesOf(o.status), status, 0))
 		if o.logprobs != nil {
 			require.NoError(t, s.CopyToHost(runtime.BytesOf(o.logprobs), logprobs, 0))
+		}
+		if o.keys != nil {
+			require.NoError(t, s.CopyToHost(runtime.BytesOf(o.keys), keys, 0))
 		}
 		require.NoError(t, s.CopyToHost(runtime.BytesOf(o.counters), counters, 0))
 		if l.kernel != kernelTopN {
@@ -306,4 +314,30 @@ func TestGPUScoreMatchesGoEdition(t *testing.T) {
 	cov := checkScore(t, ls, got)
 	t.Logf("%d launches on %s; coverage %v", len(ls), dev.Info().Name, cov)
 	requireScoreCoverage(t, cov)
+}
+
+// TestGPUShardsMatchGoEdition is TestCUDAShardsMatchGoEdition on the GPU, with
+// full-width blocks and a vocabulary split over up to 132 blocks per row.
+func TestGPUShardsMatchGoEdition(t *testing.T) {
+	dev, mod := openCUDA(t)
+	r := rand.New(rand.NewPCG(20261201, 25))
+	ls := shardLaunches(r)
+	for dt := range 3 {
+		for _, s := range []int{1, 37, 132} {
+			v := 75968 // half of Qwen's 151936: the shard of a two-GPU split
+			l := &launch{kernel: kernelGumbel, dtype: dt, gridX: s, gridZ: 2, block: 1024, warp: 32, vocab: v, stride: v,
+				slots: 5, vocabOffset: v, shard: true, name: fmt.Sprintf("GPU shard dtype=%d S=%d", dt, s)}
+			l.fill(r)
+			l.rows(r, func(p *rowParams) { p.Flags |= abi.FlagShard })
+			ls = append(ls, l)
+		}
+	}
+	got := make([]outcome, len(ls))
+	for i, l := range ls {
+		got[i] = runDevice(t, dev, mod, l)
+	}
+	wants := goEdition(t, ls)
+	cov := checkShardKeys(t, ls, wants)
+	matchOutcomes(t, ls, wants, got)
+	t.Logf("%d launches on %s; shard slots %v", len(ls), dev.Info().Name, cov)
 }

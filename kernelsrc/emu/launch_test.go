@@ -33,11 +33,13 @@ const (
 	dtF16  = 1
 	dtBF16 = 2
 
-	jobMagic    = 0x34454247 // "GBE4"
+	jobMagic    = 0x35454247 // "GBE5"
 	paramsBytes = 64
 	untouched   = -7 // what the driver and the Go run put in every slot beforehand
-	maxTopN     = 20 // the topn kernels' output stride
-	topnStride  = 22 // uint64 partials per topn block
+	// untouchedKey is what they put in every shard key slot beforehand.
+	untouchedKey = 0xA5A5A5A5A5A5A5A5
+	maxTopN      = 20 // the topn kernels' output stride
+	topnStride   = 22 // uint64 partials per topn block
 )
 
 // kernelNames are the kernel families; the filtered route launches filter_max first.
@@ -69,6 +71,10 @@ type launch struct {
 	// as many mask rows as the launch likes (not one per logits row); nil passes 8 bytes.
 	bitmask  []uint32
 	logprobs bool // pass a logprobs buffer (score needs one: its records go there)
+	// vocabOffset is kernel argument 13 and shard passes the shard keys (argument 14),
+	// one per output slot; without it, 8 bytes.
+	vocabOffset int
+	shard       bool
 	// The filtered route's candidate lists in the emulation (GB_FILTER_LIST and
 	// GB_FILTER_MIN_CANDS, testdata/shadow/abi.h); 0 is the ABI's.
 	filterList, filterMinCands int
@@ -78,6 +84,7 @@ type launch struct {
 type outcome struct {
 	tokens, status []int32   // topn: status holds the values' bits; score: tokens the ranks
 	logprobs       []float32 // records, when the launch passes a logprobs buffer
+	keys           []uint64  // shard keys, when the launch passes them
 	counters       []uint32
 	counts         []uint32 // the counts buffer afterwards (RECORD)
 	params         []byte   // the params buffer afterwards (ADVANCE)
@@ -202,6 +209,12 @@ func (l *launch) newOutcome() outcome {
 			o.logprobs[i] = untouched
 		}
 	}
+	if l.shard && l.kernel != kernelTopN {
+		o.keys = make([]uint64, l.outSlots())
+		for i := range o.keys {
+			o.keys[i] = untouchedKey
+		}
+	}
 	return o
 }
 
@@ -220,6 +233,10 @@ func runGo(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) outc
 		logprobs = runtime.BytesOf(o.logprobs)
 	}
 	counts := auxBuffer(l.counts)
+	keys := make([]byte, 8)
+	if o.keys != nil {
+		keys = runtime.BytesOf(o.keys)
+	}
 	var a runtime.Args
 	a.Buffer(cpu.Wrap(logits)).
 		Buffer(cpu.Wrap(params)).
@@ -233,7 +250,9 @@ func runGo(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) outc
 		Buffer(cpu.Wrap(auxBuffer(l.bias))).
 		Buffer(cpu.Wrap(counts)).
 		Buffer(cpu.Wrap(auxBuffer(l.mask))).
-		Buffer(cpu.Wrap(auxBuffer(l.bitmask)))
+		Buffer(cpu.Wrap(auxBuffer(l.bitmask))).
+		U32(uint32(l.vocabOffset)).
+		Buffer(cpu.Wrap(keys))
 	s := dev.DefaultStream()
 	grid := runtime.Dim3{X: l.gridX, Y: n, Z: l.draws()}
 	if l.kernel == kernelFiltered {
@@ -329,6 +348,7 @@ func matchOutcomes(t *testing.T, ls []*launch, wants, got []outcome) (seen [4]in
 		assert.Equal(t, want.tokens, got[i].tokens, "%s: tokens (unnamed slots untouched)", l.name)
 		assert.Equal(t, want.status, got[i].status, "%s: status", l.name)
 		matchRecords(t, l.name+": logprobs", want.logprobs, got[i].logprobs, 4)
+		assert.Equal(t, want.keys, got[i].keys, "%s: shard keys", l.name)
 		assert.Equal(t, make([]uint32, l.numCounters()), got[i].counters, "%s: counters left non-zero", l.name)
 		assert.Equal(t, want.counts, got[i].counts, "%s: counts after RECORD", l.name)
 		assert.Equal(t, want.params, got[i].params, "%s: params after ADVANCE", l.name)

@@ -45,6 +45,8 @@ func (l *argList) args() *runtime.Args {
 			a.U64(l.stride)
 		case i == abi.ArgVocab:
 			a.U32(l.vocab)
+		case i == abi.ArgVocabOffset:
+			a.U32(0)
 		case l.buf[i] == nil:
 			a.U64(0)
 		default:
@@ -163,7 +165,11 @@ func TestShortTokenAndStatus(t *testing.T) {
 		a.Buffer(cpu.Wrap(runtime.BytesOf(logits))).Buffer(cpu.Wrap(params)).
 			Buffer(cpu.Wrap(runtime.BytesOf(tokens))).Buffer(cpu.Wrap(runtime.BytesOf(status)[:5])).
 			Buffer(cpu.Wrap(make([]byte, 64))).Buffer(cpu.Wrap(make([]byte, 64))).U64(3).U32(3)
-		for range abi.NumArgs - a.Len() {
+		for a.Len() < abi.NumArgs {
+			if abi.Arg(a.Len()) == abi.ArgVocabOffset {
+				a.U32(0)
+				continue
+			}
 			a.Buffer(wrapAtLeast8(nil))
 		}
 		launch(t, kernel, runtime.Dim3{X: 1, Y: 2, Z: 1}, &a, reversed, nil)

@@ -31,6 +31,14 @@ func (l *launchRow) finish(token int32, status abi.Status) {
 	}
 }
 
+// writeShardKey stores the draw's shard key when the row is a shard; key is the packed
+// winner, read only for status 0.
+func (l *launchRow) writeShardKey(key uint64, st abi.Status) {
+	if l.shard != nil && uint64(len(l.shard)) > l.slot {
+		l.shard[l.slot] = abi.ShardKey(key, st)
+	}
+}
+
 // writeRecord stores the draw's log-probability record when the row asked for one.
 func (l *launchRow) writeRecord(rec [abi.RecordWords]float32) {
 	if l.logprobs != nil && uint64(len(l.logprobs))/abi.RecordWords > l.slot {
@@ -61,6 +69,7 @@ func recordOf(x, v float32, raw, processed lse) [abi.RecordWords]float32 {
 // row's end-of-draws work (no RECORD, no ADVANCE), since its arguments are not trusted.
 func (l *launchRow) fail() {
 	l.finish(-1, abi.StatusBadParams)
+	l.writeShardKey(0, abi.StatusBadParams)
 	l.writeRecord(nanRecord)
 }
 

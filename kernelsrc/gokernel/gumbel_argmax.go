@@ -81,17 +81,18 @@ func gumbelArgmax(b *runtime.BlockContext, d abi.DType, skip bool) {
 		}
 		if greedy && !logprobs && l.proc.masksOnly() {
 			// A grammar's greedy row: the mask and the arg-max in one pass.
-			sc.scanGreedyMasked(xs, i, &l.proc)
+			sc.scanGreedyMasked(xs, i, l.offset, &l.proc)
 			continue
 		}
 		if l.proc.active {
 			sc.seen |= l.proc.processGroup(xs, i, proc[:])
 			xs = proc[:len(xs)]
 		}
+		// The scans index, noise and pack by the global index (a shard's offset added).
 		if greedy {
-			sc.scanGreedy(xs, i)
+			sc.scanGreedy(xs, l.offset+i)
 		} else {
-			sc.scanGumbel(xs, i)
+			sc.scanGumbel(xs, l.offset+i)
 		}
 		if logprobs && !sameSets {
 			// Beside the arg-max, over the chunk just loaded: no second pass over
@@ -130,8 +131,9 @@ func (sc *gumbelScan) scanGreedy(xs []float32, base int) {
 }
 
 // scanGreedyMasked is processGroup then scanGreedy for a row whose only processors are
-// masks, without writing the masked values out.
-func (sc *gumbelScan) scanGreedyMasked(xs []float32, base int, p *processor) {
+// masks, without writing the masked values out; base is the row index of xs[0], offset
+// what makes it global.
+func (sc *gumbelScan) scanGreedyMasked(xs []float32, base, offset int, p *processor) {
 	bestX, bestI := sc.bestScore, -1
 	var odd, bad uint32
 	for j := 0; j < len(xs); {
@@ -168,7 +170,7 @@ func (sc *gumbelScan) scanGreedyMasked(xs []float32, base int, p *processor) {
 	}
 	if bestI >= 0 {
 		sc.seen |= abi.SeenFinite
-		sc.best, sc.bestScore = pack(bestX, bestI), bestX
+		sc.best, sc.bestScore = pack(bestX, offset+bestI), bestX
 	}
 }
 
@@ -301,10 +303,12 @@ func (l *launchRow) argmaxEnd(best uint64, seen abi.Seen, raw, processed lse) {
 	}
 	if st := seenStatus(seen); st != abi.StatusOK {
 		l.finish(-1, st)
+		l.writeShardKey(0, st)
 		l.writeRecord(nanRecord)
 	} else {
-		tok := int(^uint32(best))
+		tok := int(^uint32(best)) // global: a shard reports its winner's global index
 		l.finish(int32(tok), abi.StatusOK)
+		l.writeShardKey(best, abi.StatusOK)
 		if l.logprobs != nil {
 			l.writeRecord(l.argmaxRecord(tok, raw, processed))
 		}

@@ -66,6 +66,10 @@ type buffers struct {
 	counts   []uint32
 	mask     []uint32
 	bitmask  []uint32
+	// shard holds one shard key per output slot of FlagShard rows, whose element 0 is
+	// global token vocabOffset.
+	shard       []uint64
+	vocabOffset uint32
 }
 
 const untouched = -7 // the value of token and status slots no launch row writes
@@ -155,7 +159,9 @@ func (b *buffers) args(stride, vocab int) *runtime.Args {
 		Buffer(wrapAtLeast8(runtime.BytesOf(b.bias))).
 		Buffer(wrapAtLeast8(runtime.BytesOf(b.counts))).
 		Buffer(wrapAtLeast8(runtime.BytesOf(b.mask))).
-		Buffer(wrapAtLeast8(runtime.BytesOf(b.bitmask)))
+		Buffer(wrapAtLeast8(runtime.BytesOf(b.bitmask))).
+		U32(b.vocabOffset).
+		Buffer(wrapAtLeast8(runtime.BytesOf(b.shard)))
 	return &a
 }
 
@@ -180,6 +186,8 @@ func argsWith(b *buffers, stride, vocab, nArgs int, repl map[abi.Arg][]byte, off
 			a.U64(uint64(stride))
 		case abi.ArgVocab:
 			a.U32(uint32(vocab))
+		case abi.ArgVocabOffset:
+			a.U32(b.vocabOffset)
 		default:
 			if mem, ok := repl[i]; ok {
 				if mem == nil {

@@ -31,6 +31,10 @@ type launchRow struct {
 	counts   []uint32
 	partials []byte
 	counters []uint32
+	// shard is the whole shard-key buffer and offset the global index of element 0,
+	// for a FlagShard row.
+	shard  []uint64
+	offset int
 }
 
 // readRowParams decodes launch row y's RowParams, or reports that the buffer does not
@@ -105,6 +109,9 @@ func (l *launchRow) bind(a *runtime.Args, d abi.DType, family string) bool {
 		}
 	}
 	vocab := a.U32Arg(int(abi.ArgVocab))
+	if p.Flags&abi.FlagShard != 0 && !l.bindShard(a, family, vocab, lastSlot) {
+		return false
+	}
 	if p.Flags&abi.FlagsReserved != 0 || badRow(p.Temperature, vocab) {
 		return false
 	}
@@ -125,6 +132,22 @@ func (l *launchRow) bind(a *runtime.Args, d abi.DType, family string) bool {
 		return false
 	}
 	return l.bindScratch(a, family)
+}
+
+// bindShard views the shard keys of a FlagShard row (bound before the other checks, so
+// that a row found bad still writes its failed key) and checks what a shard may do:
+// only gumbel_argmax draws shards, at an offset that keeps Philox's groups of four
+// aligned, and neither log-probability records nor token counts, which need the merged
+// token, are written by a shard.
+func (l *launchRow) bindShard(a *runtime.Args, family string, vocab uint32, lastSlot uint64) bool {
+	if family != abi.GumbelArgmax {
+		return false // the other kernels write no shard keys
+	}
+	l.shard = u64Words(a.HostBytesArg(int(abi.ArgShard)), lastSlot)
+	off := a.U32Arg(int(abi.ArgVocabOffset))
+	l.offset = int(off)
+	return l.shard != nil && off%4 == 0 &&
+		uint64(off)+uint64(vocab) <= abi.MaxVocab && l.p.Flags&(abi.FlagLogprobs|abi.FlagRecord) == 0
 }
 
 // bindProcessors views the bias, counts, mask and bitmask rows of the row's processors,
@@ -237,6 +260,14 @@ func u32Words(b []byte, need uint64) []uint32 {
 		return nil
 	}
 	return unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
+}
+
+// u64Words is u32Words for uint64.
+func u64Words(b []byte, need uint64) []uint64 {
+	if need == 0 || uint64(len(b))/8 < need || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 != 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
 }
 
 // f32Words is u32Words for float32.

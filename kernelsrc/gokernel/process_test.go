@@ -125,7 +125,7 @@ func TestScanGreedyMaskedMatchesTwoPasses(t *testing.T) {
 		var buf [convertChunk]float32
 		for i := 0; i < v; i += convertChunk {
 			chunk := xs[i:min(v, i+convertChunk)]
-			fused.scanGreedyMasked(chunk, i, &p)
+			fused.scanGreedyMasked(chunk, i, 0, &p)
 			split.seen |= p.processGroup(chunk, i, buf[:])
 			split.scanGreedy(buf[:len(chunk)], i)
 		}

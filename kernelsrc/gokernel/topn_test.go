@@ -56,6 +56,8 @@ func (b *buffers) topnArgs(stride, vocab int, outTok []int32, outVal []float32) 
 			a.U64(uint64(stride))
 		case abi.ArgVocab:
 			a.U32(uint32(vocab))
+		case abi.ArgVocabOffset:
+			a.U32(0)
 		default:
 			buf, off := full.BufferArg(int(i))
 			a.BufferAt(buf, off)

@@ -195,4 +195,6 @@ inline bool gb_bad_row(float t, uint vocab) {
 }
 
 // A reserved flag bit set.
-inline bool gb_bad_flags(uint flags) { return (flags & GB_FLAGS_RESERVED) != 0u; }
+// Reserved flag bits, and FlagShard outside gumbel_argmax (which checks its shards
+// itself): status 3.
+inline bool gb_bad_flags(uint flags) { return (flags & (GB_FLAGS_RESERVED | GB_FLAG_SHARD)) != 0u; }

@@ -2,7 +2,7 @@
 // end-of-draws work (ABI.md, "Draws, RECORD and ADVANCE"), shared by gumbel_argmax and
 // categorical (score writes its slot with gb_finish too).
 
-// Arguments 1-12 of gumbel_argmax, categorical, filtered and score.
+// Arguments 1-14 of gumbel_argmax, categorical, filtered and score.
 struct gb_buffers {
     device gb_row_params* params;
     device atomic_int* tokens;
@@ -16,6 +16,8 @@ struct gb_buffers {
     device uint* counts;
     device const uint* mask;
     device const uint* bitmask;
+    uint vocab_offset;
+    device ulong* shard;
 };
 
 // The status a row's observations give its draws.
@@ -38,6 +40,12 @@ inline void gb_write_record(gb_buffers B, ulong o, int st, float4 record) {
     B.logprobs[w + 3ul] = record.w;
 }
 
+// A FlagShard draw's shard key (ABI.md, "Vocabulary shards"): its winner key for status
+// 0, 0 for status 2, GB_SHARD_KEY_FAILED | status otherwise.
+inline ulong gb_shard_key(ulong key, int st) {
+    return st == GB_STATUS_OK ? key : st == GB_STATUS_NO_FINITE ? 0ul : (GB_SHARD_KEY_FAILED | ulong(uint(st)));
+}
+
 // Writes output slot o: token (-1 unless the status is 0), status and, with
 // GB_FLAG_LOGPROBS, the record. The token is an atomic store because gb_row_done may
 // read it back in another threadgroup.
@@ -46,6 +54,14 @@ inline void gb_finish(gb_buffers B, uint flags, ulong o, int token, int st, floa
     B.status[o] = st;
     if ((flags & GB_FLAG_LOGPROBS) != 0u) {
         gb_write_record(B, o, st, record);
+    }
+}
+
+// gb_finish for gumbel_argmax, which also writes a shard's key; key is read for status 0.
+inline void gb_finish_shard(gb_buffers B, uint flags, ulong o, ulong key, int st, float4 record) {
+    gb_finish(B, flags, o, int(0xFFFFFFFFu - uint(key)), st, record);
+    if ((flags & GB_FLAG_SHARD) != 0u) {
+        B.shard[o] = gb_shard_key(key, st);
     }
 }
 

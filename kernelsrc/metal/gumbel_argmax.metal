@@ -21,6 +21,7 @@ struct gb_argmax_row {
     float invT;
     bool want_lp;      // GB_FLAG_LOGPROBS
     bool proc_is_raw;  // the processed distribution is the raw one: one log-sum-exp serves
+    uint goff;         // the global index of element 0: a shard's offset, else 0
 };
 
 // What one thread (then the threadgroup, then the draw) has found.
@@ -58,7 +59,7 @@ inline void gb_scan_greedy(gb_argmax_row<KIND> R, ulong begin, ulong end, gb_thr
             if (R.want_lp && !R.proc_is_raw) {
                 gb_lse_add(a.proc, x);
             }
-            gb_argmax_offer(a, x, idx);
+            gb_argmax_offer(a, x, R.goff + idx);
         }
     }
 }
@@ -92,10 +93,10 @@ inline void gb_scan_gumbel(gb_argmax_row<KIND> R, ulong begin, ulong end, gb_thr
                 if (bound < a.best_score) {
                     continue;
                 }
-                float gn = gb_group_gumbel(words, R.st, base >> 2, j);
+                float gn = gb_group_gumbel(words, R.st, (R.goff + base) >> 2, j);
                 score = xs + gn;
             }
-            gb_argmax_offer(a, score, idx);
+            gb_argmax_offer(a, score, R.goff + idx);
         }
     }
 }
@@ -122,7 +123,7 @@ inline void gb_argmax_end(gb_buffers B, thread const gb_row_params& p, gb_argmax
     if (R.want_lp && st == GB_STATUS_OK) {
         rec = gb_argmax_record<KIND>(R, tok, a.raw, a.proc);
     }
-    gb_finish(B, p.flags, o, int(tok), st, rec);
+    gb_finish_shard(B, p.flags, o, a.best, st, rec);
     gb_row_done(B, p, y, n, draws);
 }
 
@@ -194,12 +195,17 @@ inline void gb_gumbel_argmax(device const typename gb_io<KIND>::elem* logits, gb
     }
     const ulong o = ulong(p.row) * ulong(draws) + ulong(bz);
     const float temp = p.temperature;
-    if (gb_bad_row(temp, B.vocab) || gb_bad_flags(p.flags)) {
+    // A shard's offset keeps Philox's groups of four aligned; a shard writes neither
+    // records nor counts, which need the merged token.
+    const bool in_shard = (p.flags & GB_FLAG_SHARD) != 0u;
+    const bool bad_shard = in_shard && ((B.vocab_offset & 3u) != 0u || ulong(B.vocab_offset) + ulong(B.vocab) >
+                                        ulong(GB_MAX_VOCAB) || (p.flags & (GB_FLAG_LOGPROBS | GB_FLAG_RECORD)) != 0u);
+    if (gb_bad_row(temp, B.vocab) || (p.flags & GB_FLAGS_RESERVED) != 0u || bad_shard) {
         // Every threadgroup of the row sees the same parameters and leaves at once; the
         // counters are not touched, and a row whose parameters are not trusted gets no
         // RECORD or ADVANCE.
         if (bx == 0u && L.tid == 0u) {
-            gb_finish(B, p.flags, o, -1, GB_STATUS_BAD_PARAMS, float4(0.0f));
+            gb_finish_shard(B, p.flags, o, 0ul, GB_STATUS_BAD_PARAMS, float4(0.0f));
         }
         return;
     }
@@ -212,6 +218,7 @@ inline void gb_gumbel_argmax(device const typename gb_io<KIND>::elem* logits, gb
     R.want_lp = (p.flags & GB_FLAG_LOGPROBS) != 0u;
     // Without processors, x' * invT is x itself when greedy or invT == 1.
     R.proc_is_raw = (p.flags & GB_FLAGS_PROCESSORS) == 0u && (R.greedy || R.invT == 1.0f);
+    R.goff = in_shard ? B.vocab_offset : 0u;
 
     ulong begin, end;
     gb_chunk(B.vocab, S, bx, begin, end);

@@ -67,7 +67,7 @@ using namespace metal;
 
 #define GB_THREAD_IDS gb_thread_ids{tid, tg_size.x, lane, sg, width, nsg}
 
-// Arguments 1-12 of gumbel_argmax, categorical, filter_max, filtered and score.
+// Arguments 1-14 of gumbel_argmax, categorical, filter_max, filtered and score.
 #define GB_SAMPLING_ARGS                                         \
     device gb_row_params* params [[buffer(1)]],                  \
     device atomic_int* tokens [[buffer(2)]],                     \
@@ -80,12 +80,16 @@ using namespace metal;
     device const float* bias [[buffer(9)]],                      \
     device uint* counts [[buffer(10)]],                          \
     device const uint* mask [[buffer(11)]],                      \
-    device const uint* bitmask [[buffer(12)]]
+    device const uint* bitmask [[buffer(12)]],                   \
+    constant uint& vocab_offset [[buffer(13)]],                  \
+    device ulong* shard [[buffer(14)]]
 
-#define GB_SAMPLING_BUFFERS \
-    gb_buffers{params, tokens, status, partials, counters, row_stride, vocab, logprobs, bias, counts, mask, bitmask}
+#define GB_SAMPLING_BUFFERS                                                                                   \
+    gb_buffers{params, tokens, status, partials, counters, row_stride, vocab, logprobs, bias, counts, mask, bitmask, \
+               vocab_offset, shard}
 
-// Arguments 1-12 of topn; buffer 8 is bound by the host and unused.
+// Arguments 1-12 of topn; buffer 8 is bound by the host and unused, and so are 13 and 14
+// (topn draws no vocabulary shards).
 #define GB_TOPN_ARGS                                             \
     device const gb_row_params* params [[buffer(1)]],            \
     device int* out_tokens [[buffer(2)]],                        \

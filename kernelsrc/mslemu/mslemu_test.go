@@ -148,11 +148,22 @@ type launchCase struct {
 	// bitmask is the bitmask argument: mask rows of ceil(V/32) words that launch rows
 	// pick by bitmask_row; nil when no row of the launch uses it.
 	bitmask []uint32
+	// vocabOffset is kernel argument 13; shard passes the shard keys (argument 14).
+	vocabOffset uint32
+	shard       bool
 }
 
 func (c *launchCase) launchRows() int { return len(c.params) / abi.RowParamsSize }
 
 func (c *launchCase) numDraws() int { return max(c.draws, 1) }
+
+// keySlots is the length of the shard keys: one per slot when the case passes them.
+func (c *launchCase) keySlots() int {
+	if !c.shard || c.kernel == topN {
+		return 0
+	}
+	return c.slots()
+}
 
 // slots is the length of tokens and status (topn: out_tokens and out_values).
 func (c *launchCase) slots() int {
@@ -433,7 +444,7 @@ func pick[T any](r *rand.Rand, values ...T) T { return values[r.IntN(len(values)
 func writeCases(cases []*launchCase) []byte {
 	var b bytes.Buffer
 	le := binary.LittleEndian
-	b.WriteString("MSLEMU04")
+	b.WriteString("MSLEMU05")
 	_ = binary.Write(&b, le, uint32(len(cases)))
 	for _, c := range cases {
 		for _, v := range []uint32{uint32(c.kernel), uint32(c.dtype), uint32(c.T), uint32(c.S),
@@ -455,6 +466,11 @@ func writeCases(cases []*launchCase) []byte {
 			_ = binary.Write(&b, le, uint64(len(extra)))
 			b.Write(extra)
 		}
+		sk := uint32(0)
+		if c.shard {
+			sk = 1
+		}
+		_ = binary.Write(&b, le, []uint32{c.vocabOffset, sk})
 	}
 	return b.Bytes()
 }
@@ -463,6 +479,7 @@ func writeCases(cases []*launchCase) []byte {
 type result struct {
 	tokens, status []int32 // topn: out_tokens and the bits of out_values
 	logprobs       []float32
+	keys           []uint64 // shard keys, when the case passes them
 	counts         []uint32
 	params         []byte
 	countersLeft   uint32
@@ -476,19 +493,20 @@ func (res result) rowParams(y int) abi.RowParams {
 // readResults decodes the driver's output.
 func readResults(t *testing.T, out []byte, cases []*launchCase) []result {
 	t.Helper()
-	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU04")), "driver output has no header")
+	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU05")), "driver output has no header")
 	rd := bytes.NewReader(out[8:])
 	res := make([]result, len(cases))
 	for i, c := range cases {
 		res[i].tokens = make([]int32, c.slots())
 		res[i].status = make([]int32, c.slots())
 		res[i].logprobs = make([]float32, c.records())
+		res[i].keys = make([]uint64, c.keySlots())
 		if len(c.counts) > 0 {
 			res[i].counts = make([]uint32, len(c.counts))
 		}
 		res[i].params = make([]byte, len(c.params))
-		for _, dst := range []any{res[i].tokens, res[i].status, res[i].logprobs, res[i].counts, res[i].params,
-			&res[i].countersLeft} {
+		for _, dst := range []any{res[i].tokens, res[i].status, res[i].logprobs, res[i].keys, res[i].counts,
+			res[i].params, &res[i].countersLeft} {
 			require.NoError(t, binary.Read(rd, binary.LittleEndian, dst))
 		}
 	}
@@ -516,8 +534,12 @@ func runGoEdition(t *testing.T, c *launchCase, kernels map[string]runtime.GoKern
 		tokens:   make([]int32, c.slots()),
 		status:   make([]int32, c.slots()),
 		logprobs: make([]float32, c.records()),
+		keys:     make([]uint64, c.keySlots()),
 		counts:   slices.Clone(c.counts),
 		params:   slices.Clone(c.params),
+	}
+	for i := range res.keys {
+		res.keys[i] = 0xA5A5A5A5A5A5A5A5 // as the driver leaves them
 	}
 	for i := range res.tokens {
 		res.tokens[i], res.status[i] = untouched, untouched
@@ -541,7 +563,9 @@ func runGoEdition(t *testing.T, c *launchCase, kernels map[string]runtime.GoKern
 			Buffer(optional(runtime.BytesOf(c.bias))).
 			Buffer(optional(runtime.BytesOf(res.counts))).
 			Buffer(optional(runtime.BytesOf(c.mask))).
-			Buffer(optional(runtime.BytesOf(c.bitmask)))
+			Buffer(optional(runtime.BytesOf(c.bitmask))).
+			U32(c.vocabOffset).
+			Buffer(optional(runtime.BytesOf(res.keys)))
 		require.NoError(t, a.Err())
 		return &a
 	}

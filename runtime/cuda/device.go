@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	goruntime "runtime"
 	"strconv"
 	"sync"
 	"unsafe"
@@ -28,6 +29,11 @@ type Device struct {
 	target   compileTarget
 	statsMu  sync.Mutex
 	lastLoad LoadStats
+
+	// current makes the primary context current for WithContext without allocating;
+	// currentMu guards its argument words.
+	currentMu sync.Mutex
+	current   gpurt.Frame
 }
 
 // deviceProps is what the driver tells about a device without a context.
@@ -111,6 +117,25 @@ func probe() runtime.ProbeResult {
 
 // Info describes the device.
 func (d *Device) Info() runtime.DeviceInfo { return d.core.InfoCopy() }
+
+// WithContext runs f with the calling goroutine locked to its OS thread and the device's
+// primary context current on that thread, for other libraries that work on the current
+// context (NCCL). Making the context current allocates nothing, so per-step calls may go
+// through it. A closed device is refused with an error wrapping runtime.ErrClosed.
+func (d *Device) WithContext(f func() error) error {
+	if d.core.Closed.Load() {
+		return d.core.ClosedError()
+	}
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
+	d.currentMu.Lock()
+	r := Result(d.current.Call(d.core.API.SetCurrent.Fn, d.core.Current))
+	d.currentMu.Unlock()
+	if r != Success {
+		return failed(d.core.CurrentCall, r)
+	}
+	return f()
+}
 
 // ComputeCapability returns the device's compute capability, e.g. 9, 0 for an H100 or
 // H200.

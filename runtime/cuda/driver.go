@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"unsafe"
 
+	"github.com/gumbel-go/gumbel/internal/dynlib"
 	"github.com/gumbel-go/gumbel/runtime"
-	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
 	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 )
 

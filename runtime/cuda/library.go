@@ -9,8 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gumbel-go/gumbel/internal/dynlib"
 	"github.com/gumbel-go/gumbel/runtime"
-	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
 )
 
 // Environment variables that name the libraries explicitly.
@@ -90,20 +90,8 @@ func nvrtcSearch() runtime.LibrarySearch {
 			s.Dirs = append(s.Dirs, filepath.Join(r, "targets", t, "lib"))
 		}
 	}
-	var sitePackages []string
-	for _, env := range []string{"VIRTUAL_ENV", "CONDA_PREFIX"} {
-		if v := os.Getenv(env); v != "" {
-			sitePackages = append(sitePackages, glob(filepath.Join(v, "lib", "python3*", "site-packages"))...)
-		}
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		sitePackages = append(sitePackages, glob(filepath.Join(home, ".local", "lib", "python3*", "site-packages"))...)
-	}
-	sitePackages = append(sitePackages, glob("/usr/local/lib/python3*/dist-packages")...)
-	sitePackages = append(sitePackages, glob("/usr/lib/python3*/dist-packages")...)
-	for _, sp := range sitePackages {
-		s.Dirs = append(s.Dirs, filepath.Join(sp, "nvidia", "cu13", "lib"), filepath.Join(sp, "nvidia", "cuda_nvrtc", "lib"))
-	}
+	s.Dirs = append(s.Dirs, runtime.PythonPackageDirs("nvidia", "cu13", "lib")...)
+	s.Dirs = append(s.Dirs, runtime.PythonPackageDirs("nvidia", "cuda_nvrtc", "lib")...)
 	return s
 }
 

@@ -6,8 +6,8 @@ import (
 	goruntime "runtime"
 	"testing"
 
+	"github.com/gumbel-go/gumbel/internal/dynlib"
 	"github.com/gumbel-go/gumbel/runtime"
-	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

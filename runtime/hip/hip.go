@@ -6,8 +6,8 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/gumbel-go/gumbel/internal/dynlib"
 	"github.com/gumbel-go/gumbel/runtime"
-	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
 	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 )
 

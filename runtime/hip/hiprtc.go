@@ -6,8 +6,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gumbel-go/gumbel/internal/dynlib"
 	"github.com/gumbel-go/gumbel/runtime"
-	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
 	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 )
 

@@ -42,6 +42,8 @@ func (l *featureLaunch) args(buffer func(i int) runtime.Buffer) *runtime.Args {
 			a.U64(l.stride)
 		case abi.ArgVocab:
 			a.U32(l.vocab)
+		case abi.ArgVocabOffset:
+			a.U32(0) // no vocabulary shards here
 		default:
 			a.Buffer(buffer(i))
 		}
@@ -62,7 +64,7 @@ func (l *featureLaunch) runOnMetal(t *testing.T, d *Device, s runtime.Stream, k 
 	t.Helper()
 	var dev [abi.NumArgs]runtime.Buffer
 	for i, b := range l.bufs {
-		if abi.Arg(i) == abi.ArgRowStride || abi.Arg(i) == abi.ArgVocab {
+		if abi.Arg(i) == abi.ArgRowStride || abi.Arg(i) == abi.ArgVocab || abi.Arg(i) == abi.ArgVocabOffset {
 			continue
 		}
 		b = sized(b)

@@ -276,9 +276,9 @@ func newGPUCase(r *rand.Rand, dtype, vocab, rows int) *gpuCase {
 
 func (c *gpuCase) run(t *testing.T, d *Device, s runtime.Stream, k runtime.Kernel, S, T int) ([]int32, []int32) {
 	t.Helper()
-	// Buffers 0-5, then 8-12 (unused by these rows: 8 bytes each).
+	// Buffers 0-5, then 8-12 and 14 (unused by these rows: 8 bytes each).
 	sizes := []int{len(c.logits), len(c.params), 4 * c.rows, 4 * c.rows, 8 * c.rows * S, 12 * c.rows}
-	for len(sizes) < abi.NumArgs-2 {
+	for len(sizes) < abi.NumArgs-3 {
 		sizes = append(sizes, 8)
 	}
 	bufs := make([]runtime.Buffer, len(sizes))
@@ -296,9 +296,10 @@ func (c *gpuCase) run(t *testing.T, d *Device, s runtime.Stream, k runtime.Kerne
 		a.Buffer(b)
 	}
 	a.U64(uint64(c.vocab)).U32(uint32(c.vocab))
-	for _, b := range bufs[6:] {
+	for _, b := range bufs[6:11] {
 		a.Buffer(b)
 	}
+	a.U32(0).Buffer(bufs[11]) // no vocabulary shard
 	grid := runtime.Dim3{X: S, Y: c.rows, Z: 1}
 	require.NoError(t, s.Launch(k, grid, runtime.Dim3{X: T, Y: 1, Z: 1}, &a))
 	out := make([]byte, 8*c.rows)
@@ -326,7 +327,11 @@ func (c *gpuCase) runGo(t *testing.T, fn runtime.GoKernel, S, T int) ([]int32, [
 		Buffer(cpu.Wrap(runtime.BytesOf(tok))).Buffer(cpu.Wrap(runtime.BytesOf(st))).
 		Buffer(cpu.Wrap(runtime.BytesOf(partials))).Buffer(cpu.Wrap(runtime.BytesOf(counters))).
 		U64(uint64(c.vocab)).U32(uint32(c.vocab))
-	for range abi.NumArgs - 8 {
+	for i := abi.Arg(8); i < abi.NumArgs; i++ {
+		if i == abi.ArgVocabOffset {
+			a.U32(0)
+			continue
+		}
 		a.Buffer(cpu.Wrap(make([]byte, 8)))
 	}
 	grid := runtime.Dim3{X: S, Y: c.rows, Z: 1}

@@ -261,6 +261,8 @@ func cValue(c constDecl) (string, bool) {
 				return fmt.Sprintf("0x%Xu", u), true
 			}
 			return strconv.FormatUint(u, 10) + "u", true
+		case types.Uint64:
+			return fmt.Sprintf("0x%Xull", u), true
 		}
 		return strconv.FormatUint(u, 10), true
 	case constant.Float:

@@ -1,7 +1,7 @@
 // driver.cpp runs the emulated MSL kernels on cases read from a file and writes what
 // they produced, for mslemu_test.go.
 //
-// Input (little-endian): "MSLEMU04", u32 case count, then per case
+// Input (little-endian): "MSLEMU05", u32 case count, then per case
 //   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn, 3 filtered: filter_max over an
 //   (S, n, 1) grid, then filtered over (S, n, D), on the same buffers, 4 score: grid.z is
 //   D, whose threadgroups past z = 0 have no work), u32 dtype (0 f32,
@@ -11,10 +11,12 @@
 //   u64 partials words (uint64), u64 counters words (uint32), u64 logits byte count and
 //   the logits, n RowParams of 64 bytes, then the bias, counts, mask and bitmask buffers,
 //   each as a u64 byte count and the bytes (0 bytes: an 8-byte buffer of poison, which a
-//   kernel must not touch).
-// Output: "MSLEMU04", then per case, with slots = rows * D (topn: rows * 20; score: rows):
+//   kernel must not touch), then u32 vocab_offset and u32 shard (1: a buffer of shard
+//   keys, one per slot, starting as 0xA5 bytes; 0: 8 bytes of poison).
+// Output: "MSLEMU05", then per case, with slots = rows * D (topn: rows * 20; score: rows):
 //   int32 tokens[slots], int32 status[slots] (topn: float32 values[slots]),
-//   float32 logprobs[4 * rows * D] (none for topn), the counts buffer after the launch,
+//   float32 logprobs[4 * rows * D] (none for topn), uint64 shard keys[slots] (when asked
+//   for), the counts buffer after the launch,
 //   the n RowParams after the launch, and a u32 count of counter words left non-zero.
 //
 // Probe input: "MSLPROBE", u32 probe, u32 count, then count inputs; the output is
@@ -44,49 +46,49 @@ struct gb_row_params;
 // The kernels of the Metal edition (kernelsrc/metal/sampling.metal), as the emulator
 // compiles them.
 void gumbel_argmax_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void gumbel_argmax_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*,
-    metal::atomic_uint*, const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3,
+    metal::atomic_uint*, const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3,
     uint, uint3, uint, uint, uint, uint);
 void gumbel_argmax_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*,
-    metal::atomic_uint*, const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3,
+    metal::atomic_uint*, const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3,
     uint, uint3, uint, uint, uint, uint);
 void categorical_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void categorical_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void categorical_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void filter_max_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void filter_max_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void filter_max_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void filtered_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void filtered_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void filtered_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void score_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void score_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void score_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void topn_f32(const float*, const gb_row_params*, int*, float*, metal::atomic_uint*, metal::atomic_uint*, const ulong&,
     const uint&, const float*, const uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint, uint, uint,
@@ -181,12 +183,15 @@ struct Launch {
     uint* counts;
     const uint* mask;
     const uint* bitmask;
+    uint vocabOffset;
+    ulong* shard;
 };
 
 #define SAMPLING_CALL(fn, T)                                                                                       \
     fn(static_cast<const T*>(l->logits), l->params, static_cast<metal::atomic_int*>(l->tokens),                  \
        static_cast<int*>(l->status), l->partials, l->counters, l->rowStride, l->vocab, l->logprobs, l->bias,      \
-       l->counts, l->mask, l->bitmask, group, groups, id.tid, size, id.lane, id.sg, id.width, id.nsg)
+       l->counts, l->mask, l->bitmask, l->vocabOffset, l->shard, group, groups, id.tid, size, id.lane, id.sg,      \
+       id.width, id.nsg)
 #define TOPN_CALL(fn, T)                                                                                           \
     fn(static_cast<const T*>(l->logits), l->params, static_cast<int*>(l->tokens), static_cast<float*>(l->status), \
        l->partials, l->counters, l->rowStride, l->vocab, l->bias, l->counts, l->mask, l->bitmask, group, groups,    \
@@ -408,10 +413,10 @@ int main(int argc, char** argv) {
         }
         return 0;
     }
-    if (std::memcmp(magic, "MSLEMU04", 8) != 0) {
+    if (std::memcmp(magic, "MSLEMU05", 8) != 0) {
         die("bad magic");
     }
-    std::fwrite("MSLEMU04", 1, 8, out);
+    std::fwrite("MSLEMU05", 1, 8, out);
     uint32_t cases = r.get<uint32_t>();
     for (uint32_t c = 0; c < cases; ++c) {
         uint32_t which = r.get<uint32_t>();
@@ -450,6 +455,8 @@ int main(int argc, char** argv) {
             }
             extra.push_back(g);
         }
+        const uint32_t vocabOffset = r.get<uint32_t>();
+        const bool wantShard = r.get<uint32_t>() != 0;
         const bool topn = which == kTopN;
         size_t slots = topn ? size_t(rows) * 20 : which == kScore ? size_t(rows) : size_t(rows) * D;
         Guarded tokens(slots * 4, 0);
@@ -464,6 +471,8 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < records; ++i) {
             std::memcpy(logprobs.data + 4 * i, &sentinel, 4);
         }
+        const size_t keys = wantShard && !topn ? slots : 0;
+        Guarded shard(std::max<size_t>(keys * 8, 8), 0xA5);
         Guarded partials(partialWords * 8, 0xA5);
         Guarded counters(counterWords * 4, 0);
 
@@ -483,6 +492,8 @@ int main(int argc, char** argv) {
         l.counts = reinterpret_cast<uint*>(extra[1]->data);
         l.mask = reinterpret_cast<const uint*>(extra[2]->data);
         l.bitmask = reinterpret_cast<const uint*>(extra[3]->data);
+        l.vocabOffset = vocabOffset;
+        l.shard = reinterpret_cast<ulong*>(shard.data);
 
         mslemu::Dispatch d;
         d.grid[0] = which == kCategorical ? 1 : S;
@@ -518,6 +529,7 @@ int main(int argc, char** argv) {
         std::fwrite(tokens.data, 1, slots * 4, out);
         std::fwrite(status.data, 1, slots * 4, out);
         std::fwrite(logprobs.data, 1, records * 4, out);
+        std::fwrite(shard.data, 1, keys * 8, out);
         std::fwrite(extra[1]->data, 1, extraBytes[1], out);
         std::fwrite(params.data, 1, size_t(n) * 64, out);
         std::fwrite(&nonzero, 4, 1, out);

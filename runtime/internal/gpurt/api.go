@@ -1,6 +1,6 @@
 package gpurt
 
-import "github.com/gumbel-go/gumbel/runtime/internal/dynlib"
+import "github.com/gumbel-go/gumbel/internal/dynlib"
 
 // Entry is one C entry point of a backend and its name, for errors.
 type Entry struct {

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/gumbel-go/gumbel/internal/dynlib"
 	"github.com/gumbel-go/gumbel/runtime"
-	"github.com/gumbel-go/gumbel/runtime/internal/dynlib"
 )
 
 // RTC is a run-time compiler with NVRTC's interface, which hiprtc copies call for call

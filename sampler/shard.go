@@ -1,0 +1,134 @@
+package sampler
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/gumbel-go/gumbel/collective"
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
+)
+
+// ErrShard: a vocabulary-shard call that cannot be served: a Shard whose offset, size or
+// communicator does not fit (a call error), or a row that asks for what a shard cannot
+// give yet (a row error): filters, the categorical route, log-probabilities, token
+// tracking, several draws, or no seed and no request id to key its noise on every rank.
+var ErrShard = errors.New("gumbel/sampler: not served on a vocabulary shard")
+
+// Shard places a call's logits in a vocabulary split across ranks (tensor parallelism
+// splits the LM head's output by vocabulary): the call's Vocab columns are global tokens
+// [Offset, Offset+Vocab) of a vocabulary of Global tokens, and Comm joins the ranks that
+// hold the other shards.
+type Shard struct {
+	// Offset is the global index of the shard's first token, a multiple of 4 (so that
+	// the random stream's groups of four tokens never straddle two shards; engines pad
+	// shards to multiples of 64).
+	Offset int
+	// Global is V, the whole vocabulary.
+	Global int
+	// Comm is this rank's communicator: collective.NewLocal for shards in one process,
+	// or NCCL (package collective/nccl) across GPUs.
+	Comm collective.Comm
+}
+
+// SampleShard samples rows whose logits are one vocabulary shard. Every rank of sh.Comm
+// calls it with the same params (temperatures, seeds, steps, in the same order) on its
+// own shard; each rank draws the winner of its shard with the noise of the global
+// indices, one all-reduce with max over 8 bytes per row merges the winners, and every
+// rank gets the tokens (global indices) that Sample would give over the whole
+// vocabulary, bit for bit, for any number of shards and any split.
+//
+// Greedy and Gumbel-max rows are served; a row with top-k, top-p or min-p, on the
+// categorical route (Options.Gumbel off), with Logprobs or TopLogprobs, tracked by
+// TrackTokens, or without Seed and RequestID gets ErrShard, on every rank alike. The
+// logit processors apply with the shard's own rows (SetLogitBias and the masks are
+// indexed by the shard's local token ids; Params.Bitmask is ceil(Vocab/32) words of the
+// shard). A row that fails on any rank fails on all of them. Sampler seeds must be the
+// same on every rank for rows keyed by RequestID.
+//
+// Every rank must make the same calls in the same order: a call that returns an error
+// before the merge (a bad Shard or shape) on one rank leaves the others waiting in it.
+func (s *Sampler) SampleShard(logits Logits, params []Params, sh Shard, res *Result) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if err := checkShard(sh, logits.Vocab); err != nil {
+		return err
+	}
+	s.shard = sh // in the sampler, not escaping to the heap per call
+	return s.sampleCall(logits, params, 1, drawReplace, &s.shard, res)
+}
+
+// checkShard checks a call's shard against its local vocabulary.
+func checkShard(sh Shard, vocab int) error {
+	switch {
+	case sh.Comm == nil:
+		return fmt.Errorf("%w: Shard.Comm is nil", ErrShard)
+	case sh.Offset < 0 || sh.Offset%4 != 0:
+		return fmt.Errorf("%w: Shard.Offset %d is not a non-negative multiple of 4", ErrShard, sh.Offset)
+	case sh.Global > abi.MaxVocab || sh.Offset+vocab > sh.Global:
+		return fmt.Errorf("%w: shard [%d, %d) does not fit a vocabulary of %d (at most %d)", ErrShard,
+			sh.Offset, sh.Offset+vocab, sh.Global, abi.MaxVocab)
+	}
+	return nil
+}
+
+// checkShardRow is the row error of what a shard cannot serve.
+func (s *Sampler) checkShardRow(i int, p Params, r Route) error {
+	var why string
+	switch {
+	case r != RouteGreedy && r != RouteGumbel:
+		why = fmt.Sprintf("route %v (filters and the categorical route are not merged across shards)", r)
+	case p.Logprobs || p.TopLogprobs > 0:
+		why = "log-probabilities"
+	case s.procs.flags(i, p)&abi.FlagRecord != 0:
+		why = "a tracked row (TrackTokens)"
+	case r == RouteGumbel && !named(p):
+		why = "a sampled row without Seed or RequestID, which every rank needs to draw the same noise"
+	default:
+		return nil
+	}
+	return fmt.Errorf("row %d: %s: %w", i, why, ErrShard)
+}
+
+// stageShardKeys queues the upload of every slot's initial shard key: 0 for the rows
+// the kernel will write, a failed key for rows with an error here, so that they fail on
+// every rank. results is the host mirror of the results scratch.
+func (s *Sampler) stageShardKeys(results []byte, out outLayout, errs []error) error {
+	keys := results[out.keys() : out.keys()+8*out.slots()]
+	for i := range out.rows {
+		k := uint64(0)
+		if errs[i] != nil {
+			k = abi.ShardKey(0, abi.StatusBadParams)
+		}
+		for z := range out.draws {
+			binary.LittleEndian.PutUint64(keys[8*(i*out.draws+z):], k)
+		}
+	}
+	if err := s.stream.CopyToDevice(s.scratch.results.buf, out.keys(), keys); err != nil {
+		return fmt.Errorf("gumbel/sampler: staging the shard keys: %w", err)
+	}
+	return nil
+}
+
+// decodeShard turns the merged shard keys into res: the rows without an error of their
+// own here get the token or the error their merged key names.
+func decodeShard(results []byte, out outLayout, global int, res *Result) {
+	for i := range out.rows {
+		if res.Errs[i] != nil {
+			continue
+		}
+		for z := range out.draws {
+			o := i*out.draws + z
+			tok, st := abi.ShardResult(binary.LittleEndian.Uint64(results[out.keys()+8*o:]))
+			token, err := rowResult(i, tok, uint32(st), global)
+			if err != nil {
+				res.failRow(i, err)
+				break
+			}
+			res.Tokens[o] = token
+		}
+	}
+}

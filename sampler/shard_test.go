@@ -1,0 +1,234 @@
+package sampler
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/gumbel-go/gumbel/collective"
+	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// shardRun is one call of SampleShard on every rank, each on its own sampler, in
+// goroutines as ranks run; bounds[r] is rank r's first token (bounds[len-1] = V).
+type shardRun struct {
+	samplers []*Sampler
+	comms    []collective.Comm
+	bounds   []int
+}
+
+func newShardRun(t *testing.T, dev runtime.Device, bounds []int, opts Options) *shardRun {
+	t.Helper()
+	comms, err := collective.NewLocal(len(bounds) - 1)
+	require.NoError(t, err)
+	run := &shardRun{comms: comms, bounds: bounds}
+	for range comms {
+		run.samplers = append(run.samplers, newSampler(t, dev, opts))
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			_ = c.Close()
+		}
+	})
+	return run
+}
+
+// sample runs one SampleShard on every rank over the rows of logits (rows x V, host)
+// and returns each rank's result and error; params(r) gives rank r's params.
+func (run *shardRun) sample(t *testing.T, dev runtime.Device, logits []float32, vocab int, params func(r int) []Params) ([]Result, []error) {
+	t.Helper()
+	ranks := len(run.comms)
+	rows := len(logits) / vocab
+	res, errs := make([]Result, ranks), make([]error, ranks)
+	bufs := make([]runtime.Buffer, ranks)
+	for r := range ranks {
+		lo, hi := run.bounds[r], run.bounds[r+1]
+		part := make([]float32, 0, rows*(hi-lo))
+		for i := range rows {
+			part = append(part, logits[i*vocab+lo:i*vocab+hi]...)
+		}
+		bufs[r] = upload(t, dev, runtime.BytesOf(part))
+	}
+	var wg sync.WaitGroup
+	for r := range ranks {
+		wg.Go(func() {
+			lo, hi := run.bounds[r], run.bounds[r+1]
+			lg := Logits{Data: bufs[r], DType: Float32, Rows: rows, Vocab: hi - lo}
+			errs[r] = run.samplers[r].SampleShard(lg, params(r), Shard{Offset: lo, Global: vocab, Comm: run.comms[r]}, &res[r])
+		})
+	}
+	wg.Wait()
+	return res, errs
+}
+
+// TestSampleShardMatchesWholeVocabulary: greedy and Gumbel-max rows sampled shard by
+// shard and merged give, on every rank, the tokens of the whole vocabulary, for one to
+// four shards, even and uneven splits, several blocks per row, grammar bitmasks and rows
+// whose finite logits all sit in one shard.
+func TestSampleShardMatchesWholeVocabulary(t *testing.T) {
+	dev := openCPU(t)
+	const vocab, rows = 4099, 9
+	tests := []struct {
+		name   string
+		bounds []int
+		opts   Options
+	}{
+		{"one shard", []int{0, vocab}, Options{}},
+		{"two even", []int{0, 2048, vocab}, Options{}},
+		{"three uneven", []int{0, 4, 3000, vocab}, Options{}},
+		{"four, split blocks", []int{0, 1024, 2048, 3072, vocab}, Options{Policy: &forcedSplit}},
+	}
+	rng := rand.New(rand.NewPCG(41, 41))
+	logits := randomLogits(rng, rows, vocab, 3)
+	// Row 7 has finite logits only in the last 100 tokens; row 8 is flat (ties across
+	// shards go to the lowest index, as in one piece).
+	for i := range vocab - 100 {
+		logits[7*vocab+i] = float32(math.Inf(-1))
+	}
+	for i := range vocab {
+		logits[8*vocab+i] = 1
+	}
+	params := make([]Params, rows)
+	for i := range params {
+		params[i] = Params{Temperature: []float32{0, 0.7, 1, 1.5}[i%4], Seed: uint64(100 + i), HasSeed: true, Step: uint64(i)}
+	}
+	params[8].Temperature = 0
+	// A grammar's bitmask on row 3 (every fifth token allowed).
+	mask := make([]int32, (vocab+31)/32)
+	for j := 0; j < vocab; j += 5 {
+		mask[j/32] |= 1 << (j % 32)
+	}
+	whole := newSampler(t, dev, Options{})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for step := range uint64(3) {
+				want := make([]Params, rows)
+				copy(want, params)
+				for i := range want {
+					want[i].Step += step * 10
+				}
+				want[3].Bitmask = mask
+				var ref Result
+				require.NoError(t, whole.SampleFloat32(logits, vocab, want, &ref))
+				run := newShardRun(t, dev, tc.bounds, tc.opts)
+				res, errs := run.sample(t, dev, logits, vocab, func(r int) []Params {
+					ps := make([]Params, rows)
+					copy(ps, want)
+					ps[3].Bitmask = shardMask(mask, tc.bounds[r], tc.bounds[r+1])
+					return ps
+				})
+				for r := range res {
+					require.NoError(t, errs[r], "rank %d", r)
+					assert.Equal(t, ref.Tokens, res[r].Tokens, "rank %d, step %d", r, step)
+					for i, err := range res[r].Errs {
+						assert.NoError(t, err, "rank %d row %d", r, i)
+					}
+				}
+			}
+		})
+	}
+}
+
+// shardMask is the bitmask of tokens [lo, hi) of a whole-vocabulary bitmask, as a
+// shard's own (ceil((hi-lo)/32) words).
+func shardMask(mask []int32, lo, hi int) []int32 {
+	out := make([]int32, (hi-lo+31)/32)
+	for j := lo; j < hi; j++ {
+		if mask[j/32]>>(j%32)&1 != 0 {
+			out[(j-lo)/32] |= 1 << ((j - lo) % 32)
+		}
+	}
+	return out
+}
+
+// TestSampleShardRowErrors: what a shard cannot serve is a row error on every rank,
+// the other rows are served, and a row whose NaN sits in one shard fails on every rank.
+func TestSampleShardRowErrors(t *testing.T) {
+	dev := openCPU(t)
+	const vocab = 1000
+	rng := rand.New(rand.NewPCG(42, 42))
+	params := []Params{
+		{Temperature: 0.8, Seed: 1, HasSeed: true},           // served
+		{Temperature: 0.8, TopK: 50, Seed: 2, HasSeed: true}, // filtered
+		{Temperature: 0.8, Seed: 3, HasSeed: true, Logprobs: true},
+		{Temperature: 0.8},                         // no seed, no request id
+		{Temperature: 0.8, RequestID: 9},           // served: keyed by request id
+		{Temperature: 0, TopLogprobs: 3},           // top log-probabilities
+		{Temperature: 0.8, Seed: 4, HasSeed: true}, // NaN in shard 1
+		{Temperature: -1, Seed: 5, HasSeed: true},  // bad temperature
+		{Temperature: 0.8, Seed: 6, HasSeed: true}, // a mask of the wrong width on rank 0 only
+	}
+	logits := randomLogits(rng, len(params), vocab, 2)
+	logits[6*vocab+700] = float32(math.NaN())
+	run := newShardRun(t, dev, []int{0, 500, vocab}, Options{Seed: 77})
+	res, errs := run.sample(t, dev, logits, vocab, func(r int) []Params {
+		ps := append([]Params(nil), params...)
+		if r == 0 {
+			ps[8].Bitmask = []int32{1}
+		}
+		return ps
+	})
+	whole := newSampler(t, dev, Options{Seed: 77})
+	var ref Result
+	require.NoError(t, whole.SampleFloat32(logits[:vocab], vocab, params[:1], &ref))
+	for r := range res {
+		require.NoError(t, errs[r])
+		e := res[r].Errs
+		assert.NoError(t, e[0])
+		assert.Equal(t, ref.Tokens[0], res[r].Tokens[0], "rank %d: the served row", r)
+		assert.NoError(t, e[4])
+		for _, i := range []int{1, 2, 3, 5} {
+			assert.ErrorIs(t, e[i], ErrShard, "rank %d row %d", r, i)
+			assert.Equal(t, int32(-1), res[r].Tokens[i])
+		}
+		assert.ErrorIs(t, e[6], ErrNonFiniteLogit, "rank %d", r)
+		assert.ErrorIs(t, e[7], ErrTemperature, "rank %d", r)
+		assert.Equal(t, int32(-1), res[r].Tokens[8])
+	}
+	assert.ErrorIs(t, res[0].Errs[8], ErrBitmask, "the rank whose mask does not fit")
+	assert.ErrorIs(t, res[1].Errs[8], ErrKernelRejected, "the other rank: the row failed elsewhere")
+	assert.Equal(t, res[0].Tokens[4], res[1].Tokens[4], "every rank gets the same token")
+}
+
+// TestSampleShardCallErrors: a Shard that does not fit is refused before any merge.
+func TestSampleShardCallErrors(t *testing.T) {
+	dev := openCPU(t)
+	s := newSampler(t, dev, Options{})
+	comms, err := collective.NewLocal(1)
+	require.NoError(t, err)
+	defer comms[0].Close()
+	lg := Logits{Data: upload(t, dev, make([]byte, 4*100)), DType: Float32, Rows: 1, Vocab: 100}
+	params := []Params{{Temperature: 1, Seed: 1, HasSeed: true}}
+	for _, sh := range []Shard{
+		{Offset: 0, Global: 100},                 // no communicator
+		{Offset: 2, Global: 200, Comm: comms[0]}, // not a multiple of 4
+		{Offset: -4, Global: 200, Comm: comms[0]},
+		{Offset: 4, Global: 100, Comm: comms[0]}, // past the vocabulary
+		{Offset: 0, Global: 1 << 31, Comm: comms[0]},
+	} {
+		var res Result
+		assert.ErrorIs(t, s.SampleShard(lg, params, sh, &res), ErrShard, "%+v", sh)
+	}
+}
+
+// TestSampleShardAllocatesNothing: a steady-state shard call allocates only what the
+// in-process merge does (nothing).
+func TestSampleShardAllocatesNothing(t *testing.T) {
+	dev := openCPU(t)
+	s := newSampler(t, dev, Options{})
+	comms, err := collective.NewLocal(1)
+	require.NoError(t, err)
+	defer comms[0].Close()
+	const vocab = 4096
+	lg := Logits{Data: upload(t, dev, runtime.BytesOf(randomLogits(rand.New(rand.NewPCG(1, 2)), 4, vocab, 2))),
+		DType: Float32, Rows: 4, Vocab: vocab}
+	params := []Params{{Temperature: 1, Seed: 1, HasSeed: true}, {Temperature: 0}, {Temperature: 0.5, RequestID: 3},
+		{Temperature: 2, Seed: 4, HasSeed: true}}
+	sh := Shard{Offset: 0, Global: vocab, Comm: comms[0]}
+	var res Result
+	require.NoError(t, s.SampleShard(lg, params, sh, &res))
+	assert.Zero(t, testing.AllocsPerRun(20, func() { _ = s.SampleShard(lg, params, sh, &res) }))
+}
