@@ -56,9 +56,9 @@ func BenchmarkGPUKernelFeatures(b *testing.B) {
 		{"gumbel+processors+logprobs", kernelGumbel, procs | abi.FlagLogprobs, 0.8, 1, 1},
 		{"gumbel+bitmask", kernelGumbel, abi.FlagBitmask, 0.8, 1, 1},
 		{"gumbel draws=4", kernelGumbel, 0, 0.8, 4, 1},
-		{"gumbel shard 1/2", kernelGumbel, abi.FlagShard, 0.8, 1, 2},
-		{"greedy shard 1/2", kernelGumbel, abi.FlagShard, 0, 1, 2},
-		{"gumbel shard 1/4", kernelGumbel, abi.FlagShard, 0.8, 1, 4},
+		{"gumbel shard half", kernelGumbel, abi.FlagShard, 0.8, 1, 2},
+		{"greedy shard half", kernelGumbel, abi.FlagShard, 0, 1, 2},
+		{"gumbel shard quarter", kernelGumbel, abi.FlagShard, 0.8, 1, 4},
 		{"topn 20", kernelTopN, 0, 0.8, 1, 1},
 		{"topn 20 perturbed", kernelTopN, abi.FlagPerturbed, 0.8, 1, 1},
 	}

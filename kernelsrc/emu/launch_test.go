@@ -348,13 +348,34 @@ func matchOutcomes(t *testing.T, ls []*launch, wants, got []outcome) (seen [4]in
 		assert.Equal(t, want.tokens, got[i].tokens, "%s: tokens (unnamed slots untouched)", l.name)
 		assert.Equal(t, want.status, got[i].status, "%s: status", l.name)
 		matchRecords(t, l.name+": logprobs", want.logprobs, got[i].logprobs, 4)
-		assert.Equal(t, want.keys, got[i].keys, "%s: shard keys", l.name)
+		matchKeys(t, l.name, want.keys, got[i].keys)
 		assert.Equal(t, make([]uint32, l.numCounters()), got[i].counters, "%s: counters left non-zero", l.name)
 		assert.Equal(t, want.counts, got[i].counts, "%s: counts after RECORD", l.name)
 		assert.Equal(t, want.params, got[i].params, "%s: params after ADVANCE", l.name)
 	}
 	requireAllowedTokens(t, ls, wants)
 	return seen, kinds
+}
+
+// matchKeys requires shard keys to name the Go edition's token and status, with the
+// score in the high word within a few float32 steps of the Go edition's: the winner's
+// noise comes from the device's logf and log1pf, which may differ from Go's in the last
+// place (ABI.md, "Numerics"), as the records may. The emulation matches exactly.
+func matchKeys(t *testing.T, what string, want, got []uint64) {
+	t.Helper()
+	if !assert.Len(t, got, len(want), "%s: shard keys", what) {
+		return
+	}
+	for o, w := range want {
+		g := got[o]
+		wt, ws := abi.ShardResult(w)
+		gt, gs := abi.ShardResult(g)
+		near := int64(w>>32)-int64(g>>32) <= 4 && int64(g>>32)-int64(w>>32) <= 4
+		if w == untouchedKey || ws != abi.StatusOK {
+			near = w == g
+		}
+		assert.True(t, wt == gt && ws == gs && near, "%s: shard key of slot %d: got %#x, want %#x", what, o, g, w)
+	}
 }
 
 // recordTolerance is how far a log-probability word may lie from the Go edition's:
