@@ -24,6 +24,7 @@
 #include "lse.cuh"
 #include "process.cuh"
 #include "draw.cuh"
+#include "exact.cuh"
 #include "gumbel_argmax.cuh"
 #include "categorical.cuh"
 #include "topn.cuh"

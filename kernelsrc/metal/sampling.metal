@@ -41,6 +41,7 @@ using namespace metal;
 #include "lse.metal"
 #include "process.metal"
 #include "draw.metal"
+#include "exact.metal"
 #include "gumbel_argmax.metal"
 #include "categorical.metal"
 #include "topn.metal"
@@ -111,7 +112,8 @@ kernel void gumbel_argmax_f32(device const float* logits [[buffer(0)]], GB_SAMPL
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
+    threadgroup gb_exact scratch_exact[GB_MAX_SIMDGROUPS];
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last, scratch_exact};
     gb_gumbel_argmax<GB_F32>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -120,7 +122,8 @@ kernel void gumbel_argmax_f16(device const ushort* logits [[buffer(0)]], GB_SAMP
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
+    threadgroup gb_exact scratch_exact[GB_MAX_SIMDGROUPS];
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last, scratch_exact};
     gb_gumbel_argmax<GB_F16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -129,7 +132,8 @@ kernel void gumbel_argmax_bf16(device const ushort* logits [[buffer(0)]], GB_SAM
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
+    threadgroup gb_exact scratch_exact[GB_MAX_SIMDGROUPS];
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last, scratch_exact};
     gb_gumbel_argmax<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -252,7 +256,8 @@ kernel void score_f32(device const float* logits [[buffer(0)]], GB_SAMPLING_ARGS
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
+    threadgroup gb_exact scratch_exact[GB_MAX_SIMDGROUPS];
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last, scratch_exact};
     gb_score<GB_F32>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -261,7 +266,8 @@ kernel void score_f16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARG
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
+    threadgroup gb_exact scratch_exact[GB_MAX_SIMDGROUPS];
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last, scratch_exact};
     gb_score<GB_F16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -270,6 +276,7 @@ kernel void score_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_AR
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
+    threadgroup gb_exact scratch_exact[GB_MAX_SIMDGROUPS];
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last, scratch_exact};
     gb_score<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
