@@ -36,7 +36,6 @@
 // Observations.
 #define GB_SEEN_NONFINITE 1u // A NaN or +Inf processed logit (before the mask).
 #define GB_SEEN_FINITE 2u // A finite processed logit that the mask lets through.
-#define GB_SEEN_EXACT 4u // A block of the draw found its winner by the exact comparison (ABI.md, "Exact scores"), so the draw's merge compares exactly too.
 
 // The random stream's purposes and noise bounds (package philox, the stream contract).
 #define GB_PURPOSE_GUMBEL 1u // The main word of an element's Gumbel noise.
@@ -44,8 +43,6 @@
 #define GB_PURPOSE_CATEGORICAL 3u // The 64-bit uniform of the categorical draw.
 #define GB_TAIL_THRESHOLD 16777216u // Main words below it take the tail word.
 #define GB_MAX_GUMBEL 45.1f // Bounds the Gumbel noise from above.
-#define GB_EXACT_SCALE 4096.0f // An element whose fl(x'·invT) has at least this magnitude scores its exact value x'·invT + g, which a float32 score cannot hold (ABI.md, "Exact scores").
-#define GB_EXACT_LIMIT 4032.0f // A block whose best float32 score has at least this magnitude (ExactScale less the noise's range and a margin) finds its winner by the exact comparison.
 
 // Limits.
 #define GB_MAX_VOCAB 2147483647 // The largest V.

@@ -101,7 +101,7 @@ func (s *Sampler) stageShardKeys(results []byte, out outLayout, errs []error) er
 	for i := range out.rows {
 		k := uint64(0)
 		if errs[i] != nil {
-			k = abi.ShardKey(0, abi.StatusBadParams, false)
+			k = abi.ShardKey(0, abi.StatusBadParams)
 		}
 		for z := range out.draws {
 			binary.LittleEndian.PutUint64(keys[8*(i*out.draws+z):], k)
@@ -122,12 +122,7 @@ func decodeShard(results []byte, out outLayout, global int, res *Result) {
 		}
 		for z := range out.draws {
 			o := i*out.draws + z
-			tok, st, exact := abi.ShardResult(binary.LittleEndian.Uint64(results[out.keys()+8*o:]))
-			if exact {
-				res.failRow(i, fmt.Errorf("row %d: its scores reach %g, where only the exact comparison "+
-					"finds the winner, and a maximum over shard keys cannot: %w", i, abi.ExactLimit, ErrShard))
-				break
-			}
+			tok, st := abi.ShardResult(binary.LittleEndian.Uint64(results[out.keys()+8*o:]))
 			token, err := rowResult(i, tok, uint32(st), global)
 			if err != nil {
 				res.failRow(i, err)

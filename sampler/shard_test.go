@@ -232,23 +232,3 @@ func TestSampleShardAllocatesNothing(t *testing.T) {
 	require.NoError(t, s.SampleShard(lg, params, sh, &res))
 	assert.Zero(t, testing.AllocsPerRun(20, func() { _ = s.SampleShard(lg, params, sh, &res) }))
 }
-
-// TestSampleShardExactRows: a row whose scores need the exact comparison (a constant row
-// of 1e7 at T = 1) has no token on shards, on any rank; the other rows are served.
-func TestSampleShardExactRows(t *testing.T) {
-	dev := openCPU(t)
-	const vocab = 512
-	logits := randomLogits(rand.New(rand.NewPCG(43, 43)), 2, vocab, 2)
-	for i := range vocab {
-		logits[vocab+i] = 1e7
-	}
-	params := []Params{{Temperature: 1, Seed: 1, HasSeed: true}, {Temperature: 1, Seed: 2, HasSeed: true}}
-	run := newShardRun(t, dev, []int{0, 256, vocab}, Options{})
-	res, errs := run.sample(t, dev, logits, vocab, func(int) []Params { return params })
-	for r := range res {
-		require.NoError(t, errs[r])
-		assert.NoError(t, res[r].Errs[0], "rank %d", r)
-		assert.ErrorIs(t, res[r].Errs[1], ErrShard, "rank %d", r)
-	}
-	assert.Equal(t, res[0].Tokens[0], res[1].Tokens[0])
-}

@@ -190,9 +190,6 @@ const (
 	SeenNonFinite Seen = 1 << 0
 	// SeenFinite: a finite processed logit that the mask lets through.
 	SeenFinite Seen = 1 << 1
-	// SeenExact: a block of the draw found its winner by the exact comparison (ABI.md,
-	// "Exact scores"), so the draw's merge compares exactly too.
-	SeenExact Seen = 1 << 2
 )
 
 // The random stream's purposes and noise bounds (package philox, the stream contract).
@@ -208,12 +205,6 @@ const (
 	TailThreshold uint32 = philox.TailThreshold
 	// MaxGumbel bounds the Gumbel noise from above.
 	MaxGumbel float32 = philox.MaxGumbel
-	// ExactScale: an element whose fl(x'·invT) has at least this magnitude scores its
-	// exact value x'·invT + g, which a float32 score cannot hold (ABI.md, "Exact scores").
-	ExactScale float32 = 4096
-	// ExactLimit: a block whose best float32 score has at least this magnitude (ExactScale
-	// less the noise's range and a margin) finds its winner by the exact comparison.
-	ExactLimit float32 = 4032
 )
 
 // Limits.
@@ -252,37 +243,29 @@ const (
 const (
 	// ShardKeyFailed marks a failed draw in the high word of its shard key; the low
 	// word is its status (1 or 3), so the worse failure wins the maximum. A draw with
-	// no finite logit writes 0, which every other key beats. ShardKeyFailed alone (low
-	// word 0) marks a draw whose winner needed the exact comparison, which a maximum
-	// over keys cannot make: its row has no token on a shard.
+	// no finite logit writes 0, which every other key beats.
 	ShardKeyFailed uint64 = 0xFFFFFFFF << 32
 )
 
 // ShardKey is the shard key of a draw whose merge key (the packed score and global
-// index of its winner) is key, whose status is st, and whose winner was found by the
-// exact comparison when exact is true.
-func ShardKey(key uint64, st Status, exact bool) uint64 {
-	switch {
-	case st == StatusNoFinite:
+// index of its winner) is key and whose status is st.
+func ShardKey(key uint64, st Status) uint64 {
+	switch st {
+	case StatusOK:
+		return key
+	case StatusNoFinite:
 		return 0
-	case st != StatusOK:
-		return ShardKeyFailed | uint64(uint32(st))
-	case exact:
-		return ShardKeyFailed
 	}
-	return key
+	return ShardKeyFailed | uint64(uint32(st))
 }
 
-// ShardResult is the token and status a merged shard key stands for; exact reports a
-// row that needed the exact comparison on some shard (token -1, status 0).
-func ShardResult(k uint64) (token int32, st Status, exact bool) {
+// ShardResult is the token and status a merged shard key stands for.
+func ShardResult(k uint64) (token int32, st Status) {
 	switch {
 	case k == 0:
-		return -1, StatusNoFinite, false
-	case k == ShardKeyFailed:
-		return -1, StatusOK, true
+		return -1, StatusNoFinite
 	case k&ShardKeyFailed == ShardKeyFailed:
-		return -1, Status(uint32(k)), false
+		return -1, Status(uint32(k))
 	}
-	return int32(^uint32(k)), StatusOK, false
+	return int32(^uint32(k)), StatusOK
 }

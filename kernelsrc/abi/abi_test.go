@@ -130,27 +130,23 @@ func TestShardKeys(t *testing.T) {
 		name  string
 		key   uint64
 		st    Status
-		exact bool
 		token int32
 	}{
-		{"token", ok, StatusOK, false, 7},
-		{"exact comparison", ok, StatusOK, true, -1},
-		{"no finite logit", ok, StatusNoFinite, false, -1},
-		{"NaN or +Inf", ok, StatusNonFinite, false, -1},
-		{"bad parameters", 0, StatusBadParams, false, -1},
+		{"token", ok, StatusOK, 7},
+		{"no finite logit", ok, StatusNoFinite, -1},
+		{"NaN or +Inf", ok, StatusNonFinite, -1},
+		{"bad parameters", 0, StatusBadParams, -1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tok, st, exact := ShardResult(ShardKey(tt.key, tt.st, tt.exact))
+			tok, st := ShardResult(ShardKey(tt.key, tt.st))
 			assert.Equal(t, tt.token, tok)
 			assert.Equal(t, tt.st, st)
-			assert.Equal(t, tt.exact, exact)
 		})
 	}
-	// The merge is a maximum: failures beat a row that needs the exact comparison,
-	// which beats tokens; tokens beat a shard without a finite logit.
-	assert.Greater(t, ShardKey(0, StatusBadParams, false), ShardKey(0, StatusNonFinite, false))
-	assert.Greater(t, ShardKey(0, StatusNonFinite, false), ShardKey(ok, StatusOK, true))
-	assert.Greater(t, ShardKey(ok, StatusOK, true), ShardKey(^uint64(0)>>1, StatusOK, false))
-	assert.Greater(t, ShardKey(1, StatusOK, false), ShardKey(ok, StatusNoFinite, false))
+	// The merge is a maximum: failures beat tokens (bad parameters beat NaN), tokens
+	// beat a shard without a finite logit.
+	assert.Greater(t, ShardKey(0, StatusBadParams), ShardKey(0, StatusNonFinite))
+	assert.Greater(t, ShardKey(0, StatusNonFinite), ShardKey(^uint64(0)>>1, StatusOK))
+	assert.Greater(t, ShardKey(1, StatusOK), ShardKey(ok, StatusNoFinite))
 }

@@ -21,14 +21,9 @@ __device__ __forceinline__ gb_i32 gb_finish(gb_i32* tokens, gb_i32* status, gb_u
 }
 
 // gb_shard_key is a FlagShard draw's shard key (ABI.md, "Vocabulary shards"): its
-// winner key for status 0, 0 for status 2, GB_SHARD_KEY_FAILED | status for 1 and 3, and
-// GB_SHARD_KEY_FAILED alone for a winner found by the exact comparison (the observations
-// seen carry GB_SEEN_EXACT), which no maximum over keys can merge.
-__device__ __forceinline__ gb_u64 gb_shard_key(gb_u64 key, gb_i32 st, gb_u32 seen) {
-    if (st != GB_STATUS_OK) {
-        return st == GB_STATUS_NO_FINITE ? 0ull : (GB_SHARD_KEY_FAILED | (gb_u32)st);
-    }
-    return (seen & GB_SEEN_EXACT) ? GB_SHARD_KEY_FAILED : key;
+// winner key for status 0, 0 for status 2, GB_SHARD_KEY_FAILED | status otherwise.
+__device__ __forceinline__ gb_u64 gb_shard_key(gb_u64 key, gb_i32 st) {
+    return st == GB_STATUS_OK ? key : st == GB_STATUS_NO_FINITE ? 0ull : (GB_SHARD_KEY_FAILED | (gb_u32)st);
 }
 
 // gb_write_record stores a slot's log-probability record (ABI.md): NaN unless ok.

@@ -369,44 +369,12 @@ __device__ __forceinline__ void gb_finish_draw(gb_row_params* params, const gb_r
                                                gb_u64* shard) {
     const gb_i32 st = gb_finish(tokens, status, o, w.key, w.seen);
     if (p.flags & GB_FLAG_SHARD) {
-        shard[o] = gb_shard_key(w.key, st, w.seen);
+        shard[o] = gb_shard_key(w.key, st);
     }
     if (p.flags & GB_FLAG_LOGPROBS) {
         gb_write_record_sets(logprobs, o, st == GB_STATUS_OK, nl, w.x, w.v, w.raw, w.proc);
     }
     gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
-}
-
-// gb_exact_row is what the exact path of a draw needs of its row (see exact.cuh):
-// gumbel is false for greedy rows, which never take it.
-template <int KIND>
-struct gb_exact_row {
-    const typename gb_io<KIND>::elem* row;
-    gb_processor pc;
-    float invT;
-    gb_u32 step_lo, step_hi, goff, start, end;
-    bool gumbel;
-};
-
-// gb_exact_needed reports a Gumbel block whose best float32 score (in key) reaches
-// GB_EXACT_LIMIT: it finds its winner by the exact comparison instead.
-template <int KIND>
-__device__ __forceinline__ bool gb_exact_needed(const gb_exact_row<KIND>& ex, gb_u64 key) {
-    return ex.gumbel && key != 0ull && !(fabsf(gb_orderkey_inverse((gb_u32)(key >> 32))) < GB_EXACT_LIMIT);
-}
-
-// gb_exact_apply makes w the exact winner v (thread 0), with its record payload. A block
-// whose best key came from -Inf logits alone (no value) keeps its key and stays off the
-// exact path, as the Go edition, which scores no -Inf logit, never takes it there.
-template <int KIND>
-__device__ __forceinline__ void gb_exact_apply(const gb_exact_row<KIND>& ex, const gb_exact& v, gb_win& w) {
-    if (v.idx == 0xFFFFFFFFu) {
-        return;
-    }
-    w.key = gb_pack(v.s, v.idx);
-    w.seen |= GB_SEEN_EXACT;
-    w.x = gb_io<KIND>::load1(ex.row + (v.idx - ex.goff));
-    w.v = __fmul_rn(v.x, ex.invT);
 }
 
 // gb_finish_warp_record is the finishing block's work for a draw with a record (NL > 0)
@@ -420,13 +388,12 @@ __device__ __forceinline__ void gb_exact_apply(const gb_exact_row<KIND>& ex, con
 // (l >> 1) mod per + j * per, all loaded at once with the keys and payloads, and the
 // set's lanes then meet in log2(per) butterfly steps. Lane 0 writes the raw half of the
 // record (words 0 and 2), lane 1 the processed half (1 and 3).
-template <int NL, int KIND>
+template <int NL>
 __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, const gb_row_params& p, gb_u32 y,
                                                       gb_u64 o, gb_u32 seen, const gb_u64* part,
                                                       const gb_u64* pair, const gb_u64* xv, gb_u32 nblocks,
                                                       gb_i32* tokens, gb_i32* status, float* logprobs,
-                                                      gb_u32* counters, gb_u32* counts, gb_u32 vocab,
-                                                      const gb_exact_row<KIND>& ex) {
+                                                      gb_u32* counters, gb_u32* counts, gb_u32 vocab) {
     const gb_u32 l = gb_lane();
     const gb_u32 per = nblocks <= 8u ? 1u : nblocks <= 16u ? 2u : nblocks <= 32u ? 4u : 8u;
     const gb_u32 set = l & 1u;
@@ -447,10 +414,10 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
     }
     // The token's chain (two warp reductions, a ballot, two shuffles) comes first, so
     // that the log-sum-exps' arithmetic below issues while its results are on their way.
-    gb_u64 key = gb_warp_max_u64_all(k);
+    const gb_u64 key = gb_warp_max_u64_all(k);
     const int src = gb_first_lane(k == key);
-    float x = gb_shfl_f32(__uint_as_float((gb_u32)u), src);
-    float v = gb_shfl_f32(__uint_as_float((gb_u32)(u >> 32)), src);
+    const float x = gb_shfl_f32(__uint_as_float((gb_u32)u), src);
+    const float v = gb_shfl_f32(__uint_as_float((gb_u32)(u >> 32)), src);
     // The lane's pairs: their largest reference (NaN ignored) and the sum rescaled to it,
     // in trees. Empty pairs add 0 (2^-Inf, or 2^0 * 0 when every pair is empty); a NaN or
     // +Inf reference spoils the sum, but its row ends with status 1.
@@ -480,20 +447,6 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
     // Thread 0's atomic brought the observations; shuffled only now, so that the wait for
     // them comes last.
     seen = __shfl_sync(0xFFFFFFFFu, seen, 0);
-    if (seen & GB_SEEN_EXACT) { // uniform for the warp: a block took the exact path
-        gb_win m;
-        m.key = 0ull;
-        m.seen = seen;
-        m.x = m.v = 0.0f;
-        if (l == 0u) {
-            gb_exact_apply(ex, gb_exact_merge<KIND>(ex.row, ex.pc, p, ex.invT, ex.step_lo, ex.step_hi, ex.goff, part,
-                                                    nblocks), m);
-        }
-        key = ((gb_u64)__shfl_sync(0xFFFFFFFFu, (gb_u32)(m.key >> 32), 0) << 32) |
-              __shfl_sync(0xFFFFFFFFu, (gb_u32)m.key, 0);
-        x = gb_shfl_f32(m.x, 0);
-        v = gb_shfl_f32(m.v, 0);
-    }
     if (l < 2u) {
         // The record's half of this lane's set, NaN unless the draw ends with status 0
         // (as gb_write_record_sets).
@@ -523,29 +476,15 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
 // overlaps the merge, and when every partial is in warp 0 (S <= warp size: every batch of
 // 5 rows or more on 132 SMs) warp 0 merges them alone, without the shared-memory round
 // and its barrier (with a record, gb_finish_warp_record).
-template <int NL, int KIND>
+template <int NL>
 __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_row_params& p, gb_u32 y, gb_u32 z,
                                               gb_u64 o, gb_win& w, gb_i32* tokens, gb_i32* status,
                                               gb_u64* partials, gb_u32* counters, float* logprobs, gb_u32* counts,
                                               gb_u32 vocab, gb_u64* shard, gb_u64* s_key, gb_u32* s_seen,
-                                              gb_u64* s_pair, gb_u64* s_xv, gb_u32* s_last,
-                                              const gb_exact_row<KIND>& ex, gb_exact* s_exact) {
+                                              gb_u64* s_pair, gb_u64* s_xv, gb_u32* s_last) {
     const gb_u32 nblocks = gridDim.x;
     gb_block_win<NL, NL != 0>(w, s_key, s_seen, s_pair, s_xv);
     if (nblocks == 1u) {
-        if (ex.gumbel) {
-            if (threadIdx.x == 0u) {
-                *s_last = gb_exact_needed(ex, w.key) ? 1u : 0u;
-            }
-            __syncthreads();
-            if (*s_last != 0u) {
-                const gb_exact v = gb_exact_block<KIND>(ex.row, ex.start, ex.end, ex.pc, p, ex.invT, ex.step_lo,
-                                                        ex.step_hi, ex.goff, s_exact);
-                if (threadIdx.x == 0u) {
-                    gb_exact_apply(ex, v, w);
-                }
-            }
-        }
         if (threadIdx.x == 0u) {
             gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab, shard);
         }
@@ -559,7 +498,7 @@ __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_ro
     gb_u64* pair = partials + draws_blocks + 2u * draw_row * nblocks;
     gb_u64* xv = partials + 3u * draws_blocks + draw_row * nblocks;
     gb_u32* cnt = counters + 2u * draw_row;
-    auto publish = [&]() {
+    if (threadIdx.x == 0u) {
         part[blockIdx.x] = w.key;
         if (NL != 0) {
             pair[2u * blockIdx.x] = gb_lse_pack(NL == 1 ? w.proc : w.raw);
@@ -572,26 +511,8 @@ __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_ro
         __threadfence();
         gb_u32 prev = atomicAdd(&cnt[0], 1u);
         *s_last = prev == nblocks - 1u ? 1u : 0u;
-    };
-    if (threadIdx.x == 0u) {
-        // A block that needs the exact path publishes after it (s_last 2), within the
-        // barrier every block already passes here.
-        if (gb_exact_needed(ex, w.key)) {
-            *s_last = 2u;
-        } else {
-            publish();
-        }
     }
     __syncthreads();
-    if (*s_last == 2u) {
-        const gb_exact v = gb_exact_block<KIND>(ex.row, ex.start, ex.end, ex.pc, p, ex.invT, ex.step_lo, ex.step_hi,
-                                                ex.goff, s_exact);
-        if (threadIdx.x == 0u) {
-            gb_exact_apply(ex, v, w);
-            publish();
-        }
-        __syncthreads();
-    }
     if (*s_last == 0u) {
         return;
     }
@@ -604,8 +525,8 @@ __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_ro
     }
     if (NL != 0 && nblocks <= (gb_u32)GB_WARP_SIZE) {
         if (gb_warp() == 0u) {
-            gb_finish_warp_record<NL, KIND>(params, p, y, o, seen, part, pair, xv, nblocks, tokens, status,
-                                            logprobs, counters, counts, vocab, ex);
+            gb_finish_warp_record<NL>(params, p, y, o, seen, part, pair, xv, nblocks, tokens, status, logprobs,
+                                      counters, counts, vocab);
         }
         return;
     }
@@ -649,10 +570,6 @@ __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_ro
     }
     if (threadIdx.x == 0u) {
         w.seen = seen;
-        if (seen & GB_SEEN_EXACT) {
-            gb_exact_apply(ex, gb_exact_merge<KIND>(ex.row, ex.pc, p, ex.invT, ex.step_lo, ex.step_hi, ex.goff, part,
-                                                    nblocks), w);
-        }
         gb_finish_draw(params, p, y, o, w, NL, tokens, status, logprobs, counters, counts, vocab, shard);
     }
 }
@@ -672,7 +589,6 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     __shared__ gb_u32 s_last;
     __shared__ gb_u32 s_bound; // the order key of the block's lower bound
     __shared__ gb_u64 s_xv[GB_MAX_WARPS]; // the warps' winners' (x, v) for the record
-    __shared__ gb_exact s_exact[GB_MAX_WARPS]; // the warps' winners on the exact path
 
     const gb_u32 y = blockIdx.y;
     const gb_u32 z = blockIdx.z;
@@ -697,7 +613,7 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
                 gb_write_record(logprobs, o, false, 0.0f, 0.0f, 0.0f, 0.0f);
             }
             if (in_shard) {
-                shard[o] = gb_shard_key(0ull, GB_STATUS_BAD_PARAMS, 0u);
+                shard[o] = gb_shard_key(0ull, GB_STATUS_BAD_PARAMS);
             }
         }
         return;
@@ -716,15 +632,6 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     // The log-sum-exps the record needs: none, one (raw and processed are the same set:
     // no processors and invT = 1, greedy rows included) or two.
     const int nl = !(p.flags & GB_FLAG_LOGPROBS) ? 0 : (!procs && invT == 1.0f) ? 1 : 2;
-    gb_exact_row<KIND> ex;
-    ex.row = row;
-    ex.pc = pc;
-    ex.invT = invT;
-    ex.step_lo = ex.step_hi = 0u;
-    ex.goff = goff;
-    ex.start = start;
-    ex.end = end;
-    ex.gumbel = !greedy;
 
     // Each combination of features is its own instantiation of the scan, so a row without
     // them runs the plain loop; the branches are uniform for the block. With a record to
@@ -748,8 +655,8 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
             gb_scan_greedy<KIND, true, 2>(row, start, end, vec, pc, goff, w);
         }
     } else {
-        gb_step_plus(p, z, ex.step_lo, ex.step_hi);
-        const gb_u32 step_lo = ex.step_lo, step_hi = ex.step_hi;
+        gb_u32 step_lo, step_hi;
+        gb_step_plus(p, z, step_lo, step_hi);
         // The branch is the same for the whole block (one row per block).
         if (threadIdx.x == 0u) {
             s_bound = 0u; // below the key of every float, -Inf included
@@ -770,13 +677,13 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
         }
     }
     if (nl == 0) {
-        gb_argmax_end<0, KIND>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab,
-                               shard, s_key, s_seen, s_pair, s_xv, &s_last, ex, s_exact);
+        gb_argmax_end<0>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, shard,
+                         s_key, s_seen, s_pair, s_xv, &s_last);
     } else if (nl == 1) {
-        gb_argmax_end<1, KIND>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab,
-                               shard, s_key, s_seen, s_pair, s_xv, &s_last, ex, s_exact);
+        gb_argmax_end<1>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, shard,
+                         s_key, s_seen, s_pair, s_xv, &s_last);
     } else {
-        gb_argmax_end<2, KIND>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab,
-                               shard, s_key, s_seen, s_pair, s_xv, &s_last, ex, s_exact);
+        gb_argmax_end<2>(params, p, y, z, o, w, tokens, status, partials, counters, logprobs, counts, vocab, shard,
+                         s_key, s_seen, s_pair, s_xv, &s_last);
     }
 }

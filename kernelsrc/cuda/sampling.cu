@@ -24,7 +24,6 @@
 #include "lse.cuh"
 #include "process.cuh"
 #include "draw.cuh"
-#include "exact.cuh"
 #include "gumbel_argmax.cuh"
 #include "categorical.cuh"
 #include "topn.cuh"

@@ -341,39 +341,3 @@ func TestGPUShardsMatchGoEdition(t *testing.T) {
 	matchOutcomes(t, ls, wants, got)
 	t.Logf("%d launches on %s; shard slots %v", len(ls), dev.Info().Name, cov)
 }
-
-// TestGPUExactScoresMatchGoEdition is TestCUDAExactScoresMatchGoEdition on the GPU, with
-// full-width blocks and Qwen's vocabulary split over up to 132 blocks per row.
-func TestGPUExactScoresMatchGoEdition(t *testing.T) {
-	dev, mod := openCUDA(t)
-	r := rand.New(rand.NewPCG(20261201, 22))
-	ls := exactLaunches(r)
-	for dt := range 3 {
-		for _, s := range []int{1, 37, 132} {
-			const v = 151936
-			l := &launch{kernel: kernelGumbel, dtype: dt, gridX: s, gridZ: 2, block: 1024, warp: 32, vocab: v, stride: v,
-				slots: 5, logprobs: true, name: fmt.Sprintf("GPU exact dtype=%d S=%d", dt, s)}
-			l.fill(r)
-			for row := range l.slots {
-				vals := exactRows[r.IntN(len(exactRows))](r, v)
-				for i, x := range vals {
-					l.store(row*l.stride+i, x)
-				}
-			}
-			l.rows(r, func(p *rowParams) {
-				p.Temperature = exactTemperatures[r.IntN(len(exactTemperatures))]
-				if r.IntN(2) == 0 {
-					p.Flags |= abi.FlagLogprobs
-				}
-			})
-			ls = append(ls, l)
-		}
-	}
-	got := make([]outcome, len(ls))
-	for i, l := range ls {
-		got[i] = runDevice(t, dev, mod, l)
-	}
-	seen, _ := matchGo(t, ls, got)
-	t.Logf("%d launches on %s; slots by status %v; %d launch rows need the exact comparison", len(ls),
-		dev.Info().Name, seen, exactCoverage(ls))
-}

@@ -32,10 +32,10 @@ func (l *launchRow) finish(token int32, status abi.Status) {
 }
 
 // writeShardKey stores the draw's shard key when the row is a shard; key is the packed
-// winner, read only for status 0, and exact says the winner needed the exact comparison.
-func (l *launchRow) writeShardKey(key uint64, st abi.Status, exact bool) {
+// winner, read only for status 0.
+func (l *launchRow) writeShardKey(key uint64, st abi.Status) {
 	if l.shard != nil && uint64(len(l.shard)) > l.slot {
-		l.shard[l.slot] = abi.ShardKey(key, st, exact)
+		l.shard[l.slot] = abi.ShardKey(key, st)
 	}
 }
 
@@ -69,7 +69,7 @@ func recordOf(x, v float32, raw, processed lse) [abi.RecordWords]float32 {
 // row's end-of-draws work (no RECORD, no ADVANCE), since its arguments are not trusted.
 func (l *launchRow) fail() {
 	l.finish(-1, abi.StatusBadParams)
-	l.writeShardKey(0, abi.StatusBadParams, false)
+	l.writeShardKey(0, abi.StatusBadParams)
 	l.writeRecord(nanRecord)
 }
 

@@ -107,14 +107,7 @@ func gumbelArgmax(b *runtime.BlockContext, d abi.DType, skip bool) {
 	if sameSets {
 		processed = raw
 	}
-	if !greedy && sc.best != 0 && !(abs32(sc.bestScore) < abi.ExactLimit) {
-		// Scores this large lose the noise to float32 rounding: the block's winner by
-		// the exact comparison instead (ABI.md, "Exact scores").
-		v := l.exactScan(start, end, sc.invT, sc.key, sc.step)
-		sc.best = pack(v.s, v.idx)
-		sc.seen |= abi.SeenExact
-	}
-	l.argmaxEnd(&sc, raw, processed)
+	l.argmaxEnd(sc.best, sc.seen, raw, processed)
 }
 
 // scanGreedy scans xs (global index base) for the largest logit, lowest index first.
@@ -280,8 +273,7 @@ func (sc *gumbelScan) scanGumbel(xs []float32, base int) {
 // argmaxEnd publishes this block's partials; the last block of the draw to arrive
 // reduces all of them, writes the token, status and record, and leaves the draw's
 // counters at zero.
-func (l *launchRow) argmaxEnd(sc *gumbelScan, raw, processed lse) {
-	best, seen := sc.best, sc.seen
+func (l *launchRow) argmaxEnd(best uint64, seen abi.Seen, raw, processed lse) {
 	if s := l.shape.Split; s > 1 {
 		sh, y, z := l.shape, l.y, l.z
 		word := func(w int) []byte { return l.partials[8*w:] }
@@ -308,42 +300,20 @@ func (l *launchRow) argmaxEnd(sc *gumbelScan, raw, processed lse) {
 		seen = abi.Seen(atomic.LoadUint32(seenWord))
 		atomic.StoreUint32(seenWord, 0)
 		atomic.StoreUint32(arrivals, 0)
-		if seen&abi.SeenExact != 0 {
-			best = l.exactMerge(sc, s)
-		}
 	}
 	if st := seenStatus(seen); st != abi.StatusOK {
 		l.finish(-1, st)
-		l.writeShardKey(0, st, false)
+		l.writeShardKey(0, st)
 		l.writeRecord(nanRecord)
 	} else {
 		tok := int(^uint32(best)) // global: a shard reports its winner's global index
 		l.finish(int32(tok), abi.StatusOK)
-		l.writeShardKey(best, abi.StatusOK, seen&abi.SeenExact != 0)
+		l.writeShardKey(best, abi.StatusOK)
 		if l.logprobs != nil {
 			l.writeRecord(l.argmaxRecord(tok, raw, processed))
 		}
 	}
 	l.rowDone()
-}
-
-// exactMerge is the draw's winner over the S blocks' winners by the exact comparison,
-// their values taken again from the logits and the stream, as a packed key.
-func (l *launchRow) exactMerge(sc *gumbelScan, s int) uint64 {
-	best := exactValue{idx: -1}
-	for x := range s {
-		k := binary.LittleEndian.Uint64(l.partials[8*l.shape.KeyWord(l.y, l.z, x):])
-		if k == 0 {
-			continue // a block without a finite logit
-		}
-		i := int(^uint32(k)) - l.offset
-		v := exactValueOf(l.proc.processed(l.logits.at(i), i), sc.invT,
-			elementGumbel(sc.key, sc.step, uint32(l.offset+i)), l.offset+i)
-		if best.idx < 0 || v.above(best, sc.invT) {
-			best = v
-		}
-	}
-	return pack(best.s, best.idx)
 }
 
 // argmaxRecord is the log-probability record of token tok on the Gumbel and greedy

@@ -41,13 +41,9 @@ inline void gb_write_record(gb_buffers B, ulong o, int st, float4 record) {
 }
 
 // A FlagShard draw's shard key (ABI.md, "Vocabulary shards"): its winner key for status
-// 0, 0 for status 2, GB_SHARD_KEY_FAILED | status for 1 and 3, and GB_SHARD_KEY_FAILED
-// alone for a winner found by the exact comparison (seen carries GB_SEEN_EXACT).
-inline ulong gb_shard_key(ulong key, int st, uint seen) {
-    if (st != GB_STATUS_OK) {
-        return st == GB_STATUS_NO_FINITE ? 0ul : (GB_SHARD_KEY_FAILED | ulong(uint(st)));
-    }
-    return (seen & GB_SEEN_EXACT) != 0u ? GB_SHARD_KEY_FAILED : key;
+// 0, 0 for status 2, GB_SHARD_KEY_FAILED | status otherwise.
+inline ulong gb_shard_key(ulong key, int st) {
+    return st == GB_STATUS_OK ? key : st == GB_STATUS_NO_FINITE ? 0ul : (GB_SHARD_KEY_FAILED | ulong(uint(st)));
 }
 
 // Writes output slot o: token (-1 unless the status is 0), status and, with
@@ -62,10 +58,10 @@ inline void gb_finish(gb_buffers B, uint flags, ulong o, int token, int st, floa
 }
 
 // gb_finish for gumbel_argmax, which also writes a shard's key; key is read for status 0.
-inline void gb_finish_shard(gb_buffers B, uint flags, ulong o, ulong key, int st, float4 record, uint seen) {
+inline void gb_finish_shard(gb_buffers B, uint flags, ulong o, ulong key, int st, float4 record) {
     gb_finish(B, flags, o, int(0xFFFFFFFFu - uint(key)), st, record);
     if ((flags & GB_FLAG_SHARD) != 0u) {
-        B.shard[o] = gb_shard_key(key, st, seen);
+        B.shard[o] = gb_shard_key(key, st);
     }
 }
 

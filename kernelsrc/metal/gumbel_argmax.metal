@@ -9,7 +9,6 @@ struct gb_gumbel_scratch {
     threadgroup uint* seen;   // [GB_MAX_SIMDGROUPS]
     threadgroup float4* lse;  // [GB_MAX_SIMDGROUPS]
     threadgroup uint* last;   // [1]
-    threadgroup gb_exact* exact;  // [GB_MAX_SIMDGROUPS]
 };
 
 // A threadgroup's row and draw, the same in every thread.
@@ -102,31 +101,6 @@ inline void gb_scan_gumbel(gb_argmax_row<KIND> R, ulong begin, ulong end, gb_thr
     }
 }
 
-// The exact path of a threadgroup (ABI.md, "Exact scores"): its chunk [begin, end) again,
-// the winner found by the exact comparison, in every thread.
-template <int KIND>
-inline gb_exact gb_exact_scan(gb_argmax_row<KIND> R, ulong begin, ulong end, gb_thread_ids L,
-                              threadgroup gb_exact* scratch) {
-    gb_exact best = gb_exact_none();
-    for (ulong i = begin + ulong(L.tid); i < end; i += ulong(L.T)) {
-        uint idx = uint(i);
-        gb_exact v = gb_exact_at(gb_io<KIND>::load1(R.logits + idx), idx, R.P, R.st, R.invT, R.goff);
-        if (gb_exact_above(v, best, R.invT)) {
-            best = v;
-        }
-    }
-    return gb_exact_threadgroup(best, R.invT, L, scratch);
-}
-
-// A threadgroup's (or the draw's) winner a.best becomes v, found exactly, unless v is
-// none (the key came from -Inf logits alone), as in the Go edition.
-inline void gb_exact_take(thread gb_argmax_acc& a, gb_exact v) {
-    if (v.idx != 0xFFFFFFFFu) {
-        a.best = gb_pack(v.s, v.idx);
-        a.seen |= GB_SEEN_EXACT;
-    }
-}
-
 // The token's record: raw and processed log-probabilities and log-normalisers (ABI.md,
 // "The log-probability record").
 template <int KIND>
@@ -149,7 +123,7 @@ inline void gb_argmax_end(gb_buffers B, thread const gb_row_params& p, gb_argmax
     if (R.want_lp && st == GB_STATUS_OK) {
         rec = gb_argmax_record<KIND>(R, tok, a.raw, a.proc);
     }
-    gb_finish_shard(B, p.flags, o, a.best, st, rec, a.seen);
+    gb_finish_shard(B, p.flags, o, a.best, st, rec);
     gb_row_done(B, p, y, n, draws);
 }
 
@@ -192,21 +166,6 @@ inline void gb_argmax_split(gb_buffers B, thread const gb_row_params& p, gb_argm
         all.seen = atomic_load_explicit(&B.counters[2u * d + 1u], memory_order_relaxed);
     }
     gb_block_max_or(all.best, all.seen, L, tg.key, tg.seen);
-    if ((all.seen & GB_SEEN_EXACT) != 0u) {
-        // A threadgroup took the exact path: the winners compare exactly too.
-        gb_exact best = gb_exact_none();
-        for (uint i = L.tid; i < S; i += L.T) {
-            ulong k = gb_key_load(B.partials, ulong(d) * ulong(S) + ulong(i));
-            if (k != 0ul) {
-                uint idx = (0xFFFFFFFFu - uint(k)) - R.goff;
-                gb_exact v = gb_exact_at(gb_io<KIND>::load1(R.logits + idx), idx, R.P, R.st, R.invT, R.goff);
-                if (gb_exact_above(v, best, R.invT)) {
-                    best = v;
-                }
-            }
-        }
-        gb_exact_take(all, gb_exact_threadgroup(best, R.invT, L, tg.exact));
-    }
     if (R.want_lp) {
         gb_block_lse(all.raw, all.proc, L, tg.lse);
     }
@@ -246,7 +205,7 @@ inline void gb_gumbel_argmax(device const typename gb_io<KIND>::elem* logits, gb
         // counters are not touched, and a row whose parameters are not trusted gets no
         // RECORD or ADVANCE.
         if (bx == 0u && L.tid == 0u) {
-            gb_finish_shard(B, p.flags, o, 0ul, GB_STATUS_BAD_PARAMS, float4(0.0f), 0u);
+            gb_finish_shard(B, p.flags, o, 0ul, GB_STATUS_BAD_PARAMS, float4(0.0f));
         }
         return;
     }
@@ -270,9 +229,6 @@ inline void gb_gumbel_argmax(device const typename gb_io<KIND>::elem* logits, gb
         gb_scan_gumbel<KIND>(R, begin, end, L, a);
     }
     gb_block_max_or(a.best, a.seen, L, tg.key, tg.seen);
-    if (!R.greedy && gb_exact_needed(a.best)) {
-        gb_exact_take(a, gb_exact_scan<KIND>(R, begin, end, L, tg.exact));
-    }
     if (R.want_lp) {
         gb_block_lse(a.raw, a.proc, L, tg.lse);
     }

@@ -41,7 +41,6 @@ using namespace metal;
 #include "lse.metal"
 #include "process.metal"
 #include "draw.metal"
-#include "exact.metal"
 #include "gumbel_argmax.metal"
 #include "categorical.metal"
 #include "topn.metal"
@@ -112,8 +111,7 @@ kernel void gumbel_argmax_f32(device const float* logits [[buffer(0)]], GB_SAMPL
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    threadgroup gb_exact scratch_exact[GB_MAX_SIMDGROUPS];
-    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last, scratch_exact};
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
     gb_gumbel_argmax<GB_F32>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -122,8 +120,7 @@ kernel void gumbel_argmax_f16(device const ushort* logits [[buffer(0)]], GB_SAMP
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    threadgroup gb_exact scratch_exact[GB_MAX_SIMDGROUPS];
-    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last, scratch_exact};
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
     gb_gumbel_argmax<GB_F16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -132,8 +129,7 @@ kernel void gumbel_argmax_bf16(device const ushort* logits [[buffer(0)]], GB_SAM
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    threadgroup gb_exact scratch_exact[GB_MAX_SIMDGROUPS];
-    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last, scratch_exact};
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
     gb_gumbel_argmax<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -256,8 +252,7 @@ kernel void score_f32(device const float* logits [[buffer(0)]], GB_SAMPLING_ARGS
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    threadgroup gb_exact scratch_exact[GB_MAX_SIMDGROUPS];
-    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last, scratch_exact};
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
     gb_score<GB_F32>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -266,8 +261,7 @@ kernel void score_f16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARG
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    threadgroup gb_exact scratch_exact[GB_MAX_SIMDGROUPS];
-    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last, scratch_exact};
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
     gb_score<GB_F16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -276,7 +270,6 @@ kernel void score_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_AR
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    threadgroup gb_exact scratch_exact[GB_MAX_SIMDGROUPS];
-    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last, scratch_exact};
+    gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
     gb_score<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
