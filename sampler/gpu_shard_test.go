@@ -7,8 +7,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gumbel-go/gumbel"
 	"github.com/gumbel-go/gumbel/bench"
 	"github.com/gumbel-go/gumbel/collective"
+	"github.com/gumbel-go/gumbel/collective/nccl"
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/sampler"
 	"github.com/stretchr/testify/require"
@@ -120,5 +122,134 @@ func BenchmarkGPUShard(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// ncclRanks opens CUDA devices 0 and 1 and joins them in one NCCL communicator (InitAll,
+// one process); it skips the test on a host with fewer than two GPUs, which cannot run it.
+func ncclRanks(t testing.TB) ([]runtime.Device, []collective.Comm) {
+	t.Helper()
+	var devs []runtime.Device
+	for ordinal := range 2 {
+		opened, err := gumbel.Open(runtime.OpenOptions{Backend: "cuda", Ordinal: ordinal})
+		if err != nil {
+			if ordinal == 1 {
+				t.Skipf("two GPUs needed: device 1 does not open (%v)", err)
+			}
+			require.NoError(t, err)
+		}
+		t.Cleanup(func() { _ = opened.Close() })
+		devs = append(devs, opened.Device)
+	}
+	lib, err := nccl.Open()
+	require.NoError(t, err)
+	comms, err := lib.InitAll(devs)
+	require.NoError(t, err)
+	out := make([]collective.Comm, len(comms))
+	for i, c := range comms {
+		t.Cleanup(func() { _ = c.Close() })
+		out[i] = c
+	}
+	return devs, out
+}
+
+// TestGPUShardNCCLTwoRanks is the two-GPU run of vocabulary-parallel sampling: Qwen's
+// vocabulary split in two, one half on each GPU, merged by NCCL; every rank's tokens
+// equal one GPU's over the whole vocabulary, at batch 1, 8 and 64 over 10,000 steps in
+// all. Run it on a host with two GPUs:
+//
+//	../shared/tools/gpu-bundle sampler && bash .gpu/run-tests -test.run TestGPUShardNCCLTwoRanks -test.v
+func TestGPUShardNCCLTwoRanks(t *testing.T) {
+	devs, comms := ncclRanks(t)
+	const half = qwenVocab / 2
+	whole := gpuSampler(t, devs[0], sampler.Options{Seed: 9})
+	ranks := []*sampler.Sampler{gpuSampler(t, devs[0], sampler.Options{Seed: 9}),
+		gpuSampler(t, devs[1], sampler.Options{Seed: 9})}
+	steps := map[int]int{1: 4000, 8: 4000, 64: 2000}
+	for _, rows := range []int{1, 8, 64} {
+		logits := bench.LLMLogits(rows, qwenVocab, uint64(rows))
+		full := uploadTo(t, devs[0], logits)
+		var parts [2]runtime.Buffer
+		for r := range 2 {
+			part := make([]float32, 0, rows*half)
+			for i := range rows {
+				part = append(part, logits[i*qwenVocab+r*half:i*qwenVocab+(r+1)*half]...)
+			}
+			parts[r] = uploadTo(t, devs[r], part)
+		}
+		var ref sampler.Result
+		res := make([]sampler.Result, 2)
+		errs := make([]error, 2)
+		for step := range uint64(steps[rows]) {
+			params := make([]sampler.Params, rows)
+			for i := range params {
+				params[i] = sampler.Params{Temperature: []float32{0, 0.6, 1, 1.3}[i%4], RequestID: uint64(i + 1), Step: step}
+			}
+			require.NoError(t, whole.Sample(sampler.Logits{Data: full, DType: sampler.Float32, Rows: rows, Vocab: qwenVocab}, params, &ref))
+			var wg sync.WaitGroup
+			for r := range 2 {
+				wg.Go(func() {
+					lg := sampler.Logits{Data: parts[r], DType: sampler.Float32, Rows: rows, Vocab: half}
+					errs[r] = ranks[r].SampleShard(lg, params, sampler.Shard{Offset: r * half, Global: qwenVocab, Comm: comms[r]}, &res[r])
+				})
+			}
+			wg.Wait()
+			for r := range 2 {
+				require.NoError(t, errs[r])
+				require.Equal(t, ref.Tokens, res[r].Tokens, "batch %d, rank %d, step %d", rows, r, step)
+			}
+		}
+		t.Logf("batch %d: %d steps, every rank's tokens equal one GPU's", rows, steps[rows])
+	}
+}
+
+// BenchmarkGPUShardNCCL times one SampleShard step over two GPUs (each rank's half of
+// Qwen's vocabulary, NCCL's all-reduce of 8 bytes per row, the tokens back) beside one
+// Sample call over the whole vocabulary on one GPU, Gumbel-max rows.
+func BenchmarkGPUShardNCCL(b *testing.B) {
+	devs, comms := ncclRanks(b)
+	const half = qwenVocab / 2
+	for _, rows := range []int{1, 8, 64} {
+		logits := bench.LLMLogits(rows, qwenVocab, 24)
+		params := make([]sampler.Params, rows)
+		for i := range params {
+			params[i] = sampler.Params{Temperature: 0.8, RequestID: uint64(i + 1)}
+		}
+		b.Run(fmt.Sprintf("whole/batch=%d", rows), func(b *testing.B) {
+			s := gpuSampler(b, devs[0], sampler.Options{Seed: 9})
+			lg := sampler.Logits{Data: uploadTo(b, devs[0], logits), DType: sampler.Float32, Rows: rows, Vocab: qwenVocab}
+			var res sampler.Result
+			for b.Loop() {
+				if err := s.Sample(lg, params, &res); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("nccl-2/batch=%d", rows), func(b *testing.B) {
+			var lgs [2]sampler.Logits
+			var ss [2]*sampler.Sampler
+			for r := range 2 {
+				part := make([]float32, 0, rows*half)
+				for i := range rows {
+					part = append(part, logits[i*qwenVocab+r*half:i*qwenVocab+(r+1)*half]...)
+				}
+				lgs[r] = sampler.Logits{Data: uploadTo(b, devs[r], part), DType: sampler.Float32, Rows: rows, Vocab: half}
+				ss[r] = gpuSampler(b, devs[r], sampler.Options{Seed: 9})
+			}
+			var res [2]sampler.Result
+			var errs [2]error
+			for b.Loop() {
+				var wg sync.WaitGroup
+				for r := range 2 {
+					wg.Go(func() {
+						errs[r] = ss[r].SampleShard(lgs[r], params, sampler.Shard{Offset: r * half, Global: qwenVocab, Comm: comms[r]}, &res[r])
+					})
+				}
+				wg.Wait()
+				if errs[0] != nil || errs[1] != nil {
+					b.Fatal(errs[0], errs[1])
+				}
+			}
+		})
 	}
 }
