@@ -61,8 +61,9 @@ func (g *gpuShards) step(buf runtime.Buffer, rows, vocab int, params []sampler.P
 }
 
 // TestGPUShardMatchesWholeVocabulary: on the GPU, 2 and 4 vocabulary shards merged by
-// the in-process collective give every rank the whole vocabulary's tokens at Qwen's
-// vocabulary, greedy and Gumbel-max rows, over many steps.
+// the in-process collective give every rank the whole vocabulary's tokens (and, for a
+// third of the rows, log-probabilities) at Qwen's vocabulary, greedy and Gumbel-max
+// rows, over many steps.
 func TestGPUShardMatchesWholeVocabulary(t *testing.T) {
 	dev := openGPU(t)
 	const rows, steps = 8, 300
@@ -76,13 +77,21 @@ func TestGPUShardMatchesWholeVocabulary(t *testing.T) {
 		for step := range uint64(steps) {
 			params := make([]sampler.Params, rows)
 			for i := range params {
-				params[i] = sampler.Params{Temperature: []float32{0, 0.6, 1, 1.3}[i%4], RequestID: uint64(i + 1), Step: step}
+				params[i] = sampler.Params{Temperature: []float32{0, 0.6, 1, 1.3}[i%4], RequestID: uint64(i + 1), Step: step,
+					Logprobs: i%3 == 0}
 			}
 			require.NoError(t, whole.Sample(lg, params, &ref))
 			g.step(buf, rows, qwenVocab, params)
 			for r := range ranks {
 				require.NoError(t, g.errs[r])
 				require.Equal(t, ref.Tokens, g.res[r].Tokens, "%d shards, rank %d, step %d", ranks, r, step)
+				for i, p := range params {
+					if p.Logprobs {
+						want, got := ref.Logprobs[i], g.res[r].Logprobs[i]
+						require.InDelta(t, want.Processed, got.Processed, 1e-4, "%d shards, rank %d, row %d", ranks, r, i)
+						require.InDelta(t, want.ProcessedLSE, got.ProcessedLSE, 1e-4, "%d shards, rank %d, row %d", ranks, r, i)
+					}
+				}
 			}
 			same += rows
 		}

@@ -74,8 +74,12 @@ type Sampler struct {
 	maskRows  []int
 	hostMasks [][]int32
 	// shard is the Shard of the SampleShard call in progress (kept here so that the
-	// call does not allocate one).
-	shard Shard
+	// call does not allocate one); shardParams, shardTokens and shardScores are its
+	// log-probability pass's.
+	shard       Shard
+	shardParams []Params
+	shardTokens []int32
+	shardScores Scores
 	// The verification calls' reused state (verifyCall).
 	verifyOwner, verifyFirst, verifyStop  []int
 	verifySeeds                           []uint64
@@ -405,11 +409,11 @@ func (s *Sampler) sampleCall(lg Logits, params []Params, draws int, mode drawMod
 		} else {
 			g = groupOf(r)
 			flags = procFlags
-			if p.Logprobs {
+			switch {
+			case sh != nil:
+				flags |= abi.FlagShard // a shard's log-probabilities come from shardLogprobs
+			case p.Logprobs:
 				flags |= abi.FlagLogprobs
-			}
-			if sh != nil {
-				flags |= abi.FlagShard
 			}
 		}
 		putRowParams(host[next[g]*RowParamsSize:], i, r, p, vocab, seed, flags, topn, s.maskRows[i])
@@ -457,6 +461,9 @@ func (s *Sampler) sampleCall(lg Logits, params []Params, draws int, mode drawMod
 
 	if sh != nil {
 		decodeShard(results, pl.out, sh.Global, res)
+		if wantLogprobs {
+			return s.shardLogprobs(lg, params, sh, res)
+		}
 		return nil
 	}
 	s.decode(results, pl.out, params, mode, vocab, res)

@@ -50,6 +50,11 @@ func (s *Sampler) Score(logits Logits, params []Params, tokens []int32, res *Sco
 	if s.closed {
 		return ErrClosed
 	}
+	return s.score(logits, params, tokens, res)
+}
+
+// score is Score with the lock held.
+func (s *Sampler) score(logits Logits, params []Params, tokens []int32, res *Scores) error {
 	if res == nil {
 		return fmt.Errorf("%w: nil *Scores", ErrShape)
 	}

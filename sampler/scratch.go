@@ -115,6 +115,10 @@ type scratch struct {
 	// unused is the 8-byte buffer passed for the buffer arguments of features no
 	// row of a launch uses (ABI.md: never read or written).
 	unused deviceScratch
+	// merge holds what the ranks of a SampleShard call add up for log-probabilities;
+	// mergeHost is its pinned staging copy.
+	merge     deviceScratch
+	mergeHost hostScratch
 }
 
 func newScratch() scratch {
@@ -129,6 +133,8 @@ func newScratch() scratch {
 		bitmask:     deviceScratch{name: "token bitmask"},
 		bitmaskHost: hostScratch{name: "token bitmask"},
 		unused:      deviceScratch{name: "placeholder"},
+		merge:       deviceScratch{name: "shard merge"},
+		mergeHost:   hostScratch{name: "shard merge"},
 	}
 }
 
@@ -138,5 +144,6 @@ func (s *scratch) free() error {
 		s.results.free(), s.resultsHost.free(),
 		s.partials.free(), s.counters.free(), s.logits.free(), s.unused.free(),
 		s.bitmask.free(), s.bitmaskHost.free(),
+		s.merge.free(), s.mergeHost.free(),
 	)
 }

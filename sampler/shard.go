@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"unsafe"
 
 	"github.com/gumbel-go/gumbel/collective"
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
@@ -38,9 +40,12 @@ type Shard struct {
 // rank gets the tokens (global indices) that Sample would give over the whole
 // vocabulary, bit for bit, for any number of shards and any split.
 //
-// Greedy and Gumbel-max rows are served; a row with top-k, top-p or min-p, on the
-// categorical route (Options.Gumbel off), with Logprobs or TopLogprobs, tracked by
-// TrackTokens, or without Seed and RequestID gets ErrShard, on every rank alike. The
+// Greedy and Gumbel-max rows are served, with their log-probabilities on request
+// (Params.Logprobs: each rank scores its shard at the merged token, and one more
+// all-reduce adds up the shards' log-normalisers, 8·(ranks+1) bytes per row); a row
+// with top-k, top-p or min-p, on the categorical route (Options.Gumbel off), with
+// TopLogprobs, tracked by TrackTokens, or without Seed and RequestID gets ErrShard, on
+// every rank alike. The
 // logit processors apply with the shard's own rows (SetLogitBias and the masks are
 // indexed by the shard's local token ids; Params.Bitmask is ceil(Vocab/32) words of the
 // shard). A row that fails on any rank fails on all of them. Sampler seeds must be the
@@ -81,8 +86,8 @@ func (s *Sampler) checkShardRow(i int, p Params, r Route) error {
 	switch {
 	case r != RouteGreedy && r != RouteGumbel:
 		why = fmt.Sprintf("route %v (filters and the categorical route are not merged across shards)", r)
-	case p.Logprobs || p.TopLogprobs > 0:
-		why = "log-probabilities"
+	case p.TopLogprobs > 0:
+		why = "top log-probabilities"
 	case s.procs.flags(i, p)&abi.FlagRecord != 0:
 		why = "a tracked row (TrackTokens)"
 	case r == RouteGumbel && !named(p):
@@ -131,4 +136,103 @@ func decodeShard(results []byte, out outLayout, global int, res *Result) {
 			res.Tokens[o] = token
 		}
 	}
+}
+
+// shardLogprobs fills the log-probability records of a SampleShard call whose tokens are
+// merged: this rank scores its shard at each row's token (Score's pass: its shard's raw
+// and processed log-normalisers, and the token's values where the token is its own),
+// and one all-reduce (sum) over rows·(2·ranks + 2) float32 words gives every rank every
+// shard's normalisers, in its own slot of each row, and the owner's values. The records
+// agree with the whole vocabulary's to float32 rounding (the values are the shard's
+// log-probability plus its normaliser).
+func (s *Sampler) shardLogprobs(lg Logits, params []Params, sh *Shard, res *Result) error {
+	rows, ranks, me := lg.Rows, sh.Comm.Size(), sh.Comm.Rank()
+	s.shardParams = resized(s.shardParams, rows)
+	s.shardTokens = resized(s.shardTokens, rows)
+	for i, p := range params {
+		p.TopLogprobs = 0
+		s.shardParams[i], s.shardTokens[i] = p, 0
+		if t := int(res.Tokens[i]); res.Errs[i] == nil && t >= sh.Offset && t < sh.Offset+lg.Vocab {
+			s.shardTokens[i] = int32(t - sh.Offset)
+		}
+	}
+	if err := s.score(lg, s.shardParams, s.shardTokens, &s.shardScores); err != nil {
+		return fmt.Errorf("gumbel/sampler: scoring the shard for log-probabilities: %w", err)
+	}
+	w := 2*ranks + 2
+	host, err := s.scratch.mergeHost.bytes(s.dev, 4*rows*w)
+	if err != nil {
+		return err
+	}
+	words := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(host))), rows*w)
+	clear(words)
+	nan := float32(math.NaN())
+	for i := range rows {
+		row := words[i*w : (i+1)*w]
+		lp, err := s.shardScores.Logprobs[i], s.shardScores.Errs[i]
+		switch {
+		case err == nil:
+			row[2*me], row[2*me+1] = lp.RawLSE, lp.ProcessedLSE
+			if t := int(res.Tokens[i]); res.Errs[i] == nil && t >= sh.Offset && t < sh.Offset+lg.Vocab {
+				row[2*ranks], row[2*ranks+1] = float32(lp.Raw+lp.RawLSE), float32(lp.Processed+lp.ProcessedLSE)
+			}
+		case errors.Is(err, ErrNoFiniteLogit):
+			// A shard without a finite logit adds nothing to the normalisers.
+			row[2*me], row[2*me+1] = float32(math.Inf(-1)), float32(math.Inf(-1))
+		default:
+			row[2*me], row[2*me+1] = nan, nan
+		}
+	}
+	if _, err := s.scratch.merge.ensure(s.dev, 4*rows*w); err != nil {
+		return err
+	}
+	buf := s.scratch.merge.buf
+	if err := s.stream.CopyToDevice(buf, 0, host); err != nil {
+		return fmt.Errorf("gumbel/sampler: staging the shard's log-normalisers: %w", err)
+	}
+	if err := sh.Comm.AllReduce(buf, 0, rows*w, collective.Float32, collective.OpSum, s.stream); err != nil {
+		return fmt.Errorf("gumbel/sampler: merging the shards' log-normalisers: %w", err)
+	}
+	if err := s.stream.CopyToHost(host, buf, 0); err != nil {
+		return fmt.Errorf("gumbel/sampler: copying the merged log-normalisers back: %w", err)
+	}
+	if err := s.stream.Synchronize(); err != nil {
+		return fmt.Errorf("gumbel/sampler: waiting for the log-normaliser merge: %w", err)
+	}
+	for i, p := range params {
+		if !p.Logprobs || res.Errs[i] != nil {
+			continue
+		}
+		row := words[i*w : (i+1)*w]
+		raw, proc := logSumExp(row[:2*ranks], 0), logSumExp(row[:2*ranks], 1)
+		if math.IsNaN(raw) || math.IsNaN(proc) {
+			res.failRow(i, fmt.Errorf("row %d: a shard could not score the row for its log-probabilities: %w", i, ErrShard))
+			continue
+		}
+		res.Logprobs[i] = Logprob{
+			Raw: float32(float64(row[2*ranks]) - raw), Processed: float32(float64(row[2*ranks+1]) - proc),
+			RawLSE: float32(raw), ProcessedLSE: float32(proc),
+		}
+	}
+	return nil
+}
+
+// logSumExp is log Σ exp over pairs[k] for k = set, set+2, ... (NaN when one is NaN).
+func logSumExp(pairs []float32, set int) float64 {
+	m := math.Inf(-1)
+	for k := set; k < len(pairs); k += 2 {
+		v := float64(pairs[k])
+		if math.IsNaN(v) {
+			return v
+		}
+		m = math.Max(m, v)
+	}
+	if math.IsInf(m, -1) {
+		return m
+	}
+	sum := 0.0
+	for k := set; k < len(pairs); k += 2 {
+		sum += math.Exp(float64(pairs[k]) - m)
+	}
+	return m + math.Log(sum)
 }

@@ -151,9 +151,9 @@ func TestSampleShardRowErrors(t *testing.T) {
 	const vocab = 1000
 	rng := rand.New(rand.NewPCG(42, 42))
 	params := []Params{
-		{Temperature: 0.8, Seed: 1, HasSeed: true},           // served
-		{Temperature: 0.8, TopK: 50, Seed: 2, HasSeed: true}, // filtered
-		{Temperature: 0.8, Seed: 3, HasSeed: true, Logprobs: true},
+		{Temperature: 0.8, Seed: 1, HasSeed: true},                 // served
+		{Temperature: 0.8, TopK: 50, Seed: 2, HasSeed: true},       // filtered
+		{Temperature: 0.8, Seed: 3, HasSeed: true, TopLogprobs: 2}, // top log-probabilities
 		{Temperature: 0.8},                         // no seed, no request id
 		{Temperature: 0.8, RequestID: 9},           // served: keyed by request id
 		{Temperature: 0, TopLogprobs: 3},           // top log-probabilities
@@ -214,8 +214,8 @@ func TestSampleShardCallErrors(t *testing.T) {
 	}
 }
 
-// TestSampleShardAllocatesNothing: a steady-state shard call allocates only what the
-// in-process merge does (nothing).
+// TestSampleShardAllocatesNothing: a steady-state shard call, log-probabilities
+// included, allocates nothing (nor does the in-process merge).
 func TestSampleShardAllocatesNothing(t *testing.T) {
 	dev := openCPU(t)
 	s := newSampler(t, dev, Options{})
@@ -225,10 +225,58 @@ func TestSampleShardAllocatesNothing(t *testing.T) {
 	const vocab = 4096
 	lg := Logits{Data: upload(t, dev, runtime.BytesOf(randomLogits(rand.New(rand.NewPCG(1, 2)), 4, vocab, 2))),
 		DType: Float32, Rows: 4, Vocab: vocab}
-	params := []Params{{Temperature: 1, Seed: 1, HasSeed: true}, {Temperature: 0}, {Temperature: 0.5, RequestID: 3},
-		{Temperature: 2, Seed: 4, HasSeed: true}}
+	params := []Params{{Temperature: 1, Seed: 1, HasSeed: true, Logprobs: true}, {Temperature: 0},
+		{Temperature: 0.5, RequestID: 3}, {Temperature: 2, Seed: 4, HasSeed: true}}
 	sh := Shard{Offset: 0, Global: vocab, Comm: comms[0]}
 	var res Result
 	require.NoError(t, s.SampleShard(lg, params, sh, &res))
 	assert.Zero(t, testing.AllocsPerRun(20, func() { _ = s.SampleShard(lg, params, sh, &res) }))
+}
+
+// TestSampleShardLogprobs: the log-probability records of shard rows, merged across
+// ranks, agree with the whole vocabulary's to float32 rounding, on greedy and Gumbel
+// rows, with a bitmask row and a row whose finite logits sit in one shard.
+func TestSampleShardLogprobs(t *testing.T) {
+	dev := openCPU(t)
+	const vocab, rows = 3001, 6
+	logits := randomLogits(rand.New(rand.NewPCG(44, 44)), rows, vocab, 3)
+	for i := range vocab - 50 {
+		logits[5*vocab+i] = float32(math.Inf(-1))
+	}
+	params := make([]Params, rows)
+	for i := range params {
+		params[i] = Params{Temperature: []float32{0, 0.7, 1, 1.4}[i%4], Seed: uint64(7 + i), HasSeed: true, Logprobs: i != 4}
+	}
+	mask := make([]int32, (vocab+31)/32)
+	for j := 0; j < vocab; j += 3 {
+		mask[j/32] |= 1 << (j % 32)
+	}
+	params[2].Bitmask = mask
+	whole := newSampler(t, dev, Options{})
+	var ref Result
+	require.NoError(t, whole.SampleFloat32(logits, vocab, params, &ref))
+	for _, bounds := range [][]int{{0, vocab}, {0, 1500, vocab}, {0, 8, 2000, vocab}} {
+		run := newShardRun(t, dev, bounds, Options{})
+		res, errs := run.sample(t, dev, logits, vocab, func(r int) []Params {
+			ps := append([]Params(nil), params...)
+			ps[2].Bitmask = shardMask(mask, bounds[r], bounds[r+1])
+			return ps
+		})
+		for r := range res {
+			require.NoError(t, errs[r])
+			require.Equal(t, ref.Tokens, res[r].Tokens, "%d shards, rank %d", len(bounds)-1, r)
+			for i, p := range params {
+				require.NoError(t, res[r].Errs[i])
+				if !p.Logprobs {
+					continue
+				}
+				want, got := ref.Logprobs[i], res[r].Logprobs[i]
+				for _, pair := range [][2]float32{{want.Raw, got.Raw}, {want.Processed, got.Processed},
+					{want.RawLSE, got.RawLSE}, {want.ProcessedLSE, got.ProcessedLSE}} {
+					assert.InDelta(t, pair[0], pair[1], 1e-5*math.Max(1, math.Abs(float64(pair[0]))),
+						"%d shards, rank %d, row %d: %+v against %+v", len(bounds)-1, r, i, got, want)
+				}
+			}
+		}
+	}
 }
