@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	goruntime "runtime"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gumbel-go/gumbel/collective"
+	"github.com/gumbel-go/gumbel/internal/testenv"
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/runtime/cpu"
 )
@@ -46,23 +46,10 @@ func newLocal(t testing.TB, n int) []collective.Comm {
 	return comms
 }
 
-// onRanks runs f for every rank in its own goroutine and returns each rank's error; it
-// fails the test if they do not all return within guard.
+// onRanks is testenv.OnRanks within guard.
 func onRanks(t testing.TB, n int, f func(rank int) error) []error {
 	t.Helper()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { errs[r] = f(r) })
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(guard):
-		t.Fatalf("the ranks did not return within %v", guard)
-	}
-	return errs
+	return testenv.OnRanks(t, n, guard, f)
 }
 
 // allocWords returns a CPU buffer holding words, little-endian.

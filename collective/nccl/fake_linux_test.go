@@ -153,23 +153,10 @@ func (f *fake) initAll(n int) ([]*Comm, []runtime.Device) {
 	return comms, devs
 }
 
-// onRanks runs f for every rank in its own goroutine and returns each rank's error,
-// failing the test if they do not all return within 10 s.
+// onRanks is testenv.OnRanks within 10 s.
 func onRanks(t *testing.T, n int, f func(rank int) error) []error {
 	t.Helper()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { errs[r] = f(r) })
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the ranks did not return within 10 s")
-	}
-	return errs
+	return testenv.OnRanks(t, n, 10*time.Second, f)
 }
 
 // buffer returns a CPU buffer holding b.

@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // EnvRequireGXX set to 1 makes a test that needs g++ fail where it is missing, instead of
@@ -58,4 +60,24 @@ func Run(m *testing.M) int {
 	signal.Stop(signals)
 	os.RemoveAll(dir)
 	return code
+}
+
+// OnRanks runs f for every rank 0..n-1 in its own goroutine, as the ranks of a collective
+// run, and returns each rank's error; it fails the test if they do not all return within
+// guard, so that a hang is a failure rather than a stuck test.
+func OnRanks(t testing.TB, n int, guard time.Duration, f func(rank int) error) []error {
+	t.Helper()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() { errs[r] = f(r) })
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(guard):
+		t.Fatalf("the ranks did not return within %v", guard)
+	}
+	return errs
 }
