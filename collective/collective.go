@@ -92,6 +92,15 @@ type Comm interface {
 	Close() error
 }
 
+// HostReducer is implemented by communicators whose ranks share the host's memory (the
+// group of NewLocal). AllReduceHost is AllReduce over count elements of dt that are in
+// host memory already (data, every rank its own): no copy to or from a device and no
+// stream to wait for. It takes its place in the rank's sequence of rounds as an
+// AllReduce call would, and a round may mix the two.
+type HostReducer interface {
+	AllReduceHost(data []byte, count int, dt DType, op Op) error
+}
+
 // Sentinel errors, for errors.Is; the errors of the implementations wrap them and name
 // the call that failed. ErrClosed and ErrArgument also match the runtime's sentinels
 // (runtime.ErrClosed, runtime.ErrInvalidArgument), so a caller that tests those sees

@@ -107,6 +107,31 @@ func (c *local) AllReduce(buf runtime.Buffer, off, count int, dt DType, op Op, s
 	return nil
 }
 
+// AllReduceHost is AllReduce for elements already in host memory (HostReducer).
+func (c *local) AllReduceHost(data []byte, count int, dt DType, op Op) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var err error
+	n := count * dt.Size()
+	switch {
+	case dt.Size() == 0 || !op.valid():
+		err = fmt.Errorf("%w: element type %v, operation %v", ErrArgument, dt, op)
+	case count < 0 || n > len(data):
+		err = fmt.Errorf("%w: %d elements of %v in %d bytes", ErrArgument, count, dt, len(data))
+	default:
+		if words := (n + 7) / 8; words > len(c.host) {
+			c.host = make([]uint64, words)
+		}
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(c.host))), n), data)
+	}
+	if err = c.g.join(c.rank, call{count: count, dt: dt, op: op, err: err}, c.host); err != nil {
+		return fmt.Errorf("collective: local rank %d of %d: AllReduceHost(count %d, %v, %v): %w", c.rank, c.g.n,
+			count, dt, op, err)
+	}
+	copy(data[:n], unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(c.host))), n))
+	return nil
+}
+
 // stage copies n bytes of buf from off into the rank's host memory, after the work
 // queued on stream, and returns them.
 func (c *local) stage(buf runtime.Buffer, off, n int, stream runtime.Stream) ([]byte, error) {

@@ -508,3 +508,51 @@ func TestAllReduceAllocatesNothing(t *testing.T) {
 	require.NoError(t, peerErr)
 	assert.Zero(t, allocs)
 }
+
+// TestLocalAllReduceHost: host memory reduces in place, in a round that may mix host and
+// device calls; a bad host call fails the round on every rank.
+func TestLocalAllReduceHost(t *testing.T) {
+	dev := cpuDevice(t)
+	comms := newLocal(t, 3)
+	vals := [][]uint64{{1, 9, 1 << 63}, {5, 2, 3}, {4, 4, 4}}
+	want := []uint64{5, 9, 1 << 63}
+	got := make([][]uint64, 3)
+	errs := onRanks(t, 3, func(rank int) error {
+		data := append([]uint64(nil), vals[rank]...)
+		got[rank] = data
+		if rank == 2 { // this rank's elements are in device memory
+			buf, err := dev.Alloc(24)
+			if err != nil {
+				return err
+			}
+			defer buf.Free()
+			s := dev.DefaultStream()
+			if err := s.CopyToDevice(buf, 0, runtime.BytesOf(data)); err != nil {
+				return err
+			}
+			if err := comms[rank].AllReduce(buf, 0, 3, collective.Uint64, collective.OpMax, s); err != nil {
+				return err
+			}
+			if err := s.CopyToHost(runtime.BytesOf(data), buf, 0); err != nil {
+				return err
+			}
+			return s.Synchronize()
+		}
+		return comms[rank].(collective.HostReducer).AllReduceHost(runtime.BytesOf(data), 3, collective.Uint64, collective.OpMax)
+	})
+	for r := range 3 {
+		require.NoError(t, errs[r], "rank %d", r)
+		assert.Equal(t, want, got[r], "rank %d", r)
+	}
+	errs = onRanks(t, 3, func(rank int) error {
+		count := 2
+		if rank == 1 {
+			count = 9 // more elements than its 16 bytes hold
+		}
+		return comms[rank].(collective.HostReducer).AllReduceHost(make([]byte, 16), count, collective.Uint64, collective.OpMax)
+	})
+	for r := range 3 {
+		assert.Error(t, errs[r], "rank %d", r)
+	}
+	assert.ErrorIs(t, errs[1], collective.ErrArgument)
+}

@@ -444,7 +444,8 @@ func (s *Sampler) sampleCall(lg Logits, params []Params, draws int, mode drawMod
 	if err := s.queue(&pl); err != nil {
 		return err
 	}
-	if sh != nil {
+	_, hostMerge := comm(sh).(collective.HostReducer)
+	if sh != nil && !hostMerge {
 		if err := sh.Comm.AllReduce(sc.results.buf, pl.out.keys(), pl.out.slots(), collective.Uint64, collective.OpMax, s.stream); err != nil {
 			return fmt.Errorf("gumbel/sampler: merging the shards' keys: %w", err)
 		}
@@ -454,6 +455,14 @@ func (s *Sampler) sampleCall(lg Logits, params []Params, draws int, mode drawMod
 	}
 	if err := s.stream.Synchronize(); err != nil {
 		return fmt.Errorf("gumbel/sampler: waiting for the sampling kernels: %w", err)
+	}
+	if hostMerge {
+		// Ranks in one process merge the keys where they are now, on the host.
+		keys := results[pl.out.keys() : pl.out.keys()+8*pl.out.slots()]
+		hr := sh.Comm.(collective.HostReducer)
+		if err := hr.AllReduceHost(keys, pl.out.slots(), collective.Uint64, collective.OpMax); err != nil {
+			return fmt.Errorf("gumbel/sampler: merging the shards' keys: %w", err)
+		}
 	}
 	s.dirty = false
 	pl.ok = true

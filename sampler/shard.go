@@ -66,6 +66,14 @@ func (s *Sampler) SampleShard(logits Logits, params []Params, sh Shard, res *Res
 	return s.sampleCall(logits, params, 1, drawReplace, &s.shard, res)
 }
 
+// comm is a call's communicator, nil without a shard.
+func comm(sh *Shard) collective.Comm {
+	if sh == nil {
+		return nil
+	}
+	return sh.Comm
+}
+
 // checkShard checks a call's shard against its local vocabulary.
 func checkShard(sh Shard, vocab int) error {
 	switch {
@@ -183,21 +191,8 @@ func (s *Sampler) shardLogprobs(lg Logits, params []Params, sh *Shard, res *Resu
 			row[2*me], row[2*me+1] = nan, nan
 		}
 	}
-	if _, err := s.scratch.merge.ensure(s.dev, 4*rows*w); err != nil {
+	if err := s.mergeSums(sh.Comm, host, rows*w); err != nil {
 		return err
-	}
-	buf := s.scratch.merge.buf
-	if err := s.stream.CopyToDevice(buf, 0, host); err != nil {
-		return fmt.Errorf("gumbel/sampler: staging the shard's log-normalisers: %w", err)
-	}
-	if err := sh.Comm.AllReduce(buf, 0, rows*w, collective.Float32, collective.OpSum, s.stream); err != nil {
-		return fmt.Errorf("gumbel/sampler: merging the shards' log-normalisers: %w", err)
-	}
-	if err := s.stream.CopyToHost(host, buf, 0); err != nil {
-		return fmt.Errorf("gumbel/sampler: copying the merged log-normalisers back: %w", err)
-	}
-	if err := s.stream.Synchronize(); err != nil {
-		return fmt.Errorf("gumbel/sampler: waiting for the log-normaliser merge: %w", err)
 	}
 	for i, p := range params {
 		if !p.Logprobs || res.Errs[i] != nil {
@@ -235,4 +230,32 @@ func logSumExp(pairs []float32, set int) float64 {
 		sum += math.Exp(float64(pairs[k]) - m)
 	}
 	return m + math.Log(sum)
+}
+
+// mergeSums adds up count float32 words of host over the ranks of c, in place: on the
+// host where the ranks share it, otherwise through the device's merge scratch.
+func (s *Sampler) mergeSums(c collective.Comm, host []byte, count int) error {
+	if hr, ok := c.(collective.HostReducer); ok {
+		if err := hr.AllReduceHost(host, count, collective.Float32, collective.OpSum); err != nil {
+			return fmt.Errorf("gumbel/sampler: merging the shards' log-normalisers: %w", err)
+		}
+		return nil
+	}
+	if _, err := s.scratch.merge.ensure(s.dev, len(host)); err != nil {
+		return err
+	}
+	buf := s.scratch.merge.buf
+	if err := s.stream.CopyToDevice(buf, 0, host); err != nil {
+		return fmt.Errorf("gumbel/sampler: staging the shard's log-normalisers: %w", err)
+	}
+	if err := c.AllReduce(buf, 0, count, collective.Float32, collective.OpSum, s.stream); err != nil {
+		return fmt.Errorf("gumbel/sampler: merging the shards' log-normalisers: %w", err)
+	}
+	if err := s.stream.CopyToHost(host, buf, 0); err != nil {
+		return fmt.Errorf("gumbel/sampler: copying the merged log-normalisers back: %w", err)
+	}
+	if err := s.stream.Synchronize(); err != nil {
+		return fmt.Errorf("gumbel/sampler: waiting for the log-normaliser merge: %w", err)
+	}
+	return nil
 }

@@ -36,6 +36,18 @@ func newShardRun(t *testing.T, dev runtime.Device, bounds []int, opts Options) *
 	return run
 }
 
+// deviceMerge hides the in-process group's host merge, so that the sampler merges through
+// the device buffers as it does with NCCL.
+type deviceMerge struct{ collective.Comm }
+
+// onDevice makes the run's ranks merge through the device (deviceMerge).
+func (run *shardRun) onDevice() *shardRun {
+	for i, c := range run.comms {
+		run.comms[i] = deviceMerge{c}
+	}
+	return run
+}
+
 // sample runs one SampleShard on every rank over the rows of logits (rows x V, host)
 // and returns each rank's result and error; params(r) gives rank r's params.
 func (run *shardRun) sample(t *testing.T, dev runtime.Device, logits []float32, vocab int, params func(r int) []Params) ([]Result, []error) {
@@ -72,14 +84,16 @@ func TestSampleShardMatchesWholeVocabulary(t *testing.T) {
 	dev := openCPU(t)
 	const vocab, rows = 4099, 9
 	tests := []struct {
-		name   string
-		bounds []int
-		opts   Options
+		name     string
+		bounds   []int
+		opts     Options
+		onDevice bool
 	}{
-		{"one shard", []int{0, vocab}, Options{}},
-		{"two even", []int{0, 2048, vocab}, Options{}},
-		{"three uneven", []int{0, 4, 3000, vocab}, Options{}},
-		{"four, split blocks", []int{0, 1024, 2048, 3072, vocab}, Options{Policy: &forcedSplit}},
+		{"one shard", []int{0, vocab}, Options{}, false},
+		{"two even", []int{0, 2048, vocab}, Options{}, false},
+		{"three uneven", []int{0, 4, 3000, vocab}, Options{}, false},
+		{"four, split blocks", []int{0, 1024, 2048, 3072, vocab}, Options{Policy: &forcedSplit}, false},
+		{"two, merged on the device", []int{0, 2048, vocab}, Options{}, true},
 	}
 	rng := rand.New(rand.NewPCG(41, 41))
 	logits := randomLogits(rng, rows, vocab, 3)
@@ -114,6 +128,9 @@ func TestSampleShardMatchesWholeVocabulary(t *testing.T) {
 				var ref Result
 				require.NoError(t, whole.SampleFloat32(logits, vocab, want, &ref))
 				run := newShardRun(t, dev, tc.bounds, tc.opts)
+				if tc.onDevice {
+					run.onDevice()
+				}
 				res, errs := run.sample(t, dev, logits, vocab, func(r int) []Params {
 					ps := make([]Params, rows)
 					copy(ps, want)
@@ -255,8 +272,11 @@ func TestSampleShardLogprobs(t *testing.T) {
 	whole := newSampler(t, dev, Options{})
 	var ref Result
 	require.NoError(t, whole.SampleFloat32(logits, vocab, params, &ref))
-	for _, bounds := range [][]int{{0, vocab}, {0, 1500, vocab}, {0, 8, 2000, vocab}} {
+	for k, bounds := range [][]int{{0, vocab}, {0, 1500, vocab}, {0, 8, 2000, vocab}, {0, 1500, vocab}} {
 		run := newShardRun(t, dev, bounds, Options{})
+		if k == 3 {
+			run.onDevice() // the same split, merged through the device
+		}
 		res, errs := run.sample(t, dev, logits, vocab, func(r int) []Params {
 			ps := append([]Params(nil), params...)
 			ps[2].Bitmask = shardMask(mask, bounds[r], bounds[r+1])
