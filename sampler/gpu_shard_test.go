@@ -134,6 +134,15 @@ func BenchmarkGPUShard(b *testing.B) {
 	}
 }
 
+// columns is tokens [lo, hi) of every row of logits (rows of vocab), as one rank holds them.
+func columns(logits []float32, vocab, lo, hi int) []float32 {
+	out := make([]float32, 0, len(logits)/vocab*(hi-lo))
+	for i := 0; i < len(logits); i += vocab {
+		out = append(out, logits[i+lo:i+hi]...)
+	}
+	return out
+}
+
 // ncclRanks opens CUDA devices 0 and 1 and joins them in one NCCL communicator (InitAll,
 // one process); it skips the test on a host with fewer than two GPUs, which cannot run it.
 func ncclRanks(t testing.TB) ([]runtime.Device, []collective.Comm) {
@@ -180,11 +189,7 @@ func TestGPUShardNCCLTwoRanks(t *testing.T) {
 		full := uploadTo(t, devs[0], logits)
 		var parts [2]runtime.Buffer
 		for r := range 2 {
-			part := make([]float32, 0, rows*half)
-			for i := range rows {
-				part = append(part, logits[i*qwenVocab+r*half:i*qwenVocab+(r+1)*half]...)
-			}
-			parts[r] = uploadTo(t, devs[r], part)
+			parts[r] = uploadTo(t, devs[r], columns(logits, qwenVocab, r*half, (r+1)*half))
 		}
 		var ref sampler.Result
 		res := make([]sampler.Result, 2)
@@ -238,10 +243,7 @@ func BenchmarkGPUShardNCCL(b *testing.B) {
 			var lgs [2]sampler.Logits
 			var ss [2]*sampler.Sampler
 			for r := range 2 {
-				part := make([]float32, 0, rows*half)
-				for i := range rows {
-					part = append(part, logits[i*qwenVocab+r*half:i*qwenVocab+(r+1)*half]...)
-				}
+				part := columns(logits, qwenVocab, r*half, (r+1)*half)
 				lgs[r] = sampler.Logits{Data: uploadTo(b, devs[r], part), DType: sampler.Float32, Rows: rows, Vocab: half}
 				ss[r] = gpuSampler(b, devs[r], sampler.Options{Seed: 9})
 			}

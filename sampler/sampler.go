@@ -444,7 +444,10 @@ func (s *Sampler) sampleCall(lg Logits, params []Params, draws int, mode drawMod
 	if err := s.queue(&pl); err != nil {
 		return err
 	}
-	_, hostMerge := comm(sh).(collective.HostReducer)
+	hostMerge := false
+	if sh != nil {
+		_, hostMerge = sh.Comm.(collective.HostReducer)
+	}
 	if sh != nil && !hostMerge {
 		if err := sh.Comm.AllReduce(sc.results.buf, pl.out.keys(), pl.out.slots(), collective.Uint64, collective.OpMax, s.stream); err != nil {
 			return fmt.Errorf("gumbel/sampler: merging the shards' keys: %w", err)

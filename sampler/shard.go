@@ -53,6 +53,8 @@ type Shard struct {
 //
 // Every rank must make the same calls in the same order: a call that returns an error
 // before the merge (a bad Shard or shape) on one rank leaves the others waiting in it.
+// Relaunch after SampleShard repeats the call's last kernels only (the log-probability
+// pass's, when a row asked for them), never the merge.
 func (s *Sampler) SampleShard(logits Logits, params []Params, sh Shard, res *Result) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -64,14 +66,6 @@ func (s *Sampler) SampleShard(logits Logits, params []Params, sh Shard, res *Res
 	}
 	s.shard = sh // in the sampler, not escaping to the heap per call
 	return s.sampleCall(logits, params, 1, drawReplace, &s.shard, res)
-}
-
-// comm is a call's communicator, nil without a shard.
-func comm(sh *Shard) collective.Comm {
-	if sh == nil {
-		return nil
-	}
-	return sh.Comm
 }
 
 // checkShard checks a call's shard against its local vocabulary.
