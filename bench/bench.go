@@ -243,51 +243,52 @@ func Measure(dev runtime.Device, p Point, logits runtime.Buffer, cfg Config) (Me
 	m.AllocsPerCall = float64(after.Mallocs-before.Mallocs) / float64(cfg.HostCalls)
 	m.HostUs = median(host)
 
-	// Device time: events around back-to-back relaunches of the last call's kernels.
-	st := s.Stream()
+	m.DeviceUs, m.GraphUs, err = DeviceTime(dev, s.Stream(), relaunch, cfg)
+	return m, err
+}
+
+// DeviceTime times the device work that relaunch queues on st: the median over
+// cfg.Groups groups of events around cfg.Repeats back-to-back relaunches, and, where
+// st can capture graphs, the median step of a graph of stepsPerGraph relaunches
+// replayed (0 otherwise). Both are µs per relaunch.
+func DeviceTime(dev runtime.Device, st runtime.Stream, relaunch func() error, cfg Config) (deviceUs, graphUs float64, err error) {
 	start, err := dev.NewEvent()
 	if err != nil {
-		return m, err
+		return 0, 0, err
 	}
 	defer start.Close()
 	stop, err := dev.NewEvent()
 	if err != nil {
-		return m, err
+		return 0, 0, err
 	}
 	defer stop.Close()
 	groups := make([]float64, cfg.Groups)
 	for g := range groups {
 		if err := st.Record(start); err != nil {
-			return m, err
+			return 0, 0, err
 		}
 		for range cfg.Repeats {
 			if err := relaunch(); err != nil {
-				return m, err
+				return 0, 0, err
 			}
 		}
 		if err := st.Record(stop); err != nil {
-			return m, err
+			return 0, 0, err
 		}
 		if err := stop.Synchronize(); err != nil {
-			return m, err
+			return 0, 0, err
 		}
 		ms, err := stop.ElapsedSince(start)
 		if err != nil {
-			return m, err
+			return 0, 0, err
 		}
 		groups[g] = float64(ms) * 1e3 / float64(cfg.Repeats)
 	}
-	m.DeviceUs = median(groups)
-
-	// The same step captured once into a graph and replayed.
+	deviceUs = median(groups)
 	if gc, ok := st.(runtime.GraphCapturer); ok {
-		us, err := graphTime(s.Stream(), relaunch, gc, start, stop, cfg)
-		if err != nil {
-			return m, err
-		}
-		m.GraphUs = us
+		graphUs, err = graphTime(st, relaunch, gc, start, stop, cfg)
 	}
-	return m, nil
+	return deviceUs, graphUs, err
 }
 
 // graphTime captures stepsPerGraph relaunches of a step into a graph on st and returns

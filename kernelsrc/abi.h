@@ -9,7 +9,7 @@
 #define GB_F16 1 // IEEE binary16, suffix _f16.
 #define GB_BF16 2 // The top half of an IEEE binary32 (bfloat16), suffix _bf16.
 
-#define GB_NUM_ARGS 15 // The number of arguments of every kernel.
+#define GB_NUM_ARGS 16 // The number of arguments of every kernel.
 
 // Row flags. A kernel ignores the flags it has no use for; a reserved bit set is bad parameters.
 #define GB_FLAG_LOGPROBS 1u // Write the log-probability record of every output slot of the row.
@@ -24,14 +24,16 @@
 #define GB_FLAG_FILTERED 512u // With FlagRouted, the row belongs to the filter_max and filtered kernels.
 #define GB_FLAG_BITMASK 1024u // Apply mask row BitmaskRow of the bitmask argument (a grammar's allowed tokens), on top of FlagMask.
 #define GB_FLAG_SHARD 2048u // The row is a vocabulary shard (gumbel_argmax only; status 3 elsewhere): element i is global token vocab_offset + i, noised there, and the draw also writes its shard key.
+#define GB_FLAG_CHAIN_END 4096u // The row is the last position of its chain (residual): it has no draft token, and draws from p when every draft before it is accepted.
 #define GB_FLAGS_PROCESSORS 1248u // The flags of the logit processors.
-#define GB_FLAGS_RESERVED 0xFFFFF000u // The bits a row must leave clear.
+#define GB_FLAGS_RESERVED 0xFFFFE000u // The bits a row must leave clear.
 
 // Status codes.
 #define GB_STATUS_OK 0 // The token is the sampled index.
 #define GB_STATUS_NONFINITE 1 // The row holds NaN or +Inf (after bias and penalties); token -1.
 #define GB_STATUS_NO_FINITE 2 // Every processed logit of the row is -Inf or masked; token -1.
 #define GB_STATUS_BAD_PARAMS 3 // Bad temperature, reserved flags, or buffers that cannot hold the row; token -1.
+#define GB_STATUS_NOT_REACHED 4 // The position lies past its chain's stop (residual); token -1.
 
 // Observations.
 #define GB_SEEN_NONFINITE 1u // A NaN or +Inf processed logit (before the mask).
@@ -41,6 +43,7 @@
 #define GB_PURPOSE_GUMBEL 1u // The main word of an element's Gumbel noise.
 #define GB_PURPOSE_GUMBEL_TAIL 2u // The tail-extension word, read when the main word is below TailThreshold.
 #define GB_PURPOSE_CATEGORICAL 3u // The 64-bit uniform of the categorical draw.
+#define GB_PURPOSE_SPECULATIVE 5u // The acceptance uniform of a draft token at its position.
 #define GB_TAIL_THRESHOLD 16777216u // Main words below it take the tail word.
 #define GB_MAX_GUMBEL 45.1f // Bounds the Gumbel noise from above.
 
@@ -67,6 +70,7 @@
 #define GB_BITMASK_ROW_OFFSET 56 // The byte offset of the BitmaskRow field.
 
 #define GB_TOKEN_OFFSET 60 // The byte offset of the Token field.
+#define GB_RESIDUAL_STRIDE 2 // The partials words of one residual block: its packed winner over the residual, then its packed winner over p (the fallback when the residual holds no mass).
 #define GB_SCORE_STRIDE 3 // The partials words of one score block: its raw and processed log-sum-exp pairs, then the count of its logits at or above the token's.
 
 // RowParams (package abi): one launch row's parameters, 64-bit fields as two words, low
@@ -83,7 +87,7 @@ struct gb_row_params {
     float repetition_penalty; // Divides positive and multiplies negative logits of seen tokens (FlagPenalties); 1 is off.
     float frequency_penalty; // Subtracted once per time a token was drawn (FlagPenalties).
     float presence_penalty; // Subtracted from every token drawn at least once (FlagPenalties).
-    unsigned int topn; // The n of the topn kernels, 1 to MaxTopN.
+    unsigned int topn; // The n of the topn kernels, 1 to MaxTopN; residual: the draft row holding the drafter's probabilities at this position.
     unsigned int bitmask_row; // The row of the bitmask argument the row applies (FlagBitmask).
-    unsigned int token; // The token the score kernel scores, in [0, V).
+    unsigned int token; // The token the score kernel scores, in [0, V); residual: the draft token at this position (none with FlagChainEnd).
 };

@@ -19,7 +19,8 @@
 //     the tail-extension word, [PurposeCategorical] for the categorical draw (element
 //     index 0 and 1 give the two words of its 64-bit uniform), [PurposeSpeculative] for
 //     the acceptance uniform of a draft token at its decode position (the trial-th
-//     token tried there at index 4·trial, words 0 and 1), and reserved values for
+//     token tried there at index 4·trial, words 0 and 1; [DraftUniform] the top 24 bits
+//     of word 1 at index 0), and reserved values for
 //     later uses. Changing any of this changes sampled streams for equal seeds, so it
 //     bumps [ContractVersion] and is noted in the CHANGELOG.
 //   - A row's seed is its own (a nonzero seed, or seed 0 asked for explicitly). A row
@@ -193,6 +194,17 @@ func SplitMix64(x uint64) uint64 {
 func SpeculativeUniform(seed, step uint64, trial uint32) float64 {
 	b := Block(Counter(4*trial, step, PurposeSpeculative), Key(seed))
 	return float64((uint64(b[1])<<32|uint64(b[0]))>>11) * 0x1p-53
+}
+
+// DraftUniform returns the uniform in [0, 1) that decides, on the device, whether the
+// draft token at decode position step of a chain drafted with known probabilities is
+// accepted (Sampler.VerifyChainProbs): the top 24 bits of word 1 of the
+// PurposeSpeculative block at index 0, exact in float32 (the top bits of
+// SpeculativeUniform's trial 0, so both verifications see one stream). The token is
+// accepted when fl(u·q) < p, q its draft probability and p its target probability.
+func DraftUniform(seed, step uint64) float32 {
+	b := Block(Counter(0, step, PurposeSpeculative), Key(seed))
+	return float32(b[1]>>8) * 0x1p-24
 }
 
 // CategoricalUniform64 returns the 64-bit uniform of the categorical draw of one row:

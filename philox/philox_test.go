@@ -196,3 +196,16 @@ func TestSpeculativeUniform(t *testing.T) {
 	}
 	assert.InDelta(t, 0.5, sum/n, 0.005)
 }
+
+// TestDraftUniform: the device's acceptance uniform is SpeculativeUniform's trial 0
+// truncated to 24 bits, exact in float32, in [0, 1).
+func TestDraftUniform(t *testing.T) {
+	for _, seed := range []uint64{0, 0x1234, 1 << 63} {
+		for step := range uint64(2000) {
+			u := DraftUniform(seed, step)
+			require.True(t, u >= 0 && u < 1)
+			want := math.Floor(SpeculativeUniform(seed, step, 0)*(1<<24)) / (1 << 24)
+			require.Equal(t, want, float64(u), "seed %#x step %d", seed, step)
+		}
+	}
+}

@@ -390,6 +390,7 @@ func (b *Batch) launch(lg Logits, stride, k int) error {
 		a.Buffer(s.scratch.unused.buf)
 	}
 	a.U32(0).Buffer(s.scratch.unused.buf) // no vocabulary shard
+	a.Buffer(s.scratch.unused.buf)        // no draft probabilities
 	grid := runtime.Dim3{X: split, Y: b.rows, Z: draws}
 	block := runtime.Dim3{X: lk.block, Y: 1, Z: 1}
 	if err := s.stream.Launch(lk.kernel, grid, block, a); err != nil {

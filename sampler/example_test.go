@@ -282,6 +282,49 @@ func ExampleSampler_VerifyChain() {
 	// request 1: 2 accepted, emits [0 1 2]
 }
 
+// Speculative decoding with a draft model: the drafter sampled its two tokens from its
+// own distributions, which VerifyChainProbs reads beside the target's logits. A draft
+// the target finds likelier than the drafter did is always kept; at the first
+// rejection the token comes from where the target has more mass than the drafter.
+func ExampleSampler_VerifyChainProbs() {
+	dev, s := newCPUSampler()
+	defer dev.Close()
+	defer s.Close()
+
+	const vocab = 4
+	logits := []float32{
+		0, 9, 0, 0, // position 0: the target is sure of token 1
+		0, 0, 0, 9, // position 1: and of token 3, not the draft's 2
+		9, 0, 0, 0, // position 2: unused once a draft is rejected
+	}
+	probs := []float32{
+		0.1, 0.6, 0.2, 0.1, // the drafter at position 0: it drew token 1
+		0.1, 0.1, 0.7, 0.1, // at position 1: it drew token 2
+	}
+	upload := func(xs []float32, rows int) sampler.Logits {
+		buf, err := dev.Alloc(4 * len(xs))
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := dev.DefaultStream().CopyToDevice(buf, 0, runtime.BytesOf(xs)); err != nil {
+			log.Fatal(err)
+		}
+		return sampler.Logits{Data: buf, DType: sampler.Float32, Rows: rows, Vocab: vocab}
+	}
+	lg, draft := upload(logits, 3), upload(probs, 2)
+	defer lg.Data.Free()
+	defer draft.Data.Free()
+	params := []sampler.Params{{Temperature: 1, Seed: 7, Step: 100}}
+	drafts := []sampler.Draft{{Tokens: []int32{1, 2}, Row: 0, ProbsRow: 0}}
+	var res sampler.Verified
+	if err := s.VerifyChainProbs(lg, draft, params, drafts, &res); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d accepted, emits %v\n", res.Accepted[0], res.Tokens[0])
+	// Output:
+	// 1 accepted, emits [1 3]
+}
+
 // Tree drafts: the drafter proposed two alternatives for the next position and a
 // follow-up to the second; a greedy request follows the branch the target agrees with.
 func ExampleSampler_VerifyTree() {

@@ -25,6 +25,7 @@ const (
 	kernelFilterMax
 	kernelFiltered
 	kernelScore
+	kernelResidual
 	numKernels
 )
 
@@ -32,7 +33,8 @@ const numDTypes = len(abi.DTypes)
 
 // kernelFamilies are the ABI's kernel families of the slots.
 var kernelFamilies = [numKernels]string{kernelGumbel: abi.GumbelArgmax, kernelCategorical: abi.Categorical,
-	kernelTopN: abi.TopN, kernelFilterMax: abi.FilterMax, kernelFiltered: abi.Filtered, kernelScore: abi.Score}
+	kernelTopN: abi.TopN, kernelFilterMax: abi.FilterMax, kernelFiltered: abi.Filtered, kernelScore: abi.Score,
+	kernelResidual: abi.Residual}
 
 // launchKernel is a kernel with the block width it is launched with.
 type launchKernel struct {
@@ -56,10 +58,13 @@ type Sampler struct {
 	topnErr error
 	// scoreErr says why the module has no score kernels; Score reports it.
 	scoreErr error
-	set      Settings
-	args     runtime.Args
-	scratch  scratch
-	procs    processors
+	// residualErr says why the module has no residual kernels; VerifyChainProbs
+	// reports it.
+	residualErr error
+	set         Settings
+	args        runtime.Args
+	scratch     scratch
+	procs       processors
 	// dirty is set when a call failed after queuing work: the next call waits for
 	// the stream and zeroes the counters, which a half-done launch may have left set.
 	dirty bool
@@ -135,14 +140,17 @@ func New(dev runtime.Device, opts Options) (*Sampler, error) {
 		for k, family := range kernelFamilies {
 			name := abi.KernelName(family, dt)
 			kern, err := module.Kernel(name)
-			if err != nil && (k == kernelTopN || k == kernelScore) && errors.Is(err, runtime.ErrNoKernel) {
-				// Sampling works without topn and score; only the calls that need them
-				// fail.
+			if err != nil && (k == kernelTopN || k == kernelScore || k == kernelResidual) && errors.Is(err, runtime.ErrNoKernel) {
+				// Sampling works without topn, score and residual; only the calls that
+				// need them fail.
 				missing := fmt.Errorf("gumbel/sampler: kernel %s: %w", name, err)
-				if k == kernelTopN {
+				switch k {
+				case kernelTopN:
 					s.topnErr = missing
-				} else {
+				case kernelScore:
 					s.scoreErr = missing
+				default:
+					s.residualErr = missing
 				}
 				continue
 			}
@@ -226,11 +234,13 @@ const (
 	groupDistinct
 	groupTop
 	groupScore
+	// groupResidual follows groupScore: its rows read the records score wrote.
+	groupResidual
 	numGroups
 )
 
 // kernelOfGroup is the kernel each launch group runs.
-var kernelOfGroup = [numGroups]int{kernelGumbel, kernelCategorical, kernelFiltered, kernelTopN, kernelTopN, kernelScore}
+var kernelOfGroup = [numGroups]int{kernelGumbel, kernelCategorical, kernelFiltered, kernelTopN, kernelTopN, kernelScore, kernelResidual}
 
 // plan is what a call launched: enough to queue the same launches again (Relaunch).
 type plan struct {
@@ -250,6 +260,12 @@ type plan struct {
 	hostBitmask bool
 	// shard is the vocabulary shard of a SampleShard call; nil otherwise.
 	shard *Shard
+	// draft (from byte draftOff) holds the draft probabilities of a VerifyChainProbs
+	// call; nil otherwise.
+	draft    runtime.Buffer
+	draftOff int
+	// chains counts the chains of the residual group's rows.
+	chains int
 }
 
 // appendBitmask appends the bitmask argument (ABI argument 12) of a plan's launches.
@@ -518,7 +534,8 @@ func (s *Sampler) copyBack(results []byte, pl *plan, wantLogprobs bool) error {
 		on        bool
 		off, size int
 	}
-	mainRows := pl.groups[groupGumbel] + pl.groups[groupCategorical] + pl.groups[groupFiltered] + pl.groups[groupScore]
+	mainRows := pl.groups[groupGumbel] + pl.groups[groupCategorical] + pl.groups[groupFiltered] + pl.groups[groupScore] +
+		pl.groups[groupResidual]
 	for _, r := range [...]region{
 		{mainRows > 0, out.tokens(), 8 * out.slots()},
 		{mainRows > 0 && wantLogprobs, out.logprobs(), 16 * out.slots()},
@@ -615,10 +632,15 @@ func (s *Sampler) blocksPerRow(rows, vocab int) int {
 	return s.set.Policy.BlocksPerRow(rows, vocab)
 }
 
-// groupSplit is the blocks per row of launch group g of n rows.
-func (s *Sampler) groupSplit(g, n, vocab int) int {
-	if g == groupCategorical {
+// groupSplit is the blocks per row of launch group g of n rows of plan pl.
+func (s *Sampler) groupSplit(pl *plan, g, n, vocab int) int {
+	switch {
+	case g == groupCategorical:
 		return 1
+	case g == groupResidual && pl.chains > 0:
+		// One position per chain scans its row (the others return at once): split
+		// for the rows that work.
+		n = pl.chains
 	}
 	return s.blocksPerRow(n, vocab)
 }
@@ -645,7 +667,7 @@ func (s *Sampler) prepare(pl *plan) error {
 		if n == 0 {
 			continue
 		}
-		p, c := scratchNeeds(g, min(n, maxRowsPerLaunch), pl.draws, s.groupSplit(g, n, pl.logits.Vocab))
+		p, c := scratchNeeds(g, min(n, maxRowsPerLaunch), pl.draws, s.groupSplit(pl, g, n, pl.logits.Vocab))
 		needPartials, needCounters = max(needPartials, p), max(needCounters, c)
 	}
 	if _, err := sc.params.ensure(s.dev, slots*RowParamsSize); err != nil {
@@ -696,7 +718,7 @@ func (s *Sampler) launchGroup(pl *plan, g, first, n int) error {
 	if lk.kernel == nil {
 		return s.topnErr
 	}
-	split := s.groupSplit(g, n, lg.Vocab)
+	split := s.groupSplit(pl, g, n, lg.Vocab)
 	if g == groupFiltered {
 		// filter_max and filtered chunk by chunk: each chunk's maxima sit at the same
 		// partials words.
@@ -721,7 +743,7 @@ func (s *Sampler) launchGroup(pl *plan, g, first, n int) error {
 		out0, out1, records, draws = out.topTokens(), out.topValues(), -1, 1
 	case groupDistinct:
 		out0, out1, records, draws = out.distinctTokens(), out.distinctValues(), -1, 1
-	case groupScore:
+	case groupScore, groupResidual:
 		draws = 1
 	}
 	return s.launchRows(pl, lk, first, n, split, draws, out0, out1, records)
@@ -755,6 +777,11 @@ func (s *Sampler) launchRows(pl *plan, lk launchKernel, first, n, split, draws, 
 			a.U32(uint32(pl.shard.Offset)).BufferAt(sc.results.buf, pl.out.keys())
 		} else {
 			a.U32(0).Buffer(sc.unused.buf)
+		}
+		if pl.draft != nil {
+			a.BufferAt(pl.draft, pl.draftOff)
+		} else {
+			a.Buffer(sc.unused.buf)
 		}
 		grid := runtime.Dim3{X: split, Y: chunk, Z: draws}
 		block := runtime.Dim3{X: lk.block, Y: 1, Z: 1}

@@ -19,10 +19,11 @@ var ErrVerifyFiltered = errors.New("gumbel/sampler: verification needs a request
 // the wrong length.
 var ErrDraft = errors.New("gumbel/sampler: draft does not fit the logits")
 
-// Draft is one request's chain of draft tokens for VerifyChain: K tokens proposed for
-// the K positions after the request's last token by a deterministic drafter (n-gram
-// lookup, prompt lookup, a greedy draft model), checked against the target model's logits
-// at K+1 positions.
+// Draft is one request's chain of draft tokens: K tokens proposed for the K positions
+// after the request's last token, checked against the target model's logits at K+1
+// positions. VerifyChain takes them from a deterministic drafter (n-gram lookup, prompt
+// lookup, a greedy draft model); VerifyChainProbs from a drafter that sampled them from
+// known distributions.
 type Draft struct {
 	// Tokens are the K draft tokens; K may be 0 (then one token is sampled).
 	Tokens []int32
@@ -33,6 +34,9 @@ type Draft struct {
 	// position, as a grammar gives them along the draft; nil entries leave a position
 	// free. The request's own Params.Bitmask must then be nil.
 	Bitmasks [][]int32
+	// ProbsRow is read by VerifyChainProbs only: the row of its draft probabilities
+	// that draft token 0 was drawn from; token k's is ProbsRow+k.
+	ProbsRow int
 }
 
 // DraftTree is one request's tree of draft tokens for VerifyTree, as tree drafters
@@ -95,6 +99,12 @@ func (s *Sampler) VerifyChain(logits Logits, params []Params, drafts []Draft, re
 	if len(drafts) != len(params) {
 		return fmt.Errorf("%w: %d drafts for %d requests", ErrShape, len(drafts), len(params))
 	}
+	return s.verify(logits, params, s.chainTrees(drafts), res)
+}
+
+// chainTrees views chains of drafts as trees without branches: draft k's parent is
+// draft k-1.
+func (s *Sampler) chainTrees(drafts []Draft) []DraftTree {
 	s.verifyTrees = resized(s.verifyTrees, len(drafts))
 	total := 0
 	for _, d := range drafts {
@@ -111,7 +121,7 @@ func (s *Sampler) VerifyChain(logits Logits, params []Params, drafts []Draft, re
 		}
 		s.verifyTrees[b] = DraftTree{Tokens: d.Tokens, Parents: parents[start:], Row: d.Row, Bitmasks: d.Bitmasks}
 	}
-	return s.verify(logits, params, s.verifyTrees, res)
+	return s.verifyTrees
 }
 
 // VerifyTree verifies trees of draft tokens against the target model's logits,
@@ -146,41 +156,10 @@ func (s *Sampler) VerifyTree(logits Logits, params []Params, trees []DraftTree, 
 
 // verify is VerifyChain and VerifyTree with the lock held.
 func (s *Sampler) verify(logits Logits, params []Params, trees []DraftTree, res *Verified) error {
-	if s.closed {
-		return ErrClosed
-	}
-	if res == nil {
-		return fmt.Errorf("%w: nil *Verified", ErrShape)
-	}
-	if len(trees) != len(params) {
-		return fmt.Errorf("%w: %d drafts for %d requests", ErrShape, len(trees), len(params))
-	}
-	stride, err := checkLogits(logits, logits.Rows)
+	v, err := s.startVerify(logits, params, trees, res)
 	if err != nil {
 		return err
 	}
-	vocab := logits.Vocab
-	if err := s.procs.checkCall(logits.Rows, vocab); err != nil {
-		return err
-	}
-	if err := checkCallBitmasks(logits, params, logits.Rows); err != nil {
-		return err
-	}
-	if logits.Bitmask != nil {
-		for b := range trees {
-			if trees[b].Bitmasks != nil {
-				return fmt.Errorf("%w: request %d has host bitmasks in a call with a device one (Logits.Bitmask)", ErrShape, b)
-			}
-		}
-	}
-	if s.scoreErr != nil {
-		return s.scoreErr
-	}
-	if s.topnErr != nil {
-		return s.topnErr
-	}
-	v := &verifyCall{s: s, lg: logits, stride: stride, params: params, trees: trees, res: res}
-	v.check()
 	if err := v.scoreRounds(); err != nil {
 		return err
 	}
@@ -189,6 +168,47 @@ func (s *Sampler) verify(logits Logits, params []Params, trees []DraftTree, res 
 		return err
 	}
 	return v.recordRound()
+}
+
+// startVerify checks a verification call and every request in it (a bad request gets
+// its error in res.Errs) and lays out the call's state.
+func (s *Sampler) startVerify(logits Logits, params []Params, trees []DraftTree, res *Verified) (*verifyCall, error) {
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if res == nil {
+		return nil, fmt.Errorf("%w: nil *Verified", ErrShape)
+	}
+	if len(trees) != len(params) {
+		return nil, fmt.Errorf("%w: %d drafts for %d requests", ErrShape, len(trees), len(params))
+	}
+	stride, err := checkLogits(logits, logits.Rows)
+	if err != nil {
+		return nil, err
+	}
+	vocab := logits.Vocab
+	if err := s.procs.checkCall(logits.Rows, vocab); err != nil {
+		return nil, err
+	}
+	if err := checkCallBitmasks(logits, params, logits.Rows); err != nil {
+		return nil, err
+	}
+	if logits.Bitmask != nil {
+		for b := range trees {
+			if trees[b].Bitmasks != nil {
+				return nil, fmt.Errorf("%w: request %d has host bitmasks in a call with a device one (Logits.Bitmask)", ErrShape, b)
+			}
+		}
+	}
+	if s.scoreErr != nil {
+		return nil, s.scoreErr
+	}
+	if s.topnErr != nil {
+		return nil, s.topnErr
+	}
+	v := &verifyCall{s: s, lg: logits, stride: stride, params: params, trees: trees, res: res}
+	v.check()
+	return v, nil
 }
 
 // verifyCall is one verification call's state.
@@ -352,21 +372,26 @@ func (v *verifyCall) maskRow(p Params, row int, masks *[][]int32) int {
 // launch runs one round: its RowParams already written in host, the host masks listed
 // in masks.
 func (v *verifyCall) launch(groups [numGroups]int, draws int, host []byte, masks [][]int32) ([]byte, error) {
-	s := v.s
 	pl := plan{logits: v.lg, stride: v.stride, draws: draws, groups: groups, out: outLayout{rows: v.lg.Rows, draws: draws}}
+	return v.launchPlan(&pl, host, masks)
+}
+
+// launchPlan runs one round of plan pl, its logits bitmask taken from the call.
+func (v *verifyCall) launchPlan(pl *plan, host []byte, masks [][]int32) ([]byte, error) {
+	s := v.s
 	switch {
 	case v.lg.Bitmask != nil:
 		pl.bitmask, pl.bitmaskOff = v.lg.Bitmask.Data, v.lg.Bitmask.Offset
 	case len(masks) > 0:
 		pl.hostBitmask = true
 	}
-	if err := s.prepare(&pl); err != nil {
+	if err := s.prepare(pl); err != nil {
 		return nil, err
 	}
 	if err := s.stageBitmasks(masks, v.lg.Vocab); err != nil {
 		return nil, err
 	}
-	return s.runPlan(&pl, host, true)
+	return s.runPlan(pl, host, true)
 }
 
 // child returns the index of node n's j-th child (draft node index), or -1.

@@ -29,6 +29,11 @@ const (
 	// Score is scoring: the raw and processed log-probabilities and the raw rank of a
 	// given token per row, S blocks per row, nothing drawn.
 	Score = "score"
+	// Residual is speculative verification with the drafter's probabilities: each
+	// launch row is one position of a chain of draft tokens, accepted or rejected on the
+	// device from score's records, and the position where the chain stops draws its
+	// token from the residual max(p - q, 0), or from p after the last draft.
+	Residual = "residual"
 )
 
 // DType is the element type of the logits, the kernel's name suffix and its template
@@ -71,7 +76,7 @@ func (d DType) Size() int {
 // "gumbel_argmax_bf16".
 func KernelName(family string, d DType) string { return family + d.Suffix() }
 
-// Arg is the position of a kernel argument. Every kernel takes the fifteen arguments in
+// Arg is the position of a kernel argument. Every kernel takes the sixteen arguments in
 // this order; a buffer whose feature no row of the launch uses may be any valid buffer of
 // at least 8 bytes, which the kernel never reads or writes.
 type Arg int
@@ -116,10 +121,13 @@ const (
 	// ArgShard (buffer, uint64): the shard key of each output slot of the rows with
 	// FlagShard (gumbel_argmax), merged across shards by a maximum.
 	ArgShard Arg = 14
+	// ArgDraft (buffer, float32): V draft probabilities per draft row (residual): row
+	// topn of a launch row is the drafter's distribution at that row's position.
+	ArgDraft Arg = 15
 )
 
 // NumArgs is the number of arguments of every kernel.
-const NumArgs = 15
+const NumArgs = 16
 
 // Flags is RowParams word 9: the features of a row.
 type Flags uint32
@@ -159,10 +167,13 @@ const (
 	// element i is global token vocab_offset + i, noised there, and the draw also writes
 	// its shard key.
 	FlagShard Flags = 1 << 11
+	// FlagChainEnd: the row is the last position of its chain (residual): it has no
+	// draft token, and draws from p when every draft before it is accepted.
+	FlagChainEnd Flags = 1 << 12
 	// FlagsProcessors are the flags of the logit processors.
 	FlagsProcessors = FlagBias | FlagMask | FlagPenalties | FlagBitmask
 	// FlagsReserved are the bits a row must leave clear.
-	FlagsReserved Flags = ^Flags(1<<12 - 1)
+	FlagsReserved Flags = ^Flags(1<<13 - 1)
 )
 
 // Status is what a kernel reports for an output slot.
@@ -179,6 +190,8 @@ const (
 	// StatusBadParams: bad temperature, reserved flags, or buffers that cannot hold the
 	// row; token -1.
 	StatusBadParams Status = 3
+	// StatusNotReached: the position lies past its chain's stop (residual); token -1.
+	StatusNotReached Status = 4
 )
 
 // Seen is what the blocks of a row observed, ORed into the row's flags counter.
@@ -201,6 +214,8 @@ const (
 	PurposeGumbelTail = uint32(philox.PurposeGumbelTail)
 	// PurposeCategorical: the 64-bit uniform of the categorical draw.
 	PurposeCategorical = uint32(philox.PurposeCategorical)
+	// PurposeSpeculative: the acceptance uniform of a draft token at its position.
+	PurposeSpeculative = uint32(philox.PurposeSpeculative)
 	// TailThreshold: main words below it take the tail word.
 	TailThreshold uint32 = philox.TailThreshold
 	// MaxGumbel bounds the Gumbel noise from above.

@@ -37,11 +37,13 @@ type RowParams struct {
 	FrequencyPenalty float32
 	// PresencePenalty is subtracted from every token drawn at least once (FlagPenalties).
 	PresencePenalty float32
-	// TopN is the n of the topn kernels, 1 to MaxTopN.
+	// TopN is the n of the topn kernels, 1 to MaxTopN; residual: the draft row holding
+	// the drafter's probabilities at this position.
 	TopN uint32
 	// BitmaskRow is the row of the bitmask argument the row applies (FlagBitmask).
 	BitmaskRow uint32
-	// Token is the token the score kernel scores, in [0, V).
+	// Token is the token the score kernel scores, in [0, V); residual: the draft token
+	// at this position (none with FlagChainEnd).
 	Token uint32
 }
 

@@ -8,7 +8,7 @@ type Launch struct {
 
 // draws is D, at least 1; topn and score launches count one.
 func (l Launch) draws(family string) int {
-	if family == TopN || family == Score || l.Draws < 1 {
+	if family == TopN || family == Score || family == Residual || l.Draws < 1 {
 		return 1
 	}
 	return l.Draws
@@ -23,7 +23,8 @@ func (l Launch) draws(family string) int {
 // filtered: the filter_max words, then FilterStride words per block p = (z·n + y)·S + x
 // from FilterWord(y, z, x, 0): its candidates, then FilterMeta words. score: block
 // p = y·S + x keeps ScoreStride words from ScoreWord(y, x, 0): its raw and processed
-// log-sum-exp pairs and its count. categorical uses none.
+// log-sum-exp pairs and its count. residual: block p = y·S + x keeps ResidualStride
+// words from ResidualWord(y, x, 0). categorical uses none.
 func (l Launch) PartialsWords(family string) int {
 	s := max(l.Split, 1)
 	switch family {
@@ -37,9 +38,19 @@ func (l Launch) PartialsWords(family string) int {
 		return l.Rows*s + l.Rows*l.draws(family)*s*l.FilterStride()
 	case Score:
 		return ScoreStride * l.Rows * s
+	case Residual:
+		return ResidualStride * l.Rows * s
 	}
 	return 0
 }
+
+// ResidualStride is the partials words of one residual block: its packed winner over
+// the residual, then its packed winner over p (the fallback when the residual holds no
+// mass).
+const ResidualStride = 2
+
+// ResidualWord is word j (0 to ResidualStride-1) of residual block x of launch row y.
+func (l Launch) ResidualWord(y, x, j int) int { return ResidualStride*(y*l.Split+x) + j }
 
 // ScoreStride is the partials words of one score block: its raw and processed
 // log-sum-exp pairs, then the count of its logits at or above the token's.
@@ -71,7 +82,7 @@ func (l Launch) FilterWord(y, z, x, j int) int {
 func (l Launch) CountersWords(family string) int {
 	d := l.draws(family)
 	switch family {
-	case TopN, Score:
+	case TopN, Score, Residual:
 		return 2 * l.Rows
 	case FilterMax:
 		return 0

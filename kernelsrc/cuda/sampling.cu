@@ -29,118 +29,156 @@
 #include "topn.cuh"
 #include "filtered.cuh"
 #include "score.cuh"
+#include "residual.cuh"
 
 // Entry points (names and arguments: ABI.md).
 
 #define GB_ARGS(T)                                                                                   \
     const T *__restrict__ logits, gb_row_params *params, gb_i32 *tokens, gb_i32 *status, gb_u64 *partials, \
         gb_u32 *counters, gb_u64 row_stride, gb_u32 vocab, float *logprobs, const float *bias, gb_u32 *counts,  \
-        const gb_u32 *mask, const gb_u32 *bitmask, gb_u32 vocab_offset, gb_u64 *shard
+        const gb_u32 *mask, const gb_u32 *bitmask, gb_u32 vocab_offset, gb_u64 *shard,                  \
+        const float *draft
 #define GB_PASS logits, params, tokens, status, partials, counters, row_stride, vocab, logprobs, bias, counts, mask, bitmask
 #define GB_PASS_CAT logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts, mask, bitmask
 // Only gumbel_argmax draws vocabulary shards; the other kernels refuse FlagShard rows.
 #define GB_NO_SHARD (void)vocab_offset, (void)shard
+// Only residual reads draft probabilities.
+#define GB_NO_DRAFT (void)draft
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, 1) gumbel_argmax_f32(GB_ARGS(float)) {
+    GB_NO_DRAFT;
     gb_gumbel_argmax<GB_F32>(GB_PASS, vocab_offset, shard);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, 1) gumbel_argmax_f16(GB_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
     gb_gumbel_argmax<GB_F16>(GB_PASS, vocab_offset, shard);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS, 1) gumbel_argmax_bf16(GB_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
     gb_gumbel_argmax<GB_BF16>(GB_PASS, vocab_offset, shard);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) categorical_f32(GB_ARGS(float)) {
+    GB_NO_DRAFT;
     (void)partials; // one block per row: no partials
     GB_NO_SHARD;
     gb_categorical<GB_F32>(GB_PASS_CAT);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) categorical_f16(GB_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
     (void)partials;
     GB_NO_SHARD;
     gb_categorical<GB_F16>(GB_PASS_CAT);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) categorical_bf16(GB_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
     (void)partials;
     GB_NO_SHARD;
     gb_categorical<GB_BF16>(GB_PASS_CAT);
 }
 
-// topn takes the 15 arguments at the positions of the other kernels (as the Go edition
+// topn takes the 16 arguments at the positions of the other kernels (as the Go edition
 // reads ABI.md): argument 8, the logprobs slot, is unused.
 #define GB_TOPN_ARGS(T)                                                                                      \
     const T *__restrict__ logits, const gb_row_params *__restrict__ params, gb_i32 *out_tokens, float *out_values, \
         gb_u64 *partials, gb_u32 *counters, gb_u64 row_stride, gb_u32 vocab, float *unused, const float *bias,  \
-        const gb_u32 *counts, const gb_u32 *mask, const gb_u32 *bitmask, gb_u32 vocab_offset, gb_u64 *shard
+        const gb_u32 *counts, const gb_u32 *mask, const gb_u32 *bitmask, gb_u32 vocab_offset, gb_u64 *shard,      \
+        const float *draft
 #define GB_TOPN_PASS logits, params, out_tokens, out_values, partials, counters, row_stride, vocab, bias, counts, mask, bitmask
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) topn_f32(GB_TOPN_ARGS(float)) {
+    GB_NO_DRAFT;
     (void)unused;
     GB_NO_SHARD;
     gb_topn<GB_F32>(GB_TOPN_PASS);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) topn_f16(GB_TOPN_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
     (void)unused;
     GB_NO_SHARD;
     gb_topn<GB_F16>(GB_TOPN_PASS);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) topn_bf16(GB_TOPN_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
     (void)unused;
     GB_NO_SHARD;
     gb_topn<GB_BF16>(GB_TOPN_PASS);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filter_max_f32(GB_ARGS(float)) {
+    GB_NO_DRAFT;
     (void)tokens, (void)status, (void)counters, (void)logprobs;
     GB_NO_SHARD;
     gb_filter_max<GB_F32>(logits, params, partials, row_stride, vocab, bias, counts, mask, bitmask);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filter_max_f16(GB_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
     (void)tokens, (void)status, (void)counters, (void)logprobs;
     GB_NO_SHARD;
     gb_filter_max<GB_F16>(logits, params, partials, row_stride, vocab, bias, counts, mask, bitmask);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filter_max_bf16(GB_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
     (void)tokens, (void)status, (void)counters, (void)logprobs;
     GB_NO_SHARD;
     gb_filter_max<GB_BF16>(logits, params, partials, row_stride, vocab, bias, counts, mask, bitmask);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filtered_f32(GB_ARGS(float)) {
+    GB_NO_DRAFT;
     GB_NO_SHARD;
     gb_filtered<GB_F32>(GB_PASS);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filtered_f16(GB_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
     GB_NO_SHARD;
     gb_filtered<GB_F16>(GB_PASS);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filtered_bf16(GB_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
     GB_NO_SHARD;
     gb_filtered<GB_BF16>(GB_PASS);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) score_f32(GB_ARGS(float)) {
+    GB_NO_DRAFT;
     GB_NO_SHARD;
     gb_score<GB_F32>(GB_PASS);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) score_f16(GB_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
     GB_NO_SHARD;
     gb_score<GB_F16>(GB_PASS);
 }
 
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) score_bf16(GB_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
     GB_NO_SHARD;
     gb_score<GB_BF16>(GB_PASS);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) residual_f32(GB_ARGS(float)) {
+    GB_NO_SHARD;
+    gb_residual<GB_F32>(GB_PASS, draft);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) residual_f16(GB_ARGS(gb_u16)) {
+    GB_NO_SHARD;
+    gb_residual<GB_F16>(GB_PASS, draft);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) residual_bf16(GB_ARGS(gb_u16)) {
+    GB_NO_SHARD;
+    gb_residual<GB_BF16>(GB_PASS, draft);
 }

@@ -15,6 +15,9 @@
 // published candidates and the one-block fallback. The score kernel (score_test.go) is
 // compared the same way (ranks and statuses bit for bit, records within 1e-5 relative),
 // and the Go edition's ranks, statuses and raw records are checked against the rows.
+// The residual kernel (residual_test.go) verifies chains of draft tokens on the Go
+// edition's score records: every slot's token and status bit for bit, and the Go
+// edition's verdicts and draws checked against the chains decided on the host.
 //
 // With the gpu build tag, the same workloads (plus full-size vocabularies) run on a real
 // NVIDIA GPU through the CUDA backend (gpu_test.go), and BenchmarkGPUKernelFeatures

@@ -56,6 +56,17 @@ func encodeJob(t *testing.T, ls []*launch) []byte {
 			sk = 1
 		}
 		w(sk)
+		w(uint32(len(l.draft)))
+		w(l.draft)
+		if l.records != nil {
+			require.True(t, l.logprobs, "%s: records need a logprobs buffer", l.name)
+			rec := make([]float32, 4*l.outSlots())
+			copy(rec, l.records)
+			w(uint32(1))
+			w(rec)
+		} else {
+			w(uint32(0))
+		}
 	}
 	return b.Bytes()
 }

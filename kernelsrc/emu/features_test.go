@@ -216,7 +216,7 @@ func requireAllowedTokens(t *testing.T, ls []*launch, outs []outcome) {
 				}
 				continue
 			}
-			d := l.draws()
+			d := l.slotDraws()
 			for z := range d {
 				if o := int(p.Row)*d + z; outs[i].status[o] == 0 {
 					tok := int(outs[i].tokens[o])

@@ -126,7 +126,7 @@ func newFiltered(r *rand.Rand, dt, v int, sh filteredShape, d, slots int, shapes
 			p.Flags |= abi.FlagLogprobs
 		}
 		if r.IntN(25) == 0 {
-			p.Flags |= 1 << 12 // a reserved bit: bad parameters
+			p.Flags |= 1 << 13 // a reserved bit: bad parameters
 		}
 		routeFlags(r, p)
 	})
@@ -176,7 +176,7 @@ func filteredLaunches(r *rand.Rand) []*launch {
 			[]func(*rand.Rand, int) []float32{sparseRow, sparseRow, maskedRow}, sparse, false)
 		for y := range l.params {
 			l.params[y].Temperature = []float32{0.7, 1, 1.8}[r.IntN(3)]
-			l.params[y].Flags &^= abi.FlagRouted | 1<<12
+			l.params[y].Flags &^= abi.FlagRouted | 1<<13
 		}
 		ls = append(ls, l)
 	}

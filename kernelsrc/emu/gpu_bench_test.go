@@ -110,7 +110,7 @@ func deviceArgs(b *testing.B, dev runtime.Device, l *launch, extraPartialWords i
 	params := upload(l.paramBytes(), 0)
 	tokens := upload(nil, 4*len(out.tokens))
 	status := upload(nil, 4*len(out.status))
-	logprobs := upload(nil, 4*len(out.logprobs))
+	logprobs := upload(runtime.BytesOf(out.logprobs), 0) // residual's records, if any
 	partials := upload(nil, 8*(l.numPartials()+extraPartialWords))
 	counters := upload(nil, 4*l.numCounters())
 	require.NoError(b, s.Zero(counters, 0, 4*l.numCounters()))
@@ -119,7 +119,8 @@ func deviceArgs(b *testing.B, dev runtime.Device, l *launch, extraPartialWords i
 	a := new(runtime.Args)
 	a.Buffer(logits).Buffer(params).Buffer(tokens).Buffer(status).Buffer(partials).Buffer(counters).
 		U64(uint64(l.stride)).U32(uint32(l.vocab)).Buffer(logprobs).Buffer(bias).Buffer(counts).Buffer(mask).
-		Buffer(bitmask).U32(uint32(l.vocabOffset)).Buffer(upload(nil, 8*len(out.keys)))
+		Buffer(bitmask).U32(uint32(l.vocabOffset)).Buffer(upload(nil, 8*len(out.keys))).
+		Buffer(upload(auxBuffer(l.draft), 0))
 	require.NoError(b, a.Err())
 	return a, partials, free
 }

@@ -103,6 +103,7 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 	require.NoError(t, s.Zero(counters, 0, 4*l.numCounters()))
 	bias, mask, bitmask := upload(auxBuffer(l.bias)), upload(auxBuffer(l.mask)), upload(auxBuffer(l.bitmask))
 	counts := alloc(len(auxBuffer(l.counts)))
+	draft := upload(auxBuffer(l.draft))
 
 	var fm runtime.Kernel // the filtered route's first pass
 	if l.kernel == kernelFiltered {
@@ -127,7 +128,7 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 		a.Reset().BufferAt(logits, off).Buffer(params).Buffer(tokens).Buffer(status).
 			Buffer(partials).Buffer(counters).U64(uint64(l.stride)).U32(uint32(l.vocab)).
 			Buffer(logprobs).Buffer(bias).Buffer(counts).Buffer(mask).Buffer(bitmask).
-			U32(uint32(l.vocabOffset)).Buffer(keys)
+			U32(uint32(l.vocabOffset)).Buffer(keys).Buffer(draft)
 		grid := runtime.Dim3{X: l.gridX, Y: n, Z: l.draws()}
 		if fm != nil {
 			require.NoError(t, s.Launch(fm, runtime.Dim3{X: l.gridX, Y: n, Z: 1}, runtime.Dim3{X: block, Y: 1, Z: 1}, &a),
@@ -314,6 +315,32 @@ func TestGPUScoreMatchesGoEdition(t *testing.T) {
 	cov := checkScore(t, ls, got)
 	t.Logf("%d launches on %s; coverage %v", len(ls), dev.Info().Name, cov)
 	requireScoreCoverage(t, cov)
+}
+
+// TestGPUResidualMatchesGoEdition runs the residual workload (residual_test.go) on the
+// GPU, blocks rounded up to the device's warp size, plus full-size launches: V = 32000
+// and 151936, blocks of 1024, S of 1, 16 and 37, every dtype, with and without
+// processors. Tokens and statuses are the Go edition's bit for bit; q = p is drawn 1%
+// off p (newResidual), so that the device's expf cannot redraw a residual of rounding
+// noise.
+func TestGPUResidualMatchesGoEdition(t *testing.T) {
+	dev, mod := openCUDA(t)
+	r := rand.New(rand.NewPCG(20261215, 2))
+	ls, metas := residualLaunches(t, r, gpuShape, false)
+	for dt := range 3 {
+		for _, s := range []int{1, 16, 37} {
+			v := []int{32000, 151936}[r.IntN(2)]
+			l, m := newResidual(t, r, dt, s, v, 1024, 32, []int{5, 4, 3, 2, 1}, r.IntN(2) == 0, false)
+			ls, metas = append(ls, l), append(metas, m)
+		}
+	}
+	got := make([]outcome, len(ls))
+	for i, l := range ls {
+		got[i] = runDevice(t, dev, mod, l)
+	}
+	cov := checkResidual(t, ls, metas, got)
+	t.Logf("%d launches on %s; coverage %v", len(ls), dev.Info().Name, cov)
+	requireResidualCoverage(t, cov)
 }
 
 // TestGPUShardsMatchGoEdition is TestCUDAShardsMatchGoEdition on the GPU, with

@@ -28,12 +28,13 @@ const (
 	kernelTopN        = 2
 	kernelFiltered    = 3 // filter_max, then filtered on the same buffers
 	kernelScore       = 4
+	kernelResidual    = 5
 
 	dtF32  = 0
 	dtF16  = 1
 	dtBF16 = 2
 
-	jobMagic    = 0x35454247 // "GBE5"
+	jobMagic    = 0x36454247 // "GBE6"
 	paramsBytes = 64
 	untouched   = -7 // what the driver and the Go run put in every slot beforehand
 	// untouchedKey is what they put in every shard key slot beforehand.
@@ -43,7 +44,7 @@ const (
 )
 
 // kernelNames are the kernel families; the filtered route launches filter_max first.
-var kernelNames = [5]string{abi.GumbelArgmax, abi.Categorical, abi.TopN, abi.Filtered, abi.Score}
+var kernelNames = [6]string{abi.GumbelArgmax, abi.Categorical, abi.TopN, abi.Filtered, abi.Score, abi.Residual}
 
 type rowParams = abi.RowParams
 
@@ -75,6 +76,10 @@ type launch struct {
 	// one per output slot; without it, 8 bytes.
 	vocabOffset int
 	shard       bool
+	// draft is kernel argument 15, the draft probabilities residual reads (V per draft
+	// row); nil passes 8 bytes. records, when set, is what the logprobs buffer holds
+	// before the launch (residual reads score's records there), in place of untouched.
+	draft, records []float32
 	// The filtered route's candidate lists in the emulation (GB_FILTER_LIST and
 	// GB_FILTER_MIN_CANDS, testdata/shadow/abi.h); 0 is the ABI's.
 	filterList, filterMinCands int
@@ -110,10 +115,10 @@ func (l *launch) elemSize() int {
 // draws is grid.z.
 func (l *launch) draws() int { return max(l.gridZ, 1) }
 
-// slotDraws is the output slots per logits row of the sampling kernels and score:
-// grid.z, but one for score, which draws nothing whatever the grid.
+// slotDraws is the output slots per logits row of the sampling kernels, score and
+// residual: grid.z, but one for score and residual, which draw once whatever the grid.
 func (l *launch) slotDraws() int {
-	if l.kernel == kernelScore {
+	if l.kernel == kernelScore || l.kernel == kernelResidual {
 		return 1
 	}
 	return l.draws()
@@ -140,6 +145,8 @@ func (l *launch) numCounters() int {
 		return 2 * n
 	case kernelScore:
 		return l.shape().CountersWords(abi.Score)
+	case kernelResidual:
+		return l.shape().CountersWords(abi.Residual)
 	}
 	return 2*n*l.draws() + n
 }
@@ -153,6 +160,8 @@ func (l *launch) numPartials() int {
 		return l.shape().PartialsWords(abi.Filtered)
 	case kernelScore:
 		return l.shape().PartialsWords(abi.Score)
+	case kernelResidual:
+		return l.shape().PartialsWords(abi.Residual)
 	}
 	return 4 * n * l.draws() * l.gridX
 }
@@ -193,7 +202,8 @@ func auxBuffer[T uint32 | float32](s []T) []byte {
 	return append([]byte(nil), runtime.BytesOf(s)...)
 }
 
-// newOutcome is an outcome whose slots hold untouched (and logprobs -7) beforehand.
+// newOutcome is an outcome whose slots hold untouched beforehand, and its logprobs the
+// launch's records (else untouched).
 func (l *launch) newOutcome() outcome {
 	o := outcome{
 		tokens:   make([]int32, l.outSlots()),
@@ -208,6 +218,7 @@ func (l *launch) newOutcome() outcome {
 		for i := range o.logprobs {
 			o.logprobs[i] = untouched
 		}
+		copy(o.logprobs, l.records)
 	}
 	if l.shard && l.kernel != kernelTopN {
 		o.keys = make([]uint64, l.outSlots())
@@ -252,7 +263,8 @@ func runGo(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) outc
 		Buffer(cpu.Wrap(auxBuffer(l.mask))).
 		Buffer(cpu.Wrap(auxBuffer(l.bitmask))).
 		U32(uint32(l.vocabOffset)).
-		Buffer(cpu.Wrap(keys))
+		Buffer(cpu.Wrap(keys)).
+		Buffer(cpu.Wrap(auxBuffer(l.draft)))
 	s := dev.DefaultStream()
 	grid := runtime.Dim3{X: l.gridX, Y: n, Z: l.draws()}
 	if l.kernel == kernelFiltered {
@@ -445,8 +457,11 @@ func matchTopN(t *testing.T, l *launch, want, got outcome, kinds map[string]int)
 
 // rowKind names the path a sampled row took, for the coverage check.
 func rowKind(l *launch, p rowParams) string {
-	if l.kernel == kernelScore {
+	switch l.kernel {
+	case kernelScore:
 		return "score"
+	case kernelResidual:
+		return "residual"
 	}
 	if p.Temperature == 0 {
 		return "greedy"

@@ -68,7 +68,9 @@ type buffers struct {
 	bitmask  []uint32
 	// shard holds one shard key per output slot of FlagShard rows, whose element 0 is
 	// global token vocabOffset.
-	shard       []uint64
+	shard []uint64
+	// draft holds the draft probabilities residual rows read (row topn of a launch row).
+	draft       []float32
 	vocabOffset uint32
 }
 
@@ -161,7 +163,8 @@ func (b *buffers) args(stride, vocab int) *runtime.Args {
 		Buffer(wrapAtLeast8(runtime.BytesOf(b.mask))).
 		Buffer(wrapAtLeast8(runtime.BytesOf(b.bitmask))).
 		U32(b.vocabOffset).
-		Buffer(wrapAtLeast8(runtime.BytesOf(b.shard)))
+		Buffer(wrapAtLeast8(runtime.BytesOf(b.shard))).
+		Buffer(wrapAtLeast8(runtime.BytesOf(b.draft)))
 	return &a
 }
 

@@ -59,8 +59,8 @@ func setup(b *runtime.BlockContext, d abi.DType, family string) (l launchRow, ok
 	}
 	l.y, l.x, l.z = b.Block.Y, b.Block.X, b.Block.Z
 	l.shape = abi.Launch{Rows: max(b.Grid.Y, 1), Split: max(b.Grid.X, 1), Draws: max(b.Grid.Z, 1)}
-	if family == abi.TopN || family == abi.Score {
-		l.shape.Draws = 1 // topn and score draw nothing: blocks with z > 0 have no work
+	if singleDraw(family) {
+		l.shape.Draws = 1 // blocks with z > 0 have no work
 	}
 	n, s, dr := l.shape.Rows, l.shape.Split, l.shape.Draws
 	if l.y < 0 || l.x < 0 || l.z < 0 || l.y >= n || l.x >= s || l.z >= dr || dr > abi.MaxDraws ||
@@ -73,13 +73,20 @@ func setup(b *runtime.BlockContext, d abi.DType, family string) (l launchRow, ok
 		return l, false, false
 	}
 	l.p = p
-	if family != abi.TopN && family != abi.Score && p.Flags&abi.FlagRouted != 0 && routedFamily(p.Flags) != family {
+	if !singleDraw(family) && p.Flags&abi.FlagRouted != 0 && routedFamily(p.Flags) != family {
 		return l, false, false // another kernel's row: leave it entirely alone
 	}
 	l.slot = uint64(p.Row)*uint64(dr) + uint64(l.z)
 	l.tokens = a.HostBytesArg(int(abi.ArgTokens))
 	l.status = a.HostBytesArg(int(abi.ArgStatus))
 	return l, true, !l.bind(a, d, family)
+}
+
+// singleDraw reports the families that draw once per row whatever grid.z (blocks with
+// z > 0 have no work) and ignore LOGPROBS (score writes its records regardless), RECORD,
+// ADVANCE and ROUTED.
+func singleDraw(family string) bool {
+	return family == abi.TopN || family == abi.Score || family == abi.Residual
 }
 
 // routedFamily is the kernel family a ROUTED row belongs to (filter_max's rows are
@@ -100,7 +107,7 @@ func (l *launchRow) bind(a *runtime.Args, d abi.DType, family string) bool {
 	p := &l.p
 	// One past the row's last output slot: sizes are checked for the last draw.
 	lastSlot := uint64(p.Row)*uint64(l.shape.Draws) + uint64(l.shape.Draws)
-	if family == abi.Score || family != abi.TopN && p.Flags&abi.FlagLogprobs != 0 {
+	if family == abi.Score || !singleDraw(family) && p.Flags&abi.FlagLogprobs != 0 {
 		// Looked at first, so that a row found bad for another reason still gets its
 		// NaN records.
 		l.logprobs = f32Words(a.HostBytesArg(int(abi.ArgLogprobs)), abi.RecordWords*lastSlot)
@@ -119,6 +126,9 @@ func (l *launchRow) bind(a *runtime.Args, d abi.DType, family string) bool {
 		return false
 	}
 	if family == abi.Score && p.Token >= vocab {
+		return false
+	}
+	if family == abi.Residual && !goodChainRow(*p, vocab) {
 		return false
 	}
 	l.vocab = int(vocab)
@@ -162,7 +172,7 @@ func (l *launchRow) bindProcessors(a *runtime.Args, family string, lastSlot uint
 		}
 	}
 	penalties := p.Flags&abi.FlagPenalties != 0
-	record := family != abi.TopN && family != abi.Score && p.Flags&abi.FlagRecord != 0
+	record := !singleDraw(family) && p.Flags&abi.FlagRecord != 0
 	var counts []uint32
 	if penalties || record {
 		counts = rowSlice(u32Words(a.HostBytesArg(int(abi.ArgCounts)), (r+1)*vocab), r, vocab)
@@ -220,13 +230,16 @@ func (l *launchRow) bindScratch(a *runtime.Args, family string) bool {
 		case abi.Score:
 			counters = sh.DrawCounter(y, 0) + 2
 			partials = sh.ScoreWord(y, sh.Split-1, abi.ScoreStride-1) + 1
+		case abi.Residual:
+			counters = sh.DrawCounter(y, 0) + 2
+			partials = sh.ResidualWord(y, sh.Split-1, abi.ResidualStride-1) + 1
 		}
 	}
 	if family == abi.Filtered {
 		// Its blocks publish their words even alone (S = 1).
 		partials = sh.FilterWord(y, last, sh.Split-1, sh.FilterStride()-1) + 1
 	}
-	if family != abi.TopN && family != abi.Score && sh.Draws > 1 && l.p.Flags&(abi.FlagAdvance|abi.FlagRecord) != 0 {
+	if !singleDraw(family) && sh.Draws > 1 && l.p.Flags&(abi.FlagAdvance|abi.FlagRecord) != 0 {
 		counters = max(counters, sh.RowCounter(y)+1)
 	}
 	if counters > 0 {

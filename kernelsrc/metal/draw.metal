@@ -1,8 +1,8 @@
 // A draw's outputs (token, status and log-probability record of its slot) and the row's
 // end-of-draws work (ABI.md, "Draws, RECORD and ADVANCE"), shared by gumbel_argmax and
-// categorical (score writes its slot with gb_finish too).
+// categorical (score and residual write their slots with gb_finish too).
 
-// Arguments 1-14 of gumbel_argmax, categorical, filtered and score.
+// Arguments 1-15 of gumbel_argmax, categorical, filtered, score and residual.
 struct gb_buffers {
     device gb_row_params* params;
     device atomic_int* tokens;
@@ -18,6 +18,7 @@ struct gb_buffers {
     device const uint* bitmask;
     uint vocab_offset;
     device ulong* shard;
+    device const float* draft;
 };
 
 // The status a row's observations give its draws.

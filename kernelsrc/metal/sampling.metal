@@ -20,13 +20,13 @@
 // Launch shape. Threadgroups are 1-D of T threads, T a multiple of the SIMD-group width
 // (32 on every Apple GPU; any power of two from 8 to 64 works) and at most 1024. The
 // grid is (S, n, D) for gumbel_argmax and filtered, (1, n, D) for categorical and (S, n, 1)
-// for topn, filter_max and score; threadgroup (x, y, z) works on launch row y, draw z
-// (filtered: threadgroup x == 0 only).
+// for topn, filter_max, score and residual; threadgroup (x, y, z) works on launch row y,
+// draw z (filtered: threadgroup x == 0 only).
 //
-// Arguments bind at the index of their ABI position: buffers with setBuffer, row_stride
-// (6) and vocab (7) with setBytes. Every device-side write that another threadgroup of
-// the same launch reads back (partials, counters, tokens) goes through 32-bit atomics
-// (see reduce.metal).
+// Arguments bind at the index of their ABI position (all sixteen): buffers with
+// setBuffer, row_stride (6), vocab (7) and vocab_offset (13) with setBytes. Every
+// device-side write that another threadgroup of the same launch reads back (partials,
+// counters, tokens) goes through 32-bit atomics (see reduce.metal).
 
 #include <metal_stdlib>
 using namespace metal;
@@ -46,11 +46,12 @@ using namespace metal;
 #include "topn.metal"
 #include "filtered.metal"
 #include "score.metal"
+#include "residual.metal"
 
 // ---------------------------------------------------------------------------------------
-// Entry points (ABI.md: buffers 0-5 and 8-12, row_stride at 6, vocab at 7). Threadgroup
-// memory is declared here, in the kernels, as MSL requires, and handed to the
-// implementations as pointers.
+// Entry points (ABI.md: buffers 0-5, 8-12, 14 and 15, row_stride at 6, vocab at 7,
+// vocab_offset at 13). Threadgroup memory is declared here, in the kernels, as MSL
+// requires, and handed to the implementations as pointers.
 
 // The grid attributes are uint3 (draws are grid.z); threads_per_threadgroup is a uint3
 // too, since MSL wants their vector widths to agree. Threadgroups are 1-D: only .x of
@@ -67,7 +68,7 @@ using namespace metal;
 
 #define GB_THREAD_IDS gb_thread_ids{tid, tg_size.x, lane, sg, width, nsg}
 
-// Arguments 1-14 of gumbel_argmax, categorical, filter_max, filtered and score.
+// Arguments 1-15 of gumbel_argmax, categorical, filter_max, filtered, score and residual.
 #define GB_SAMPLING_ARGS                                         \
     device gb_row_params* params [[buffer(1)]],                  \
     device atomic_int* tokens [[buffer(2)]],                     \
@@ -82,14 +83,16 @@ using namespace metal;
     device const uint* mask [[buffer(11)]],                      \
     device const uint* bitmask [[buffer(12)]],                   \
     constant uint& vocab_offset [[buffer(13)]],                  \
-    device ulong* shard [[buffer(14)]]
+    device ulong* shard [[buffer(14)]],                          \
+    device const float* draft [[buffer(15)]]
 
 #define GB_SAMPLING_BUFFERS                                                                                   \
     gb_buffers{params, tokens, status, partials, counters, row_stride, vocab, logprobs, bias, counts, mask, bitmask, \
-               vocab_offset, shard}
+               vocab_offset, shard, draft}
 
 // Arguments 1-12 of topn; buffer 8 is bound by the host and unused, and so are 13 and 14
-// (topn draws no vocabulary shards).
+// (topn draws no vocabulary shards) and 15 (nor verifies drafts): Metal lets a kernel
+// leave a bound index undeclared.
 #define GB_TOPN_ARGS                                             \
     device const gb_row_params* params [[buffer(1)]],            \
     device int* out_tokens [[buffer(2)]],                        \
@@ -272,4 +275,31 @@ kernel void score_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_AR
     threadgroup uint last[1];
     gb_gumbel_scratch tg = {scratch_key, scratch_seen, scratch_lse, last};
     gb_score<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+kernel void residual_f32(device const float* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    threadgroup ulong scratch_key[GB_MAX_SIMDGROUPS];
+    threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
+    threadgroup uint last[1];
+    threadgroup uint verdict[1];
+    gb_residual_scratch tg = {scratch_key, scratch_seen, last, verdict};
+    gb_residual<GB_F32>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+kernel void residual_f16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    threadgroup ulong scratch_key[GB_MAX_SIMDGROUPS];
+    threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
+    threadgroup uint last[1];
+    threadgroup uint verdict[1];
+    gb_residual_scratch tg = {scratch_key, scratch_seen, last, verdict};
+    gb_residual<GB_F16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+kernel void residual_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    threadgroup ulong scratch_key[GB_MAX_SIMDGROUPS];
+    threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
+    threadgroup uint last[1];
+    threadgroup uint verdict[1];
+    gb_residual_scratch tg = {scratch_key, scratch_seen, last, verdict};
+    gb_residual<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }

@@ -48,7 +48,7 @@ func randomFeatures(r *rand.Rand, k kernelKind, p *abi.RowParams) {
 		}
 	}
 	if chance(3) {
-		p.Flags |= 1 << 12 // reserved: status 3
+		p.Flags |= 1 << 13 // reserved: status 3
 	}
 	p.RepetitionPenalty = pick[float32](r, 1, 1.1, 1.3, 0.8, 2)
 	p.FrequencyPenalty = pick[float32](r, 0, 0.5, -0.25, 1)
@@ -190,6 +190,8 @@ func featureCaseName(kernel kernelKind, dtype, T, S, D, vocab, width int) string
 		family = abi.Filtered
 	case score:
 		family = abi.Score
+	case residual:
+		family = abi.Residual
 	}
 	return fmt.Sprintf("%s%s/T=%d/S=%d/D=%d/V=%d/width=%d", family, abi.Suffixes[dtype], T, S, D, vocab, width)
 }

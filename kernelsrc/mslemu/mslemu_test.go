@@ -123,6 +123,9 @@ const (
 	// score writes one slot per row; a grid deeper than 1 (draws > 1) must leave the
 	// threadgroups past z = 0 idle.
 	score kernelKind = 4
+	// residual, like score, writes one slot per row. (5 is filter_max, which driver.cpp
+	// runs only as part of a filtered case.)
+	residual kernelKind = 6
 )
 
 // launchCase is one launch: logits of outRows rows, n launch rows sampling some of them.
@@ -151,6 +154,12 @@ type launchCase struct {
 	// vocabOffset is kernel argument 13; shard passes the shard keys (argument 14).
 	vocabOffset uint32
 	shard       bool
+	// draft is argument 15, the draft probabilities; nil when no row of the launch
+	// uses them.
+	draft []float32
+	// records0, when set, is the logprobs buffer's contents before the launch (residual
+	// reads score's records of the draft positions there); it holds records() floats.
+	records0 []float32
 }
 
 func (c *launchCase) launchRows() int { return len(c.params) / abi.RowParamsSize }
@@ -170,7 +179,7 @@ func (c *launchCase) slots() int {
 	switch c.kernel {
 	case topN:
 		return abi.TopNSlots(c.outRows)
-	case score:
+	case score, residual:
 		return abi.Slots(c.outRows, 1)
 	}
 	return abi.Slots(c.outRows, c.numDraws())
@@ -212,6 +221,8 @@ func (c *launchCase) partialWords() int {
 		return l.PartialsWords(abi.Filtered)
 	case score:
 		return l.PartialsWords(abi.Score)
+	case residual:
+		return l.PartialsWords(abi.Residual)
 	}
 	return 1
 }
@@ -229,6 +240,8 @@ func (c *launchCase) family() string {
 		return abi.Filtered
 	case score:
 		return abi.Score
+	case residual:
+		return abi.Residual
 	}
 	return abi.GumbelArgmax
 }
@@ -444,7 +457,7 @@ func pick[T any](r *rand.Rand, values ...T) T { return values[r.IntN(len(values)
 func writeCases(cases []*launchCase) []byte {
 	var b bytes.Buffer
 	le := binary.LittleEndian
-	b.WriteString("MSLEMU05")
+	b.WriteString("MSLEMU06")
 	_ = binary.Write(&b, le, uint32(len(cases)))
 	for _, c := range cases {
 		for _, v := range []uint32{uint32(c.kernel), uint32(c.dtype), uint32(c.T), uint32(c.S),
@@ -471,6 +484,10 @@ func writeCases(cases []*launchCase) []byte {
 			sk = 1
 		}
 		_ = binary.Write(&b, le, []uint32{c.vocabOffset, sk})
+		for _, extra := range [][]byte{runtime.BytesOf(c.draft), runtime.BytesOf(c.records0)} {
+			_ = binary.Write(&b, le, uint64(len(extra)))
+			b.Write(extra)
+		}
 	}
 	return b.Bytes()
 }
@@ -493,7 +510,7 @@ func (res result) rowParams(y int) abi.RowParams {
 // readResults decodes the driver's output.
 func readResults(t *testing.T, out []byte, cases []*launchCase) []result {
 	t.Helper()
-	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU05")), "driver output has no header")
+	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU06")), "driver output has no header")
 	rd := bytes.NewReader(out[8:])
 	res := make([]result, len(cases))
 	for i, c := range cases {
@@ -547,6 +564,10 @@ func runGoEdition(t *testing.T, c *launchCase, kernels map[string]runtime.GoKern
 	for i := range res.logprobs {
 		res.logprobs[i] = math.Float32frombits(uint32(untouched))
 	}
+	if c.records0 != nil {
+		require.Len(t, c.records0, len(res.logprobs), "%s: the starting records must fill the buffer", c.name)
+		copy(res.logprobs, c.records0)
+	}
 	partials := make([]uint64, c.partialWords())
 	counters := make([]uint32, c.counterWords())
 	args := func(logprobs runtime.Buffer) *runtime.Args {
@@ -565,7 +586,8 @@ func runGoEdition(t *testing.T, c *launchCase, kernels map[string]runtime.GoKern
 			Buffer(optional(runtime.BytesOf(c.mask))).
 			Buffer(optional(runtime.BytesOf(c.bitmask))).
 			U32(c.vocabOffset).
-			Buffer(optional(runtime.BytesOf(res.keys)))
+			Buffer(optional(runtime.BytesOf(res.keys))).
+			Buffer(optional(runtime.BytesOf(c.draft)))
 		require.NoError(t, a.Err())
 		return &a
 	}

@@ -73,7 +73,7 @@ func TestSteadyLaunchAllocatesNothing(t *testing.T) {
 			a.Reset().Buffer(logits).Buffer(params).Buffer(tokens).Buffer(status).
 				Buffer(partials).Buffer(counters).U64(v).U32(v).
 				Buffer(unused).Buffer(unused).Buffer(unused).Buffer(unused).Buffer(unused).
-				U32(0).Buffer(unused)
+				U32(0).Buffer(unused).Buffer(unused)
 			if err := s.Launch(k, c.grid, runtime.Dim3{X: 1024, Y: 1, Z: 1}, &a); err != nil {
 				panic(err)
 			}

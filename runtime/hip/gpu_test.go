@@ -156,7 +156,7 @@ func TestGPUSamplingKernelsLoad(t *testing.T) {
 	mod, err := d.Load(kernelsrc.Sampling())
 	require.NoError(t, err)
 	defer mod.Close()
-	for _, base := range []string{abi.GumbelArgmax, abi.Categorical, abi.TopN, abi.FilterMax, abi.Filtered, abi.Score} {
+	for _, base := range []string{abi.GumbelArgmax, abi.Categorical, abi.TopN, abi.FilterMax, abi.Filtered, abi.Score, abi.Residual} {
 		for _, suffix := range abi.Suffixes {
 			k, err := mod.Kernel(base + suffix)
 			require.NoError(t, err)

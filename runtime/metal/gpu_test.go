@@ -276,7 +276,7 @@ func newGPUCase(r *rand.Rand, dtype, vocab, rows int) *gpuCase {
 
 func (c *gpuCase) run(t *testing.T, d *Device, s runtime.Stream, k runtime.Kernel, S, T int) ([]int32, []int32) {
 	t.Helper()
-	// Buffers 0-5, then 8-12 and 14 (unused by these rows: 8 bytes each).
+	// Buffers 0-5, then 8-12, 14 and 15 (unused by these rows: 8 bytes each).
 	sizes := []int{len(c.logits), len(c.params), 4 * c.rows, 4 * c.rows, 8 * c.rows * S, 12 * c.rows}
 	for len(sizes) < abi.NumArgs-3 {
 		sizes = append(sizes, 8)
@@ -300,6 +300,7 @@ func (c *gpuCase) run(t *testing.T, d *Device, s runtime.Stream, k runtime.Kerne
 		a.Buffer(b)
 	}
 	a.U32(0).Buffer(bufs[11]) // no vocabulary shard
+	a.Buffer(bufs[12])        // no draft probabilities
 	grid := runtime.Dim3{X: S, Y: c.rows, Z: 1}
 	require.NoError(t, s.Launch(k, grid, runtime.Dim3{X: T, Y: 1, Z: 1}, &a))
 	out := make([]byte, 8*c.rows)

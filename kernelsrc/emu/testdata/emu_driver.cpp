@@ -4,11 +4,12 @@
 //
 // Usage: emu_driver JOB RESULT, or emu_driver --units UNITS RESULT (see units below).
 //
-// JOB (little-endian): u32 magic "GBE5", u32 count, then per launch:
+// JOB (little-endian): u32 magic "GBE6", u32 count, then per launch:
 //   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn, 3 the filtered route: filter_max
 //   with grid (grid_x, grid_y, 1), then filtered with grid (grid_x, grid_y, grid_z), on the
 //   same buffers, 4 score: grid (grid_x, grid_y, grid_z), whose blocks with z > 0 must do
-//   nothing, and one output slot per logits row), u32 dtype (0 f32, 1 f16, 2 bf16),
+//   nothing, and one output slot per logits row, 5 residual: as score), u32 dtype (0 f32,
+//   1 f16, 2 bf16),
 //   u32 grid_x, u32 grid_y, u32 grid_z, u32 block_x, u32 warp_size, u32 vocab, u32 slack,
 //   u32 slots (logits rows),
 //   u64 row_stride, u64 partials_words, u32 counters_words, u32 filter_list,
@@ -18,14 +19,18 @@
 //   u32 mask[mask_words], u32 bitmask_words, u32 bitmask[bitmask_words] (the token
 //   bitmasks, ceil(vocab / 32) words per mask row: kernel argument 12), u32 logprobs (1: a
 //   logprobs buffer, 0: none), u32 vocab_offset (kernel argument 13), u32 shard (1: a
-//   buffer of shard keys, one per output slot: kernel argument 14; 0: none).
+//   buffer of shard keys, one per output slot: kernel argument 14; 0: none), u32
+//   draft_words, f32 draft[draft_words] (kernel argument 15), u32 records (1: the
+//   logprobs buffer starts with the f32 words[4 * output slots] that follow, the records
+//   residual reads; 0: it starts with -7 in every word).
 // The scratch sizes come from the job (package abi's formulas, on the Go side): partials
 // and counters hold exactly that many words, so that a kernel that reaches past them
 // ends the process. A buffer of no elements is passed as an 8-byte one, as ABI.md allows
 // for a feature no row uses.
-// RESULT, per launch: the sampling kernels and score: i32 tokens[slots * grid_z],
-//   i32 status[slots * grid_z], f32 logprobs[4 * slots * grid_z] (when asked for; score:
-//   slots in place of slots * grid_z, and tokens holds the ranks), u64 shard keys[slots *
+// RESULT, per launch: the sampling kernels, score and residual: i32 tokens[slots * grid_z],
+//   i32 status[slots * grid_z], f32 logprobs[4 * slots * grid_z] (when asked for; score
+//   and residual: slots in place of slots * grid_z, and score's tokens hold the ranks),
+//   u64 shard keys[slots *
 //   grid_z] (when asked for),
 //   u32 counters[counters_words], u32 counts[aux], params (grid_y * 64), and for the
 //   filtered route u32 path[grid_z * grid_y] (draw z of launch row y at z * grid_y + y):
@@ -97,7 +102,7 @@ bool gb_filter_finish_list(A&&... a) {
 
 namespace {
 
-constexpr std::uint32_t kMagic = 0x35454247u; // "GBE5"
+constexpr std::uint32_t kMagic = 0x36454247u; // "GBE6"
 constexpr std::int32_t kUntouched = -7;
 
 // guarded is memory of n bytes that ends slack bytes before an inaccessible page and
@@ -157,10 +162,10 @@ struct reader {
 
 template <typename T>
 using sample_fn = void (*)(const T*, gb_row_params*, gb_i32*, gb_i32*, gb_u64*, gb_u32*, gb_u64, gb_u32, float*,
-                           const float*, gb_u32*, const gb_u32*, const gb_u32*, gb_u32, gb_u64*);
+                           const float*, gb_u32*, const gb_u32*, const gb_u32*, gb_u32, gb_u64*, const float*);
 template <typename T>
 using topn_fn = void (*)(const T*, const gb_row_params*, gb_i32*, float*, gb_u64*, gb_u32*, gb_u64, gb_u32, float*,
-                         const float*, const gb_u32*, const gb_u32*, const gb_u32*, gb_u32, gb_u64*);
+                         const float*, const gb_u32*, const gb_u32*, const gb_u32*, gb_u32, gb_u64*, const float*);
 
 // copy_in fills a guarded buffer of n elements of T (at least 8 bytes) from the job.
 template <typename T>
@@ -258,12 +263,13 @@ int main(int argc, char** argv) {
         gb_emu_filter::list = r.get<std::uint32_t>();
         gb_emu_filter::min_cands = r.get<std::uint32_t>();
         const std::uint64_t nbytes = r.get<std::uint64_t>();
-        if (kernel > 4 || dtype > 2 || grid_x == 0 || grid_y == 0 || grid_z == 0 || slots == 0) {
+        if (kernel > 5 || dtype > 2 || grid_x == 0 || grid_y == 0 || grid_z == 0 || slots == 0) {
             gb_emu::fail("bad launch header");
         }
         const bool topn = kernel == 2;
         const bool filtered = kernel == 3;
         const bool score = kernel == 4;
+        const bool residual = kernel == 5;
 
         guarded logits(nbytes, slack);
         std::memcpy(logits.as<unsigned char>(), r.take(nbytes), nbytes);
@@ -279,9 +285,11 @@ int main(int argc, char** argv) {
         const bool want_lp = r.get<std::uint32_t>() != 0;
         const std::uint32_t voff = r.get<std::uint32_t>();
         const bool want_shard = r.get<std::uint32_t>() != 0;
+        const std::uint32_t draft_words = r.get<std::uint32_t>();
+        auto draft = copy_in<float>(r, draft_words);
 
         const std::size_t outs = topn    ? std::size_t{slots} * GB_MAX_TOPN
-                                 : score ? std::size_t{slots}
+                                 : score || residual ? std::size_t{slots}
                                          : std::size_t{slots} * grid_z;
         guarded tokens(outs * 4, 0);
         guarded status(outs * 4, 0);
@@ -291,8 +299,15 @@ int main(int argc, char** argv) {
         }
         const std::size_t nlp = want_lp ? 4 * outs : 2;
         guarded logprobs(nlp * 4, 0);
-        for (std::size_t s = 0; s < nlp; ++s) {
-            logprobs.as<float>()[s] = -7.0f;
+        if (r.get<std::uint32_t>() != 0) {
+            if (!want_lp) {
+                gb_emu::fail("records without a logprobs buffer");
+            }
+            std::memcpy(logprobs.as<unsigned char>(), r.take(nlp * 4), nlp * 4);
+        } else {
+            for (std::size_t s = 0; s < nlp; ++s) {
+                logprobs.as<float>()[s] = -7.0f;
+            }
         }
         const std::size_t nkeys = want_shard ? outs : 1;
         guarded shard(nkeys * 8, 0);
@@ -317,50 +332,61 @@ int main(int argc, char** argv) {
         const gb_u32* mk = mask->as<const gb_u32>();
         const gb_u32* bm = bitmask->as<const gb_u32>();
         gb_u64* sk = shard.as<gb_u64>();
+        const float* df = draft->as<const float>();
         const int w = static_cast<int>(warp);
         if (topn) {
             float* values = reinterpret_cast<float*>(st);
             if (dtype == 0) {
                 gb_emu::launch(topn_fn<float>(topn_f32), grid, block, w, logits.as<const float>(), prm, tok, values,
-                               part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk);
+                               part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
             } else {
                 const topn_fn<gb_u16> fns[2] = {topn_f16, topn_bf16};
                 gb_emu::launch(fns[dtype - 1], grid, block, w, logits.as<const gb_u16>(), prm, tok, values, part, cnt,
-                               static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk);
+                               static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
             }
         } else if (filtered) {
             gb_emu_filter::path.assign(std::size_t{grid_y} * grid_z, 0u);
             const gb_emu::dim3 grid1{grid_x, grid_y, 1};
             if (dtype == 0) {
                 gb_emu::launch(sample_fn<float>(filter_max_f32), grid1, block, w, logits.as<const float>(), prm, tok,
-                               st, part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk);
+                               st, part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
                 gb_emu::launch(sample_fn<float>(filtered_f32), grid, block, w, logits.as<const float>(), prm, tok, st,
-                               part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk);
+                               part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
             } else {
                 const sample_fn<gb_u16> fns[2][2] = {{filter_max_f16, filtered_f16}, {filter_max_bf16, filtered_bf16}};
                 for (int k = 0; k < 2; ++k) {
                     gb_emu::launch(fns[dtype - 1][k], k == 0 ? grid1 : grid, block, w, logits.as<const gb_u16>(), prm,
-                                   tok, st, part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk);
+                                   tok, st, part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk,
+                                   df);
                 }
             }
         } else if (score) {
             if (dtype == 0) {
-                gb_emu::launch(sample_fn<float>(score_f32), grid, block, w, logits.as<const float>(), prm, tok, st, part,
-                               cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk);
+                gb_emu::launch(sample_fn<float>(score_f32), grid, block, w, logits.as<const float>(), prm, tok, st,
+                               part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
             } else {
                 const sample_fn<gb_u16> fns[2] = {score_f16, score_bf16};
                 gb_emu::launch(fns[dtype - 1], grid, block, w, logits.as<const gb_u16>(), prm, tok, st, part, cnt,
-                               static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk);
+                               static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
+            }
+        } else if (residual) {
+            if (dtype == 0) {
+                gb_emu::launch(sample_fn<float>(residual_f32), grid, block, w, logits.as<const float>(), prm, tok, st,
+                               part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
+            } else {
+                const sample_fn<gb_u16> fns[2] = {residual_f16, residual_bf16};
+                gb_emu::launch(fns[dtype - 1], grid, block, w, logits.as<const gb_u16>(), prm, tok, st, part, cnt,
+                               static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
             }
         } else if (dtype == 0) {
             const sample_fn<float> fns[2] = {gumbel_argmax_f32, categorical_f32};
             gb_emu::launch(fns[kernel], grid, block, w, logits.as<const float>(), prm, tok, st, part, cnt,
-                           static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk);
+                           static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
         } else {
             const sample_fn<gb_u16> fns[2][2] = {{gumbel_argmax_f16, categorical_f16},
                                                  {gumbel_argmax_bf16, categorical_bf16}};
             gb_emu::launch(fns[dtype - 1][kernel], grid, block, w, logits.as<const gb_u16>(), prm, tok, st, part, cnt,
-                           static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk);
+                           static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
         }
         if (std::getenv("GB_EMU_TRACE") != nullptr) {
             std::fprintf(stderr, "launch %u: kernel %u dtype %u grid %ux%ux%u block %u vocab %u\n", i, kernel, dtype,

@@ -1,32 +1,37 @@
 // driver.cpp runs the emulated MSL kernels on cases read from a file and writes what
 // they produced, for mslemu_test.go.
 //
-// Input (little-endian): "MSLEMU05", u32 case count, then per case
+// Input (little-endian): "MSLEMU06", u32 case count, then per case
 //   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn, 3 filtered: filter_max over an
-//   (S, n, 1) grid, then filtered over (S, n, D), on the same buffers, 4 score: grid.z is
-//   D, whose threadgroups past z = 0 have no work), u32 dtype (0 f32,
-//   1 f16, 2 bf16), u32 T, u32 S (threadgroups per row), u32 n (launch rows), u32 D
-//   (draws, grid.z), u32 vocab, u64 row_stride, u32 rows (logits rows: outputs are per
-//   row), u32 max_groups, u32 yield_percent, u32 simd_width (0 means 32), u64 seed,
+//   (S, n, 1) grid, then filtered over (S, n, D), on the same buffers, 4 score and
+//   6 residual: grid.z is D, whose threadgroups past z = 0 have no work), u32 dtype
+//   (0 f32, 1 f16, 2 bf16), u32 T, u32 S (threadgroups per row), u32 n (launch rows),
+//   u32 D (draws, grid.z), u32 vocab, u64 row_stride, u32 rows (logits rows: outputs are
+//   per row), u32 max_groups, u32 yield_percent, u32 simd_width (0 means 32), u64 seed,
 //   u64 partials words (uint64), u64 counters words (uint32), u64 logits byte count and
 //   the logits, n RowParams of 64 bytes, then the bias, counts, mask and bitmask buffers,
 //   each as a u64 byte count and the bytes (0 bytes: an 8-byte buffer of poison, which a
 //   kernel must not touch), then u32 vocab_offset and u32 shard (1: a buffer of shard
-//   keys, one per slot, starting as 0xA5 bytes; 0: 8 bytes of poison).
-// Output: "MSLEMU05", then per case, with slots = rows * D (topn: rows * 20; score: rows):
-//   int32 tokens[slots], int32 status[slots] (topn: float32 values[slots]),
-//   float32 logprobs[4 * rows * D] (none for topn), uint64 shard keys[slots] (when asked
-//   for), the counts buffer after the launch,
-//   the n RowParams after the launch, and a u32 count of counter words left non-zero.
+//   keys, one per slot, starting as 0xA5 bytes; 0: 8 bytes of poison), then the draft
+//   probabilities (argument 15) and the logprobs buffer's starting contents (residual
+//   reads score's records from it), each as a u64 byte count and the bytes (draft: 0
+//   bytes is 8 bytes of poison; logprobs: 0 bytes starts it as below, else the bytes
+//   fill it exactly).
+// Output: "MSLEMU06", then per case, with slots = rows * D (topn: rows * 20; score and
+//   residual: rows): int32 tokens[slots], int32 status[slots] (topn: float32
+//   values[slots]), float32 logprobs[4 * slots] (none for topn), uint64 shard
+//   keys[slots] (when asked for), the counts buffer after the launch, the n RowParams
+//   after the launch, and a u32 count of counter words left non-zero.
 //
 // Probe input: "MSLPROBE", u32 probe, u32 count, then count inputs; the output is
 // "MSLPROBE" and count results (see runProbe). Probes call the kernels' building
 // blocks (probes.inc) directly.
 //
-// tokens, status, values and logprobs start as 0x7EEEEEEE so that unwritten slots are
-// visible; partials start as 0xA5 bytes and counters as zero. filter_max gets an 8-byte
-// logprobs buffer of poison, as the sampler binds it. Every buffer ends at an inaccessible page, so a read or write past its end
-// kills the process instead of passing unnoticed.
+// tokens, status, values and logprobs (unless given) start as 0x7EEEEEEE so that
+// unwritten slots are visible; partials start as 0xA5 bytes and counters as zero.
+// filter_max gets an 8-byte logprobs buffer of poison, as the sampler binds it. Every
+// buffer ends at an inaccessible page, so a read or write past its end kills the process
+// instead of passing unnoticed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -46,49 +51,58 @@ struct gb_row_params;
 // The kernels of the Metal edition (kernelsrc/metal/sampling.metal), as the emulator
 // compiles them.
 void gumbel_argmax_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void gumbel_argmax_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*,
-    metal::atomic_uint*, const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3,
+    metal::atomic_uint*, const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3,
     uint, uint3, uint, uint, uint, uint);
 void gumbel_argmax_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*,
-    metal::atomic_uint*, const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3,
+    metal::atomic_uint*, const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3,
     uint, uint3, uint, uint, uint, uint);
 void categorical_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void categorical_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void categorical_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void filter_max_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void filter_max_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void filter_max_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void filtered_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void filtered_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void filtered_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void score_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void score_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void score_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
-    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, uint3, uint3, uint, uint3, uint,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
+void residual_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
+void residual_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
+void residual_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
 void topn_f32(const float*, const gb_row_params*, int*, float*, metal::atomic_uint*, metal::atomic_uint*, const ulong&,
     const uint&, const float*, const uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint, uint, uint,
@@ -166,7 +180,15 @@ struct Reader {
 
 // The kernel of a Launch: the input's kernel numbers, and filter_max, which a filtered
 // case runs first.
-enum : uint32_t { kGumbelArgmax = 0, kCategorical = 1, kTopN = 2, kFiltered = 3, kScore = 4, kFilterMax = 5 };
+enum : uint32_t {
+    kGumbelArgmax = 0,
+    kCategorical = 1,
+    kTopN = 2,
+    kFiltered = 3,
+    kScore = 4,
+    kFilterMax = 5,
+    kResidual = 6
+};
 
 struct Launch {
     uint32_t which, dtype;
@@ -185,13 +207,14 @@ struct Launch {
     const uint* bitmask;
     uint vocabOffset;
     ulong* shard;
+    const float* draft;
 };
 
 #define SAMPLING_CALL(fn, T)                                                                                       \
     fn(static_cast<const T*>(l->logits), l->params, static_cast<metal::atomic_int*>(l->tokens),                  \
        static_cast<int*>(l->status), l->partials, l->counters, l->rowStride, l->vocab, l->logprobs, l->bias,      \
-       l->counts, l->mask, l->bitmask, l->vocabOffset, l->shard, group, groups, id.tid, size, id.lane, id.sg,      \
-       id.width, id.nsg)
+       l->counts, l->mask, l->bitmask, l->vocabOffset, l->shard, l->draft, group, groups, id.tid, size, id.lane,  \
+       id.sg, id.width, id.nsg)
 #define TOPN_CALL(fn, T)                                                                                           \
     fn(static_cast<const T*>(l->logits), l->params, static_cast<int*>(l->tokens), static_cast<float*>(l->status), \
        l->partials, l->counters, l->rowStride, l->vocab, l->bias, l->counts, l->mask, l->bitmask, group, groups,    \
@@ -256,6 +279,15 @@ void thunk(void* ctx, const mslemu::ThreadIds& id) {
         break;
     case 17:
         SAMPLING_CALL(filter_max_bf16, ushort);
+        break;
+    case 18:
+        SAMPLING_CALL(residual_f32, float);
+        break;
+    case 19:
+        SAMPLING_CALL(residual_f16, ushort);
+        break;
+    case 20:
+        SAMPLING_CALL(residual_bf16, ushort);
         break;
     default:
         die("unknown kernel or dtype");
@@ -413,10 +445,10 @@ int main(int argc, char** argv) {
         }
         return 0;
     }
-    if (std::memcmp(magic, "MSLEMU05", 8) != 0) {
+    if (std::memcmp(magic, "MSLEMU06", 8) != 0) {
         die("bad magic");
     }
-    std::fwrite("MSLEMU05", 1, 8, out);
+    std::fwrite("MSLEMU06", 1, 8, out);
     uint32_t cases = r.get<uint32_t>();
     for (uint32_t c = 0; c < cases; ++c) {
         uint32_t which = r.get<uint32_t>();
@@ -435,7 +467,7 @@ int main(int argc, char** argv) {
         uint64_t partialWords = r.get<uint64_t>();
         uint64_t counterWords = r.get<uint64_t>();
         uint64_t logitBytes = r.get<uint64_t>();
-        if (which > kScore || dtype > 2 || T == 0 || S == 0 || n == 0 || D == 0 ||
+        if ((which > kScore && which != kResidual) || dtype > 2 || T == 0 || S == 0 || n == 0 || D == 0 ||
             (which == kTopN && D != 1) || partialWords == 0 || counterWords == 0) {
             die("case " + std::to_string(c) + ": bad header");
         }
@@ -457,8 +489,13 @@ int main(int argc, char** argv) {
         }
         const uint32_t vocabOffset = r.get<uint32_t>();
         const bool wantShard = r.get<uint32_t>() != 0;
+        const uint64_t draftBytes = r.get<uint64_t>();
+        Guarded draft(draftBytes == 0 ? 8 : draftBytes, 0xA5);
+        r.bytes(draft.data, draftBytes);
+        const uint64_t givenRecordBytes = r.get<uint64_t>();
         const bool topn = which == kTopN;
-        size_t slots = topn ? size_t(rows) * 20 : which == kScore ? size_t(rows) : size_t(rows) * D;
+        size_t slots = topn ? size_t(rows) * 20
+                            : which == kScore || which == kResidual ? size_t(rows) : size_t(rows) * D;
         Guarded tokens(slots * 4, 0);
         Guarded status(slots * 4, 0);
         size_t records = topn ? 0 : slots * 4;
@@ -470,6 +507,12 @@ int main(int argc, char** argv) {
         }
         for (size_t i = 0; i < records; ++i) {
             std::memcpy(logprobs.data + 4 * i, &sentinel, 4);
+        }
+        if (givenRecordBytes > 0) {
+            if (givenRecordBytes != records * 4) {
+                die("case " + std::to_string(c) + ": the given records do not fill the logprobs buffer");
+            }
+            r.bytes(logprobs.data, givenRecordBytes);
         }
         const size_t keys = wantShard && !topn ? slots : 0;
         Guarded shard(std::max<size_t>(keys * 8, 8), 0xA5);
@@ -494,6 +537,7 @@ int main(int argc, char** argv) {
         l.bitmask = reinterpret_cast<const uint*>(extra[3]->data);
         l.vocabOffset = vocabOffset;
         l.shard = reinterpret_cast<ulong*>(shard.data);
+        l.draft = reinterpret_cast<const float*>(draft.data);
 
         mslemu::Dispatch d;
         d.grid[0] = which == kCategorical ? 1 : S;

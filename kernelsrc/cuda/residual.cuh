@@ -1,0 +1,331 @@
+// residual (ABI.md): the verification of chains of draft tokens whose drafter's
+// probabilities are known. Each launch row is one position of a chain. Thread 0 of every
+// block decides the chain up to its own position from score's records, so that only the
+// stop's blocks scan their row: a Gumbel-max draw over the residual max(p - q, 0) at a
+// rejected draft, over p after the last one, with p's draw kept beside the residual's
+// for a residual without mass. S >= 1 blocks per row, merged as score merges them.
+
+// Where a launch row lies in its chain's verdict.
+#define GB_CHAIN_BEFORE 0u // an accepted draft before the stop: token t_i, status 0
+#define GB_CHAIN_STOP 1u   // the position that draws the emitted token
+#define GB_CHAIN_PAST 2u   // after the stop: token -1, GB_STATUS_NOT_REACHED
+
+// The residual's skip rule is applied only to d below this: past it expf(d) may overflow
+// to +Inf, and logf(w) <= d + 1, on which the rule rests, no longer holds.
+#define GB_RESIDUAL_SKIP_D 88.0f
+
+// gb_good_chain_row reports whether a residual row's own parameters can be verified: no
+// reserved flags and no FlagShard, a positive temperature with a finite inverse, a
+// vocabulary in range and, unless the row ends its chain, a draft token in it (the Go
+// edition's goodChainRow).
+__device__ __forceinline__ bool gb_good_chain_row(const gb_row_params& p, gb_u32 vocab) {
+    return (p.flags & (GB_FLAGS_RESERVED | GB_FLAG_SHARD)) == 0u && !gb_bad_row(p.temperature, vocab) && p.temperature > 0.0f &&
+           ((p.flags & GB_FLAG_CHAIN_END) != 0u || p.token < vocab);
+}
+
+// gb_draft_uniform is philox.DraftUniform: the top 24 bits of word 1 of the
+// PURPOSE_SPECULATIVE block at index 0 of the row's step, times 2^-24 (exact).
+__device__ __forceinline__ float gb_draft_uniform(const gb_row_params& p) {
+    gb_u32 w[4];
+    gb_philox(0u, p.step_lo, p.step_hi, GB_PURPOSE_SPECULATIVE, p.seed_lo, p.seed_hi, w);
+    return __fmul_rn((float)(w[1] >> 8), 5.9604644775390625e-8f);
+}
+
+// gb_draft_accepted decides a position that does not end its chain: its draft token is
+// kept when fl(u * q) < expf(lp), q the token's draft probability and lp its processed
+// log-probability in score's record. A NaN compares false, and a row that cannot be
+// verified rejects.
+__device__ __forceinline__ bool gb_draft_accepted(const gb_row_params& p, gb_u32 vocab, const float* draft,
+                                                  const float* logprobs) {
+    if (!gb_good_chain_row(p, vocab)) {
+        return false;
+    }
+    const float q = draft[(gb_u64)p.topn * vocab + p.token];
+    const float lp = logprobs[(gb_u64)GB_RECORD_WORDS * p.row + 1u];
+    return __fmul_rn(gb_draft_uniform(p), q) < expf(lp);
+}
+
+// gb_chain_position is launch row y's place in its chain's verdict: the chain starts after
+// the last CHAIN_END row before y, and stops at its first rejected draft or at its end.
+// One warp decides, a lane per earlier row, so that the loads of a long chain overlap
+// instead of queuing behind each other; every lane returns the verdict.
+__device__ __forceinline__ gb_u32 gb_chain_position(const gb_row_params* params, gb_u32 y, const gb_row_params& p,
+                                                    gb_u32 vocab, const float* draft, const float* logprobs) {
+    const gb_u32 lane = gb_lane(), width = (gb_u32)GB_WARP_SIZE;
+    gb_u32 first = 0u;
+    for (gb_u32 top = y; top > 0u; top = top > width ? top - width : 0u) {
+        // Lane l looks at row top-1-l: the first lane holding a CHAIN_END is the nearest.
+        const bool end = lane < top && (params[top - 1u - lane].flags & GB_FLAG_CHAIN_END) != 0u;
+        const int l = gb_first_lane(end);
+        if (l >= 0) {
+            first = top - (gb_u32)l;
+            break;
+        }
+    }
+    for (gb_u32 j0 = first; j0 < y; j0 += width) {
+        const gb_u32 j = j0 + lane;
+        const bool rejected = j < y && !gb_draft_accepted(params[j], vocab, draft, logprobs);
+        if (gb_first_lane(rejected) >= 0) {
+            return GB_CHAIN_PAST;
+        }
+    }
+    if ((p.flags & GB_FLAG_CHAIN_END) == 0u && gb_draft_accepted(p, vocab, draft, logprobs)) {
+        return GB_CHAIN_BEFORE;
+    }
+    return GB_CHAIN_STOP;
+}
+
+// gb_residual_win is what a thread, then a block, holds of the stop's draw: the best
+// residual key, the best key over p and the observations.
+struct gb_residual_win {
+    gb_u64 key_r, key_p;
+    gb_u32 seen;
+};
+
+// gb_residual_scan folds the chunk [start, end) into the thread's keys: every element's
+// score over p, fl(s + g) with s = fl(x' * invT), and, at a rejected position (REJECT),
+// over the residual, fl(logf(w) + g) for w = fl(expf(fl(s - lse)) - q[i]) > 0. The noise,
+// and at a rejected position w itself, are computed only for an element that may still
+// win one of them. Each trip the warp
+// (and the block, through s_bound) agrees on lower bounds of the two winning scores: the
+// best scores reached, fl(s + MinGumbel) of every element seen (p) and fl(logf(w) +
+// MinGumbel) of every residual element whose logarithm was taken. Against them
+// an element skips by ABI.md's rule (p: fl(s + MaxGumbel) below; residual: w <= 0 or
+// fl(fl(d + 1) + MaxGumbel) below), and, once its Philox word is known, skips its
+// logarithms when the word's bound (gb_cheap_bound) puts it below. A skipped score is
+// provably below another element's (the residual's rule takes q >= 0, as probabilities
+// are), so the keys are those of computing them all. The trip count is the same for
+// every thread of the block, as the warp collectives need.
+template <int KIND, bool PROC, bool REJECT>
+__device__ __forceinline__ void gb_residual_scan(const typename gb_io<KIND>::elem* row, gb_u32 start, gb_u32 end,
+                                                 bool vec, float invT, gb_u32 step_lo, gb_u32 step_hi,
+                                                 const gb_row_params& p, const gb_processor& pc, const float* q,
+                                                 float lse, gb_u32* s_bound, gb_residual_win& win) {
+    const gb_u32 stride = 4u * blockDim.x;
+    float low_p = -gb_inf(), low_r = -gb_inf(); // the thread's lower bounds of the winners
+    for (gb_u32 g0 = start; g0 < end; g0 += stride) {
+        const gb_u32 g = g0 + 4u * threadIdx.x;
+        float x[4];
+        const gb_u32 n = gb_load_group<KIND>(row, g, end, vec, x); // -Inf past n
+        float s[4];
+        if (PROC) {
+            win.seen |= gb_process_group(pc, g, n, x, s);
+        } else {
+            win.seen |= gb_group_seen(x, n);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                s[j] = x[j];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            s[j] = __fmul_rn(s[j], invT);
+        }
+        low_p = fmaxf(low_p, __fadd_rn(gb_max4(s), GB_MIN_GUMBEL));
+        const float lower_p = gb_share_bound(gb_warp_max_f32_all(low_p), &s_bound[0]);
+        const float lower_r = REJECT ? gb_share_bound(gb_warp_max_f32_all(low_r), &s_bound[1]) : -gb_inf();
+        // NaN compares false: its row ends with status 1 whatever the keys.
+        // d1 = fl(d + 1) bounds logf(w) from above (w <= expf(d) for q >= 0), so an
+        // element whose fl(d1 + bound) is below lower_r needs neither its expf nor its q:
+        // both are taken only for the few the Philox word's bound leaves.
+        bool need_p[4], need_r[4];
+        float d[4];
+        bool any = false;
+#pragma unroll
+        for (gb_u32 j = 0; j < 4u; ++j) {
+            need_p[j] = j < n && __fadd_rn(s[j], GB_MAX_GUMBEL) >= lower_p;
+            need_r[j] = false;
+            d[j] = 0.0f;
+            if (REJECT && j < n) {
+                d[j] = __fadd_rn(s[j], -lse);
+                need_r[j] = !(d[j] < GB_RESIDUAL_SKIP_D &&
+                              __fadd_rn(__fadd_rn(d[j], 1.0f), GB_MAX_GUMBEL) < lower_r);
+            }
+            any = any || need_p[j] || need_r[j];
+        }
+        if (!any) {
+            continue;
+        }
+        gb_u32 word[4];
+        gb_philox(g >> 2, step_lo, step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, word);
+        float lw[4];
+        bool any_tail = false;
+#pragma unroll
+        for (gb_u32 j = 0; j < 4u; ++j) {
+            const float bound = gb_cheap_bound(word[j]);
+            need_p[j] = need_p[j] && !(__fadd_rn(s[j], bound) < lower_p);
+            lw[j] = 0.0f;
+            if (need_r[j] && d[j] < GB_RESIDUAL_SKIP_D && __fadd_rn(__fadd_rn(d[j], 1.0f), bound) < lower_r) {
+                need_r[j] = false;
+            }
+            if (need_r[j]) {
+                const float w = __fadd_rn(expf(d[j]), -q[g + j]);
+                need_r[j] = w > 0.0f;
+                if (need_r[j]) {
+                    lw[j] = logf(w);
+                    low_r = fmaxf(low_r, __fadd_rn(lw[j], GB_MIN_GUMBEL));
+                    need_r[j] = !(__fadd_rn(lw[j], bound) < lower_r);
+                }
+            }
+            any_tail = any_tail || ((need_p[j] || need_r[j]) && word[j] < GB_TAIL_THRESHOLD);
+        }
+        gb_u32 tail[4] = {0u, 0u, 0u, 0u};
+        if (any_tail) {
+            gb_philox(g >> 2, step_lo, step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi, tail);
+        }
+#pragma unroll
+        for (gb_u32 j = 0; j < 4u; ++j) {
+            if (!need_p[j] && !need_r[j]) {
+                continue;
+            }
+            const float noise = gb_gumbel(word[j], tail[j]);
+            if (need_p[j]) {
+                const float score = __fadd_rn(s[j], noise);
+                win.key_p = gb_max_u64(win.key_p, gb_pack(score, g + j));
+                low_p = fmaxf(low_p, score);
+            }
+            if (need_r[j]) {
+                const float score = __fadd_rn(lw[j], noise);
+                win.key_r = gb_max_u64(win.key_r, gb_pack(score, g + j));
+                low_r = fmaxf(low_r, score);
+            }
+        }
+    }
+}
+
+// gb_residual_block leaves in thread 0 the block's merge of w: each warp merges its lanes,
+// the warps meet in shared memory, and warp 0 merges them.
+__device__ __forceinline__ void gb_residual_block(gb_residual_win& w, gb_u64* s_r, gb_u64* s_p, gb_u32* s_seen) {
+    w.key_r = gb_warp_max_u64_all(w.key_r);
+    w.key_p = gb_warp_max_u64_all(w.key_p);
+    w.seen = gb_warp_or_all(w.seen);
+    if (gb_lane() == 0u) {
+        s_r[gb_warp()] = w.key_r;
+        s_p[gb_warp()] = w.key_p;
+        s_seen[gb_warp()] = w.seen;
+    }
+    __syncthreads();
+    if (gb_warp() == 0u) {
+        const bool have = gb_lane() < gb_num_warps();
+        w.key_r = gb_warp_max_u64_all(have ? s_r[gb_lane()] : 0ull);
+        w.key_p = gb_warp_max_u64_all(have ? s_p[gb_lane()] : 0ull);
+        w.seen = gb_warp_or_all(have ? s_seen[gb_lane()] : 0u);
+    }
+}
+
+// gb_residual is the kernel: block (x, y) decides launch row y's place in its chain;
+// block 0 writes the verdict of a position before or past the stop, and the stop's
+// blocks scan their chunks, the last to arrive merging the blocks' keys and writing the
+// drawn token (o = row): the residual's winner, or p's when the residual is empty.
+template <int KIND>
+__device__ __forceinline__ void gb_residual(const typename gb_io<KIND>::elem* __restrict__ logits,
+                                            const gb_row_params* __restrict__ params, gb_i32* tokens,
+                                            gb_i32* status, gb_u64* partials, gb_u32* counters, gb_u64 row_stride,
+                                            gb_u32 vocab, const float* logprobs, const float* bias,
+                                            const gb_u32* counts, const gb_u32* mask, const gb_u32* bitmask,
+                                            const float* draft) {
+    __shared__ gb_u64 s_r[GB_MAX_WARPS];
+    __shared__ gb_u64 s_p[GB_MAX_WARPS];
+    __shared__ gb_u32 s_seen[GB_MAX_WARPS];
+    __shared__ gb_u32 s_bound[2]; // the order keys of the block's lower bounds: p, residual
+    __shared__ gb_u32 s_pos;
+    __shared__ gb_u32 s_last;
+
+    if (blockIdx.z != 0u) {
+        return; // residual draws once: a deeper grid's extra blocks have no work
+    }
+    const gb_u32 y = blockIdx.y;
+    const gb_u32 nblocks = gridDim.x;
+    const gb_row_params p = params[y];
+    const gb_u64 o = p.row;
+    if (gb_warp() == 0u) {
+        const gb_u32 pos = gb_chain_position(params, y, p, vocab, draft, logprobs);
+        if (threadIdx.x == 0u) {
+            s_pos = pos;
+            s_bound[0] = s_bound[1] = 0u; // below the key of every float, -Inf included
+        }
+    }
+    __syncthreads();
+    const gb_u32 pos = s_pos;
+    if (pos != GB_CHAIN_STOP) {
+        if (blockIdx.x == 0u && threadIdx.x == 0u) {
+            tokens[o] = pos == GB_CHAIN_BEFORE ? (gb_i32)p.token : -1;
+            status[o] = pos == GB_CHAIN_BEFORE ? GB_STATUS_OK : GB_STATUS_NOT_REACHED;
+        }
+        return;
+    }
+    // A FlagShard row is refused only here: like the Go edition, which finds it bad when it
+    // binds the row's buffers, not when it decides a chain.
+    if (gb_bad_flags(p.flags) || !gb_good_chain_row(p, vocab)) {
+        if (blockIdx.x == 0u && threadIdx.x == 0u) {
+            tokens[o] = -1;
+            status[o] = GB_STATUS_BAD_PARAMS;
+        }
+        return;
+    }
+
+    gb_u32 start, end;
+    gb_chunk_of(vocab, nblocks, blockIdx.x, start, end);
+    const typename gb_io<KIND>::elem* row = logits + (gb_u64)p.row * row_stride;
+    const bool vec = gb_io<KIND>::vec_ok(row);
+    const float invT = 1.0f / p.temperature;
+    const gb_processor pc = gb_processor_of(p, bias, counts, mask, bitmask, vocab);
+    const bool reject = (p.flags & GB_FLAG_CHAIN_END) == 0u;
+    // A rejected position's draft row and its processed log-sum-exp; no pointer into the
+    // draft buffer is formed at a chain's end, whose draft row may not exist.
+    const float* q = reject ? draft + (gb_u64)p.topn * vocab : draft;
+    const float lse = reject ? logprobs[(gb_u64)GB_RECORD_WORDS * p.row + 3u] : 0.0f;
+    gb_u32 step_lo, step_hi;
+    gb_step_plus(p, 0u, step_lo, step_hi);
+
+    gb_residual_win w;
+    w.key_r = w.key_p = 0ull;
+    w.seen = 0u;
+    // One instantiation per combination, uniform for the block.
+#define GB_RESIDUAL_SCAN(PROC, REJECT)                                                                              \
+    gb_residual_scan<KIND, PROC, REJECT>(row, start, end, vec, invT, step_lo, step_hi, p, pc, q, lse, s_bound, w)
+    if (pc.flags == 0u) {
+        if (reject) {
+            GB_RESIDUAL_SCAN(false, true);
+        } else {
+            GB_RESIDUAL_SCAN(false, false);
+        }
+    } else if (reject) {
+        GB_RESIDUAL_SCAN(true, true);
+    } else {
+        GB_RESIDUAL_SCAN(true, false);
+    }
+#undef GB_RESIDUAL_SCAN
+    gb_residual_block(w, s_r, s_p, s_seen); // thread 0 holds the block's merge
+
+    if (nblocks > 1u) {
+        if (threadIdx.x == 0u) {
+            gb_u64* part = partials + (gb_u64)GB_RESIDUAL_STRIDE * ((gb_u64)y * nblocks + blockIdx.x);
+            part[0] = w.key_r;
+            part[1] = w.key_p;
+            if (w.seen != 0u) {
+                atomicOr(&counters[2u * y + 1u], w.seen);
+            }
+            __threadfence();
+            const gb_u32 prev = atomicAdd(&counters[2u * y], 1u);
+            s_last = prev == nblocks - 1u ? 1u : 0u;
+        }
+        __syncthreads();
+        if (s_last == 0u || threadIdx.x != 0u) {
+            return;
+        }
+        __threadfence();
+        const gb_u64* row_part = partials + (gb_u64)GB_RESIDUAL_STRIDE * y * nblocks;
+        w.key_r = w.key_p = 0ull;
+        for (gb_u32 i = 0; i < nblocks; ++i) {
+            w.key_r = gb_max_u64(w.key_r, gb_load_published(row_part + (gb_u64)GB_RESIDUAL_STRIDE * i));
+            w.key_p = gb_max_u64(w.key_p, gb_load_published(row_part + (gb_u64)GB_RESIDUAL_STRIDE * i + 1u));
+        }
+        // Every block ORed its observations in before it arrived.
+        w.seen = atomicExch(&counters[2u * y + 1u], 0u);
+        atomicExch(&counters[2u * y], 0u);
+    } else if (threadIdx.x != 0u) {
+        return;
+    }
+    gb_finish(tokens, status, o, w.key_r != 0ull ? w.key_r : w.key_p, w.seen);
+}

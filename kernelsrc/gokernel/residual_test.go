@@ -1,0 +1,245 @@
+package gokernel
+
+import (
+	"cmp"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
+	"github.com/gumbel-go/gumbel/philox"
+	"github.com/gumbel-go/gumbel/runtime"
+)
+
+// chainCase is one launch of residual: chains laid out over consecutive logits rows,
+// each position one launch row.
+type chainCase struct {
+	name string
+	// chains[c] are chain c's draft tokens; its positions are the next len+1 rows.
+	chains [][]uint32
+	// q returns the draft probabilities at a position whose target logits are row.
+	q func(row []float32, rng *rand.Rand) []float32
+	// drawn draws each draft token from q (the listed ones give the lengths), as a
+	// drafter does: drafts then pass often, and the residual differs from p.
+	drawn bool
+	// apart asks that some stop's residual winner differ from p's.
+	apart bool
+	// temp is the rows' temperature (0: 0.9).
+	temp float32
+	// bad spoils launch row y's parameters (nil: none).
+	bad func(y int, p *abi.RowParams)
+}
+
+// chainWant is the verdict of one chain computed here from ABI.md's formulas, without
+// the kernel's skip and split: the tokens and statuses of its positions, and whether
+// its stop drew from a residual whose winner is not p's.
+func chainWant(rows [][]float32, params []abi.RowParams, draft []float32, records []float32, vocab int) (tokens []int32, status []abi.Status, apart bool) {
+	stopped := false
+	for _, p := range params {
+		switch {
+		case stopped:
+			tokens, status = append(tokens, -1), append(status, abi.StatusNotReached)
+			continue
+		case p.Flags&abi.FlagChainEnd == 0 && goodChainRow(p, uint32(vocab)) &&
+			float32(philox.DraftUniform(p.Seed, p.Step)*draft[int(p.TopN)*vocab+int(p.Token)]) < exp32(records[4*p.Row+1]):
+			tokens, status = append(tokens, int32(p.Token)), append(status, abi.StatusOK)
+			continue
+		}
+		stopped = true
+		if !goodChainRow(p, uint32(vocab)) {
+			tokens, status = append(tokens, -1), append(status, abi.StatusBadParams)
+			continue
+		}
+		invT := float32(1 / p.Temperature)
+		var bestR, bestP uint64
+		for i, x := range rows[p.Row] {
+			s := float32(x * invT)
+			g := philox.ElementGumbel(p.Seed, p.Step, uint32(i))
+			bestP = max(bestP, pack(float32(s+g), i))
+			if p.Flags&abi.FlagChainEnd == 0 {
+				w := float32(exp32(float32(s-records[4*p.Row+3])) - draft[int(p.TopN)*vocab+i])
+				if w > 0 {
+					bestR = max(bestR, pack(float32(logf32(w)+g), i))
+				}
+			}
+		}
+		if bestR == 0 {
+			bestR = bestP
+		}
+		apart = uint32(bestR) != uint32(bestP) // the low words: the winners' indices
+		tokens, status = append(tokens, int32(^uint32(bestR))), append(status, abi.StatusOK)
+	}
+	return tokens, status, apart
+}
+
+// TestResidualChains: every chain's verdict and stop token equal the formulas of
+// ABI.md, for every split and launch order: accepted runs, rejections at the first and
+// a later draft, a chain without drafts, an empty residual (the fallback to p), and bad
+// rows before, at and after a stop.
+func TestResidualChains(t *testing.T) {
+	const v = 301
+	dist := func(row []float32, rng *rand.Rand) []float32 {
+		q := make([]float32, len(row))
+		sum := float32(0)
+		for i := range q {
+			q[i] = float32(rng.ExpFloat64())
+			if i%7 == 0 {
+				q[i] *= 40 // the drafter likes some tokens far more than the target does
+			}
+			sum += q[i]
+		}
+		for i := range q {
+			q[i] /= sum
+		}
+		return q
+	}
+	// near is a drafter whose logits are the target's plus normal noise of sd 3: drafts
+	// pass often, and at a rejection the residual differs from the target.
+	near := func(row []float32, rng *rand.Rand) []float32 {
+		q := make([]float32, len(row))
+		m, sum := math.Inf(-1), 0.0
+		for i, x := range row {
+			q[i] = float32(float64(x)/0.9 + 3*rng.NormFloat64())
+			m = math.Max(m, float64(q[i]))
+		}
+		for i := range q {
+			sum += math.Exp(float64(q[i]) - m)
+		}
+		for i := range q {
+			q[i] = float32(math.Exp(float64(q[i])-m) / sum)
+		}
+		return q
+	}
+	// favourite is a drafter sure of the target's arg-max: at a rejection the residual
+	// is p without it.
+	favourite := func(row []float32, _ *rand.Rand) []float32 {
+		q := make([]float32, len(row))
+		q[firstIndexOf(row, slices.Max(row))] = 1
+		return q
+	}
+	cases := []chainCase{
+		{name: "mixed chains", chains: [][]uint32{{3, 7, 5}, {14}, {}, {0, 21}}, q: dist},
+		{name: "drafter near the target", chains: [][]uint32{{0, 0, 0, 0}, {0, 0}, {0, 0, 0}, {0}, {0, 0}}, q: near, drawn: true},
+		{name: "draft of the favourite", chains: make([][]uint32, 48),
+			q: favourite, drawn: true, apart: true, temp: 4},
+		{name: "zero draft probability accepts", chains: [][]uint32{{1, 2, 3, 4}},
+			q: func(row []float32, _ *rand.Rand) []float32 { return make([]float32, len(row)) }},
+		{name: "empty residual", chains: [][]uint32{{8, 9}, {10}},
+			q: func(row []float32, _ *rand.Rand) []float32 {
+				q := make([]float32, len(row))
+				for i := range q {
+					q[i] = 1
+				}
+				return q
+			}},
+		{name: "bad rows", chains: [][]uint32{{5, 6, 7}, {9, 10}, {11}}, q: dist,
+			bad: func(y int, p *abi.RowParams) {
+				switch y {
+				case 1:
+					p.Token = v // chain 0's second draft: the chain stops there, status 3
+				case 5:
+					p.Temperature = 0 // chain 1's second draft: a stop with status 3
+				case 6:
+					p.Flags |= 1 << 13 // chain 1's end: never reached
+				}
+			}},
+	}
+	for _, c := range cases {
+		for i := range c.chains {
+			if c.chains[i] == nil {
+				c.chains[i] = []uint32{0} // a one-draft chain
+			}
+		}
+		for _, s := range []int{1, 3, 8} {
+			for _, order := range []launchOrder{onDevice, reversed, shuffled} {
+				rng := rand.New(rand.NewPCG(5, uint64(len(c.name))))
+				p := &problem{d: abi.F32, vocab: v, stride: v}
+				var draft []float32
+				for ci, toks := range c.chains {
+					for k := range len(toks) + 1 {
+						row := uint32(len(p.rows))
+						p.rows = append(p.rows, llmRow(rng, v))
+						rp := abi.RowParams{Row: row, Temperature: cmp.Or(c.temp, 0.9), Seed: uint64(40 + ci), Step: uint64(3 + k)}
+						if k == len(toks) {
+							rp.Flags = abi.FlagChainEnd
+						} else {
+							q := c.q(p.rows[row], rng)
+							rp.Token, rp.TopN = toks[k], uint32(len(draft)/v)
+							if c.drawn {
+								rp.Token = drawToken(q, rng)
+							}
+							draft = append(draft, q...)
+						}
+						p.params = append(p.params, rp)
+					}
+				}
+				if c.bad != nil {
+					for y := range p.params {
+						c.bad(y, &p.params[y])
+					}
+				}
+				b := p.layout(s)
+				b.draft = draft
+				// score's records: the processed log-probability of each draft token and
+				// the processed log-sum-exp, in float64.
+				for _, rp := range p.params {
+					invT := 1 / float64(rp.Temperature)
+					m, sum := math.Inf(-1), 0.0
+					for _, x := range p.rows[rp.Row] {
+						m = math.Max(m, float64(x)*invT)
+					}
+					for _, x := range p.rows[rp.Row] {
+						sum += math.Exp(float64(x)*invT - m)
+					}
+					lse := m + math.Log(sum)
+					tok := min(int(rp.Token), v-1)
+					b.logprobs[4*rp.Row+1] = float32(float64(p.rows[rp.Row][tok])*invT - lse)
+					b.logprobs[4*rp.Row+3] = float32(lse)
+				}
+				records := append([]float32(nil), b.logprobs...)
+				fn := func(bc *runtime.BlockContext) { residual(bc, abi.F32) }
+				grid := runtime.Dim3{X: s, Y: len(p.params), Z: 1}
+				launch(t, fn, grid, b.args(p.stride, p.vocab), order, rng)
+				for i, cnt := range b.counters {
+					require.Zero(t, cnt, "counters[%d]", i)
+				}
+				for i := range records {
+					require.Equal(t, math.Float32bits(records[i]), math.Float32bits(b.logprobs[i]), "residual writes no records")
+				}
+				y, residuals := 0, 0
+				for ci, toks := range c.chains {
+					n := len(toks) + 1
+					wantTok, wantSt, apart := chainWant(p.rows, p.params[y:y+n], draft, records, v)
+					if apart {
+						residuals++
+					}
+					for k := range n {
+						row := p.params[y+k].Row
+						what := []any{"%s S=%d %v chain %d position %d", c.name, s, order, ci, k}
+						require.Equal(t, wantSt[k], b.status[row], what...)
+						require.Equal(t, wantTok[k], b.tokens[row], what...)
+					}
+					y += n
+				}
+				if c.apart {
+					require.Positive(t, residuals, "%s: some residual draw differs from p's", c.name)
+				}
+			}
+		}
+	}
+}
+
+// drawToken draws a token from the distribution q.
+func drawToken(q []float32, rng *rand.Rand) uint32 {
+	u := float32(rng.Float64())
+	for i, x := range q {
+		if u < x {
+			return uint32(i)
+		}
+		u -= x
+	}
+	return uint32(len(q) - 1)
+}

@@ -1,0 +1,383 @@
+package sampler_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gumbel-go/gumbel/runtime"
+	"github.com/gumbel-go/gumbel/runtime/cpu"
+	"github.com/gumbel-go/gumbel/sampler"
+	"github.com/gumbel-go/gumbel/tests/statistical"
+)
+
+// probsLawCase is one target/drafter pair of the verification law with draft
+// probabilities: the target's logits at K+1 positions, the drafter's distribution at
+// the first K (the draft tokens are drawn from it), the temperature and an optional
+// bitmask at position 0.
+type probsLawCase struct {
+	name  string
+	rows  [][]float32
+	q     [][]float32
+	t     float32
+	mask0 []int32
+}
+
+func probsLawCases() []probsLawCase {
+	row := func(xs ...float32) []float32 { return xs }
+	inf := float32(math.Inf(-1))
+	target := [][]float32{row(2, 1, 0, -1, 0.5, -2), row(0, 0.5, 2.5, 1, -1, 0), row(1, 1, 1, 0, 0, 0)}
+	asF32 := func(p []float64) []float32 {
+		out := make([]float32, len(p))
+		for i, v := range p {
+			out[i] = float32(v)
+		}
+		return out
+	}
+	return []probsLawCase{
+		{name: "draft equals target", t: 0.8, rows: target,
+			q: [][]float32{asF32(softmaxMasked(target[0], 0.8, nil)), asF32(softmaxMasked(target[1], 0.8, nil))}},
+		{name: "too peaked", t: 1, rows: target,
+			q: [][]float32{row(0.02, 0.9, 0.02, 0.02, 0.02, 0.02), row(0.01, 0.01, 0.01, 0.95, 0.01, 0.01)}},
+		{name: "too flat", t: 0.6, rows: target,
+			q: [][]float32{row(1, 1, 1, 1, 1, 1), row(1, 1, 1, 1, 1, 1)}},
+		{name: "disjoint supports", t: 1.2,
+			rows: [][]float32{row(2, 1, 0, inf, inf, inf), row(0, 0.5, 2.5, 1, -1, 0), row(1, 1, 1, 0, 0, 0)},
+			q:    [][]float32{row(0, 0, 0, 0.5, 0.3, 0.2), row(0.2, 0.2, 0.2, 0.2, 0.1, 0.1)}},
+		{name: "masked target", t: 1, rows: target, mask0: []int32{1, 2, 3, 4},
+			q: [][]float32{row(0.4, 0.1, 0.1, 0.1, 0.1, 0.2), row(0.2, 0.2, 0.2, 0.2, 0.1, 0.1)}},
+		{name: "no draft", t: 1, rows: target[:1]},
+	}
+}
+
+// normalised returns q scaled to sum to 1 (the cases write some rows unnormalised).
+func normalised(q []float32) []float64 {
+	sum := 0.0
+	for _, v := range q {
+		sum += float64(v)
+	}
+	out := make([]float64, len(q))
+	for i, v := range q {
+		out[i] = float64(v) / sum
+	}
+	return out
+}
+
+// checkProbsLaw draws the case's verification n times (one request per draw, each with
+// its own seed and its own draft tokens drawn from q) and tests with the suite's
+// chi-square: the first emitted token follows the target at position 0; the accepted
+// length follows Π β_j (1 - β_k), β_j = Σ min(p_j, q_j) the acceptance rate at
+// position j; and after an accepted first draft the second token follows the target at
+// position 1.
+func checkProbsLaw(t *testing.T, dev runtime.Device, lc probsLawCase, n int) {
+	s, err := sampler.New(dev, sampler.Options{Seed: 5})
+	require.NoError(t, err)
+	defer s.Close()
+	k, vocab := len(lc.q), len(lc.rows[0])
+	const perCall = 500
+	rows := perCall * (k + 1)
+	logits := make([]float32, 0, rows*vocab)
+	for range perCall {
+		for _, r := range lc.rows {
+			logits = append(logits, r...)
+		}
+	}
+	lg := upload(t, dev, logits, rows, vocab)
+	var qs []float32
+	for _, r := range lc.q {
+		qs = append(qs, normalisedF32(r)...)
+	}
+	qs = append(qs, make([]float32, vocab)...) // one row even without drafts
+	draft := upload(t, dev, qs, max(k, 1), vocab)
+	var mask [][]int32
+	if lc.mask0 != nil {
+		m := make([]int32, (vocab+31)/32)
+		for _, a := range lc.mask0 {
+			m[a/32] |= 1 << (a % 32)
+		}
+		mask = make([][]int32, k+1)
+		mask[0] = m
+	}
+	targets := make([][]float64, k+1)
+	for j := range k + 1 {
+		allowed := []int32(nil)
+		if j == 0 {
+			allowed = lc.mask0
+		}
+		targets[j] = softmaxMasked(lc.rows[j], lc.t, allowed)
+	}
+	lengthLaw := make([]float64, k+1)
+	run := 1.0
+	for j := range k {
+		beta := 0.0
+		for i, q := range normalised(lc.q[j]) {
+			beta += math.Min(q, targets[j][i])
+		}
+		lengthLaw[j] = run * (1 - beta)
+		run *= beta
+	}
+	lengthLaw[k] = run
+
+	rng := rand.New(rand.NewPCG(uint64(len(lc.name)), 77))
+	first := make([]int64, vocab)
+	lengths := make([]int64, k+1)
+	second := make([]int64, vocab)
+	params := make([]sampler.Params, perCall)
+	drafts := make([]sampler.Draft, perCall)
+	tokens := make([]int32, perCall*k)
+	var res sampler.Verified
+	for call := 0; call*perCall < n; call++ {
+		for b := range params {
+			params[b] = sampler.Params{Temperature: lc.t, Seed: uint64(1 + call*perCall + b), Step: 40}
+			toks := tokens[b*k : (b+1)*k]
+			for j := range toks {
+				toks[j] = drawFrom(rng, normalised(lc.q[j]))
+			}
+			drafts[b] = sampler.Draft{Tokens: toks, Row: b * (k + 1), Bitmasks: mask}
+		}
+		require.NoError(t, s.VerifyChainProbs(lg, draft, params, drafts, &res))
+		for b := range params {
+			require.NoError(t, res.Errs[b])
+			require.Len(t, res.Tokens[b], res.Accepted[b]+1)
+			require.Equal(t, drafts[b].Tokens[:res.Accepted[b]], res.Tokens[b][:res.Accepted[b]])
+			first[res.Tokens[b][0]]++
+			lengths[res.Accepted[b]]++
+			if res.Accepted[b] >= 1 && k >= 1 {
+				second[res.Tokens[b][1]]++
+			}
+		}
+	}
+	for _, c := range []struct {
+		what   string
+		law    []float64
+		counts []int64
+	}{
+		{"first token", targets[0], first},
+		{"accepted drafts", lengthLaw, lengths},
+		{"second token", targets[min(1, k)], second},
+	} {
+		total := int64(0)
+		for _, x := range c.counts {
+			total += x
+		}
+		if total < 1000 {
+			continue
+		}
+		v, err := statistical.ChiSquareTest(c.law, c.counts, statistical.BinTokens)
+		require.NoError(t, err, c.what)
+		assert.True(t, v.Pass(statistical.Alpha), "%s: %s: chi-square %.2f, df %d, p %.3g, impossible drawn %d", lc.name, c.what, v.ChiSquare, v.DF, v.PValue, v.ZeroDrawn)
+	}
+}
+
+// normalisedF32 is normalised in float32, as a drafter would hand its probabilities.
+func normalisedF32(q []float32) []float32 {
+	p := normalised(q)
+	out := make([]float32, len(p))
+	for i, v := range p {
+		out[i] = float32(v)
+	}
+	return out
+}
+
+// drawFrom draws an index from the distribution p.
+func drawFrom(rng *rand.Rand, p []float64) int32 {
+	u := rng.Float64()
+	for i, v := range p {
+		if u < v {
+			return int32(i)
+		}
+		u -= v
+	}
+	return int32(len(p) - 1)
+}
+
+// upload copies a rows x vocab float32 matrix to the device.
+func upload(t testing.TB, dev runtime.Device, xs []float32, rows, vocab int) sampler.Logits {
+	buf, err := dev.Alloc(4 * len(xs))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = buf.Free() })
+	require.NoError(t, dev.DefaultStream().CopyToDevice(buf, 0, runtime.BytesOf(xs)))
+	return sampler.Logits{Data: buf, DType: sampler.Float32, Rows: rows, Vocab: vocab}
+}
+
+// TestVerifyChainProbsLaw is the verification law with draft probabilities on the CPU
+// device.
+func TestVerifyChainProbsLaw(t *testing.T) {
+	dev, err := cpu.Open()
+	require.NoError(t, err)
+	defer dev.Close()
+	n := 20_000
+	if testing.Short() {
+		n = 5_000
+	}
+	for _, lc := range probsLawCases() {
+		t.Run(lc.name, func(t *testing.T) { checkProbsLaw(t, dev, lc, n) })
+	}
+}
+
+// probsFixture is a batch of chains over random logits, with draft probabilities.
+type probsFixture struct {
+	lg, draft sampler.Logits
+	params    []sampler.Params
+	drafts    []sampler.Draft
+	logits    []float32
+}
+
+// newProbsFixture lays out requests chains of k drafts each over vocab tokens: request
+// b's positions are logits rows b(k+1) to b(k+1)+k and its draft rows bk to bk+k-1.
+func newProbsFixture(t testing.TB, dev runtime.Device, requests, k, vocab int, temp float32) probsFixture {
+	rng := rand.New(rand.NewPCG(3, uint64(vocab)))
+	rows := requests * (k + 1)
+	f := probsFixture{logits: make([]float32, rows*vocab)}
+	for i := range f.logits {
+		f.logits[i] = float32(rng.NormFloat64() * 2)
+	}
+	q := make([]float32, max(requests*k, 1)*vocab)
+	for i := range q {
+		q[i] = float32(rng.ExpFloat64())
+	}
+	for r := range max(requests*k, 1) {
+		copy(q[r*vocab:(r+1)*vocab], normalisedF32(q[r*vocab:(r+1)*vocab]))
+	}
+	f.lg = upload(t, dev, f.logits, rows, vocab)
+	f.draft = upload(t, dev, q, max(requests*k, 1), vocab)
+	for b := range requests {
+		toks := make([]int32, k)
+		for j := range toks {
+			toks[j] = int32(rng.IntN(vocab))
+		}
+		f.params = append(f.params, sampler.Params{Temperature: temp, Seed: uint64(100 + b), Step: 7})
+		f.drafts = append(f.drafts, sampler.Draft{Tokens: toks, Row: b * (k + 1), ProbsRow: b * k})
+	}
+	return f
+}
+
+// cpuVerifier opens the CPU device and a sampler on it for one test.
+func cpuVerifier(t *testing.T) (runtime.Device, *sampler.Sampler) {
+	dev, err := cpu.Open()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dev.Close() })
+	s, err := sampler.New(dev, sampler.Options{Seed: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return dev, s
+}
+
+// TestVerifyChainProbsBatchInvariant: a request's outcome is the same alone, in its
+// batch, and in a batch laid out in another order around it.
+func TestVerifyChainProbsBatchInvariant(t *testing.T) {
+	dev, s := cpuVerifier(t)
+	const requests, k, vocab = 6, 3, 50
+	f := newProbsFixture(t, dev, requests, k, vocab, 1)
+	var all sampler.Verified
+	require.NoError(t, s.VerifyChainProbs(f.lg, f.draft, f.params, f.drafts, &all))
+	accepted := 0
+	for b := range requests {
+		require.NoError(t, all.Errs[b])
+		accepted += all.Accepted[b]
+		var one sampler.Verified
+		require.NoError(t, s.VerifyChainProbs(f.lg, f.draft, f.params[b:b+1], f.drafts[b:b+1], &one))
+		assert.Equal(t, all.Tokens[b], one.Tokens[0], "request %d alone", b)
+		assert.Equal(t, all.Accepted[b], one.Accepted[0], "request %d alone", b)
+	}
+	// Reversed order: the same requests, their rows and draft rows unchanged.
+	rp := make([]sampler.Params, requests)
+	rd := make([]sampler.Draft, requests)
+	for b := range requests {
+		rp[b], rd[b] = f.params[requests-1-b], f.drafts[requests-1-b]
+	}
+	var rev sampler.Verified
+	require.NoError(t, s.VerifyChainProbs(f.lg, f.draft, rp, rd, &rev))
+	for b := range requests {
+		assert.Equal(t, all.Tokens[requests-1-b], rev.Tokens[b], "request %d reversed", b)
+	}
+	assert.Positive(t, accepted, "some draft accepted, so the chains were walked")
+}
+
+// TestVerifyChainProbsEdges: a draft probability of 0 at the draft token is always
+// accepted (u·0 < p), and the bonus token after the last draft is Sample's at Step+K; a
+// drafter whose probabilities exceed the target's everywhere leaves an empty residual,
+// and the rejected position's token is then Sample's there; greedy requests verify by
+// arg-max as VerifyChain does.
+func TestVerifyChainProbsEdges(t *testing.T) {
+	dev, s := cpuVerifier(t)
+	const requests, k, vocab = 4, 3, 40
+	f := newProbsFixture(t, dev, requests, k, vocab, 0.9)
+	sampleAt := func(b, pos int) int32 {
+		p := f.params[b]
+		p.Step += uint64(pos)
+		row := f.drafts[b].Row + pos
+		var r sampler.Result
+		require.NoError(t, s.SampleFloat32(f.logits[row*vocab:(row+1)*vocab], vocab, []sampler.Params{p}, &r))
+		require.NoError(t, r.Errs[0])
+		return r.Tokens[0]
+	}
+
+	zeros := upload(t, dev, make([]float32, requests*k*vocab), requests*k, vocab)
+	var res sampler.Verified
+	require.NoError(t, s.VerifyChainProbs(f.lg, zeros, f.params, f.drafts, &res))
+	for b := range requests {
+		require.NoError(t, res.Errs[b])
+		assert.Equal(t, k, res.Accepted[b], "request %d: q(t) = 0 accepts", b)
+		assert.Equal(t, sampleAt(b, k), res.Tokens[b][k], "request %d: the bonus token is Sample's", b)
+	}
+
+	ones := make([]float32, requests*k*vocab)
+	for i := range ones {
+		ones[i] = 1
+	}
+	require.NoError(t, s.VerifyChainProbs(f.lg, upload(t, dev, ones, requests*k, vocab), f.params, f.drafts, &res))
+	for b := range requests {
+		require.NoError(t, res.Errs[b])
+		a := res.Accepted[b]
+		assert.Equal(t, sampleAt(b, a), res.Tokens[b][a], "request %d: an empty residual draws Sample's token", b)
+	}
+
+	greedy := make([]sampler.Params, requests)
+	for b := range greedy {
+		greedy[b] = f.params[b]
+		greedy[b].Temperature = 0
+	}
+	var want sampler.Verified
+	require.NoError(t, s.VerifyChain(f.lg, greedy, f.drafts, &want))
+	require.NoError(t, s.VerifyChainProbs(f.lg, f.draft, greedy, f.drafts, &res))
+	assert.Equal(t, want.Tokens, res.Tokens)
+	assert.Equal(t, want.Accepted, res.Accepted)
+}
+
+// TestVerifyChainProbsErrors: a draft matrix that does not fit is the call's error; a
+// request whose draft rows lie outside it, or that asks for filters, gets its own error
+// and the others are verified.
+func TestVerifyChainProbsErrors(t *testing.T) {
+	dev, s := cpuVerifier(t)
+	const requests, k, vocab = 3, 2, 30
+	f := newProbsFixture(t, dev, requests, k, vocab, 1)
+	var res sampler.Verified
+	for _, c := range []struct {
+		name  string
+		draft func(sampler.Logits) sampler.Logits
+	}{
+		{"bfloat16", func(d sampler.Logits) sampler.Logits { d.DType = sampler.BFloat16; return d }},
+		{"other vocab", func(d sampler.Logits) sampler.Logits { d.Vocab--; return d }},
+		{"strided", func(d sampler.Logits) sampler.Logits { d.RowStride = 2 * d.Vocab; return d }},
+		{"too many rows", func(d sampler.Logits) sampler.Logits { d.Rows += 5; return d }},
+		{"no rows", func(d sampler.Logits) sampler.Logits { d.Rows = 0; return d }},
+	} {
+		err := s.VerifyChainProbs(f.lg, c.draft(f.draft), f.params, f.drafts, &res)
+		assert.ErrorIs(t, err, sampler.ErrShape, c.name)
+	}
+
+	drafts := append([]sampler.Draft(nil), f.drafts...)
+	drafts[1].ProbsRow = requests*k - 1 // its second draft row is past the matrix
+	params := append([]sampler.Params(nil), f.params...)
+	params[2].TopK = 5
+	require.NoError(t, s.VerifyChainProbs(f.lg, f.draft, params, drafts, &res))
+	assert.NoError(t, res.Errs[0])
+	assert.ErrorIs(t, res.Errs[1], sampler.ErrDraft)
+	assert.ErrorIs(t, res.Errs[2], sampler.ErrVerifyFiltered)
+	assert.Nil(t, res.Tokens[1])
+	assert.Len(t, res.Tokens[0], res.Accepted[0]+1)
+}
