@@ -70,7 +70,9 @@
 #define GB_BITMASK_ROW_OFFSET 56 // The byte offset of the BitmaskRow field.
 
 #define GB_TOKEN_OFFSET 60 // The byte offset of the Token field.
+#define GB_TOP_K_OFFSET 24 // The byte offset of the TopK field, which names a residual launch row's chain.
 #define GB_RESIDUAL_STRIDE 2 // The partials words of one residual block: its packed winner over the residual, then its packed winner over p (the fallback when the residual holds no mass).
+#define GB_CHAIN_SLACK 64 // The RowParams records a residual launch's params buffer holds past its last record (their contents unread for any result): a kernel may then read a warp's width of records from any record of a chain while it looks for the chain's end.
 #define GB_SCORE_STRIDE 3 // The partials words of one score block: its raw and processed log-sum-exp pairs, then the count of its logits at or above the token's.
 
 // RowParams (package abi): one launch row's parameters, 64-bit fields as two words, low

@@ -264,8 +264,9 @@ type plan struct {
 	// call; nil otherwise.
 	draft    runtime.Buffer
 	draftOff int
-	// chains counts the chains of the residual group's rows.
-	chains int
+	// chainRecords counts the RowParams records of the residual group, whose launch
+	// rows are chains of several records each.
+	chainRecords int
 }
 
 // appendBitmask appends the bitmask argument (ABI argument 12) of a plan's launches.
@@ -632,15 +633,10 @@ func (s *Sampler) blocksPerRow(rows, vocab int) int {
 	return s.set.Policy.BlocksPerRow(rows, vocab)
 }
 
-// groupSplit is the blocks per row of launch group g of n rows of plan pl.
-func (s *Sampler) groupSplit(pl *plan, g, n, vocab int) int {
-	switch {
-	case g == groupCategorical:
+// groupSplit is the blocks per row of launch group g of n rows.
+func (s *Sampler) groupSplit(g, n, vocab int) int {
+	if g == groupCategorical {
 		return 1
-	case g == groupResidual && pl.chains > 0:
-		// One position per chain scans its row (the others return at once): split
-		// for the rows that work.
-		n = pl.chains
 	}
 	return s.blocksPerRow(n, vocab)
 }
@@ -664,10 +660,14 @@ func (s *Sampler) prepare(pl *plan) error {
 	needPartials, needCounters := 0, 0
 	for g, n := range pl.groups {
 		slots += n
+		if g == groupResidual && n > 0 {
+			// Its records, and the slack the kernel may read past them (ABI.md).
+			slots += pl.chainRecords - n + abi.ChainSlack
+		}
 		if n == 0 {
 			continue
 		}
-		p, c := scratchNeeds(g, min(n, maxRowsPerLaunch), pl.draws, s.groupSplit(pl, g, n, pl.logits.Vocab))
+		p, c := scratchNeeds(g, min(n, maxRowsPerLaunch), pl.draws, s.groupSplit(g, n, pl.logits.Vocab))
 		needPartials, needCounters = max(needPartials, p), max(needCounters, c)
 	}
 	if _, err := sc.params.ensure(s.dev, slots*RowParamsSize); err != nil {
@@ -703,6 +703,9 @@ func (s *Sampler) queue(pl *plan) error {
 			return err
 		}
 		first += n
+		if g == groupResidual {
+			first += pl.chainRecords - n
+		}
 	}
 	return nil
 }
@@ -718,7 +721,7 @@ func (s *Sampler) launchGroup(pl *plan, g, first, n int) error {
 	if lk.kernel == nil {
 		return s.topnErr
 	}
-	split := s.groupSplit(pl, g, n, lg.Vocab)
+	split := s.groupSplit(g, n, lg.Vocab)
 	if g == groupFiltered {
 		// filter_max and filtered chunk by chunk: each chunk's maxima sit at the same
 		// partials words.

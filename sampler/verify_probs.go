@@ -95,12 +95,13 @@ func checkDraftProbs(draft Logits, vocab int) error {
 
 // probsRound queues, in one round, the arg-max of every position of the greedy
 // requests, the score of every draft token of the sampled ones under its position's
-// distribution and the residual kernel over their positions, which decides each chain
-// and draws its last token; then it reads the verdicts.
+// distribution and the residual kernel over their chains (a launch row per chain, a
+// RowParams record per position), which decides each chain and draws its last token;
+// then it reads the verdicts.
 func (v *verifyCall) probsRound(draft Logits, drafts []Draft) error {
 	s, res, vocab := v.s, v.res, v.lg.Vocab
 	var groups [numGroups]int
-	chains := 0
+	records := 0 // the residual group's records: every position of every chain
 	for b, p := range v.params {
 		if res.Errs[b] != nil {
 			continue
@@ -111,14 +112,13 @@ func (v *verifyCall) probsRound(draft Logits, drafts []Draft) error {
 			continue
 		}
 		groups[groupScore] += k
-		groups[groupResidual] += k + 1
-		chains++
+		groups[groupResidual]++
+		records += k + 1
 	}
-	rows := groups[groupGumbel] + groups[groupScore] + groups[groupResidual]
-	if rows == 0 {
+	if groups[groupGumbel]+groups[groupScore]+records == 0 {
 		return nil
 	}
-	host, err := s.scratch.paramsHost.bytes(s.dev, rows*RowParamsSize)
+	host, err := s.scratch.paramsHost.bytes(s.dev, (groups[groupGumbel]+groups[groupScore]+records)*RowParamsSize)
 	if err != nil {
 		return err
 	}
@@ -127,6 +127,7 @@ func (v *verifyCall) probsRound(draft Logits, drafts []Draft) error {
 		groupScore:    groups[groupGumbel],
 		groupResidual: groups[groupGumbel] + groups[groupScore],
 	}
+	chains := host[next[groupResidual]*RowParamsSize:]
 	put := func(g int) []byte {
 		rec := host[next[g]*RowParamsSize : (next[g]+1)*RowParamsSize]
 		next[g]++
@@ -163,9 +164,20 @@ func (v *verifyCall) probsRound(draft Logits, drafts []Draft) error {
 			}
 		}
 	}
+	// Record y's TopK names launch row y's chain, written once every record is
+	// (ABI.md, residual).
+	chain, first := 0, 0
+	for b, p := range v.params {
+		if res.Errs[b] != nil || greedyRequest(p, vocab) {
+			continue
+		}
+		le.PutUint32(chains[chain*RowParamsSize+abi.TopKOffset:], uint32(first))
+		chain++
+		first += len(v.trees[b].Tokens) + 1
+	}
 	s.hostMasks = masks[:0]
 	pl := plan{logits: v.lg, stride: v.stride, draws: 1, groups: groups, out: outLayout{rows: v.lg.Rows, draws: 1},
-		draft: draft.Data, draftOff: draft.Offset, chains: chains}
+		draft: draft.Data, draftOff: draft.Offset, chainRecords: records}
 	results, err := v.launchPlan(&pl, host, masks)
 	if err != nil {
 		return err

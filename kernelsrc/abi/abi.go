@@ -30,9 +30,10 @@ const (
 	// given token per row, S blocks per row, nothing drawn.
 	Score = "score"
 	// Residual is speculative verification with the drafter's probabilities: each
-	// launch row is one position of a chain of draft tokens, accepted or rejected on the
-	// device from score's records, and the position where the chain stops draws its
-	// token from the residual max(p - q, 0), or from p after the last draft.
+	// launch row is one chain of draft tokens (a record per position), accepted or
+	// rejected on the device from score's records, and the position where the chain
+	// stops draws its token from the residual max(p - q, 0), or from p after the last
+	// draft.
 	Residual = "residual"
 )
 

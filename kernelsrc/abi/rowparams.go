@@ -20,7 +20,8 @@ type RowParams struct {
 	Seed uint64
 	// Step is the row's position in its stream (the decode step); draw z uses Step+z.
 	Step uint64
-	// TopK keeps the k largest logits (categorical only); 0 is off.
+	// TopK keeps the k largest logits (categorical only); 0 is off. residual: record y's
+	// TopK is the first record of launch row y's chain.
 	TopK uint32
 	// TopP keeps the smallest set holding this share of the mass (categorical only); 1 or
 	// more is off.
@@ -104,3 +105,7 @@ const (
 
 // TokenOffset is the byte offset of the Token field.
 const TokenOffset = 60
+
+// TopKOffset is the byte offset of the TopK field, which names a residual launch row's
+// chain.
+const TopKOffset = 24

@@ -49,7 +49,13 @@ func (l Launch) PartialsWords(family string) int {
 // mass).
 const ResidualStride = 2
 
-// ResidualWord is word j (0 to ResidualStride-1) of residual block x of launch row y.
+// ChainSlack is the RowParams records a residual launch's params buffer holds past its
+// last record (their contents unread for any result): a kernel may then read a warp's
+// width of records from any record of a chain while it looks for the chain's end.
+const ChainSlack = 64
+
+// ResidualWord is word j (0 to ResidualStride-1) of residual block x of launch row (chain)
+// y.
 func (l Launch) ResidualWord(y, x, j int) int { return ResidualStride*(y*l.Split+x) + j }
 
 // ScoreStride is the partials words of one score block: its raw and processed

@@ -1,14 +1,11 @@
 // residual (ABI.md): the verification of chains of draft tokens whose drafter's
-// probabilities are known. Each launch row is one position of a chain. Thread 0 of every
-// block decides the chain up to its own position from score's records, so that only the
-// stop's blocks scan their row: a Gumbel-max draw over the residual max(p - q, 0) at a
-// rejected draft, over p after the last one, with p's draw kept beside the residual's
-// for a residual without mass. S >= 1 blocks per row, merged as score merges them.
-
-// Where a launch row lies in its chain's verdict.
-#define GB_CHAIN_BEFORE 0u // an accepted draft before the stop: token t_i, status 0
-#define GB_CHAIN_STOP 1u   // the position that draws the emitted token
-#define GB_CHAIN_PAST 2u   // after the stop: token -1, GB_STATUS_NOT_REACHED
+// probabilities are known. Each launch row is one chain, its positions a RowParams record
+// each, from record params[y].top_k through the chain's CHAIN_END record. Warp 0 of every
+// block decides the chain from score's records, a lane per position; block 0 writes the
+// verdicts of the positions other than the stop, and the launch row's S >= 1 blocks scan
+// the stop's row: a Gumbel-max draw over the residual max(p - q, 0) at a rejected draft,
+// over p after the last one, with p's draw kept beside the residual's for a residual
+// without mass, merged as score merges them.
 
 // The residual's skip rule is applied only to d below this: past it expf(d) may overflow
 // to +Inf, and logf(w) <= d + 1, on which the rule rests, no longer holds.
@@ -45,34 +42,38 @@ __device__ __forceinline__ bool gb_draft_accepted(const gb_row_params& p, gb_u32
     return __fmul_rn(gb_draft_uniform(p), q) < expf(lp);
 }
 
-// gb_chain_position is launch row y's place in its chain's verdict: the chain starts after
-// the last CHAIN_END row before y, and stops at its first rejected draft or at its end.
-// One warp decides, a lane per earlier row, so that the loads of a long chain overlap
-// instead of queuing behind each other; every lane returns the verdict.
-__device__ __forceinline__ gb_u32 gb_chain_position(const gb_row_params* params, gb_u32 y, const gb_row_params& p,
-                                                    gb_u32 vocab, const float* draft, const float* logprobs) {
+// gb_chain finds launch row y's chain, records first through end (its CHAIN_END record),
+// and the record where it stops: its first rejected draft, or end (the Go edition's
+// chain). One warp decides, a lane per record, so that the loads of a long chain overlap
+// instead of queuing behind each other; every lane returns the answer. A window starts
+// at a record of the chain, so its warp's width of records lies within the chain and the
+// GB_CHAIN_SLACK records params holds past its last (ABI.md).
+__device__ __forceinline__ void gb_chain(const gb_row_params* params, gb_u32 y, gb_u32 vocab, const float* draft,
+                                         const float* logprobs, gb_u32& first, gb_u32& end, gb_u32& stop) {
     const gb_u32 lane = gb_lane(), width = (gb_u32)GB_WARP_SIZE;
-    gb_u32 first = 0u;
-    for (gb_u32 top = y; top > 0u; top = top > width ? top - width : 0u) {
-        // Lane l looks at row top-1-l: the first lane holding a CHAIN_END is the nearest.
-        const bool end = lane < top && (params[top - 1u - lane].flags & GB_FLAG_CHAIN_END) != 0u;
-        const int l = gb_first_lane(end);
-        if (l >= 0) {
-            first = top - (gb_u32)l;
+    first = params[y].top_k;
+    stop = ~0u;
+    for (gb_u32 j0 = first;; j0 += width) {
+        const gb_u32 j = j0 + lane;
+        const gb_row_params r = params[j];
+        const bool is_end = (r.flags & GB_FLAG_CHAIN_END) != 0u;
+        const int e = gb_first_lane(is_end);
+        if (stop == ~0u) {
+            // The lanes before the chain's end hold its drafts.
+            const bool draft_lane = e < 0 || lane < (gb_u32)e;
+            const int rej = gb_first_lane(draft_lane && !gb_draft_accepted(r, vocab, draft, logprobs));
+            if (rej >= 0) {
+                stop = j0 + (gb_u32)rej;
+            }
+        }
+        if (e >= 0) {
+            end = j0 + (gb_u32)e;
             break;
         }
     }
-    for (gb_u32 j0 = first; j0 < y; j0 += width) {
-        const gb_u32 j = j0 + lane;
-        const bool rejected = j < y && !gb_draft_accepted(params[j], vocab, draft, logprobs);
-        if (gb_first_lane(rejected) >= 0) {
-            return GB_CHAIN_PAST;
-        }
+    if (stop == ~0u) {
+        stop = end;
     }
-    if ((p.flags & GB_FLAG_CHAIN_END) == 0u && gb_draft_accepted(p, vocab, draft, logprobs)) {
-        return GB_CHAIN_BEFORE;
-    }
-    return GB_CHAIN_STOP;
 }
 
 // gb_residual_win is what a thread, then a block, holds of the stop's draw: the best
@@ -213,10 +214,11 @@ __device__ __forceinline__ void gb_residual_block(gb_residual_win& w, gb_u64* s_
     }
 }
 
-// gb_residual is the kernel: block (x, y) decides launch row y's place in its chain;
-// block 0 writes the verdict of a position before or past the stop, and the stop's
-// blocks scan their chunks, the last to arrive merging the blocks' keys and writing the
-// drawn token (o = row): the residual's winner, or p's when the residual is empty.
+// gb_residual is the kernel: block (x, y) decides where launch row y's chain stops;
+// block 0 writes the verdicts of the chain's other positions, and the launch row's
+// blocks scan their chunks of the stop's row, the last to arrive merging the blocks' keys
+// and writing the drawn token (o = the stop's row): the residual's winner, or p's when
+// the residual is empty.
 template <int KIND>
 __device__ __forceinline__ void gb_residual(const typename gb_io<KIND>::elem* __restrict__ logits,
                                             const gb_row_params* __restrict__ params, gb_i32* tokens,
@@ -228,32 +230,38 @@ __device__ __forceinline__ void gb_residual(const typename gb_io<KIND>::elem* __
     __shared__ gb_u64 s_p[GB_MAX_WARPS];
     __shared__ gb_u32 s_seen[GB_MAX_WARPS];
     __shared__ gb_u32 s_bound[2]; // the order keys of the block's lower bounds: p, residual
-    __shared__ gb_u32 s_pos;
+    __shared__ gb_u32 s_chain[3]; // the chain's first record, its end and its stop
     __shared__ gb_u32 s_last;
 
     if (blockIdx.z != 0u) {
         return; // residual draws once: a deeper grid's extra blocks have no work
     }
-    const gb_u32 y = blockIdx.y;
+    const gb_u32 y = blockIdx.y; // the chain
     const gb_u32 nblocks = gridDim.x;
-    const gb_row_params p = params[y];
-    const gb_u64 o = p.row;
     if (gb_warp() == 0u) {
-        const gb_u32 pos = gb_chain_position(params, y, p, vocab, draft, logprobs);
+        gb_u32 first, last, stop;
+        gb_chain(params, y, vocab, draft, logprobs, first, last, stop);
         if (threadIdx.x == 0u) {
-            s_pos = pos;
+            s_chain[0] = first;
+            s_chain[1] = last;
+            s_chain[2] = stop;
             s_bound[0] = s_bound[1] = 0u; // below the key of every float, -Inf included
         }
     }
     __syncthreads();
-    const gb_u32 pos = s_pos;
-    if (pos != GB_CHAIN_STOP) {
-        if (blockIdx.x == 0u && threadIdx.x == 0u) {
-            tokens[o] = pos == GB_CHAIN_BEFORE ? (gb_i32)p.token : -1;
-            status[o] = pos == GB_CHAIN_BEFORE ? GB_STATUS_OK : GB_STATUS_NOT_REACHED;
+    const gb_u32 first = s_chain[0], last = s_chain[1], stop = s_chain[2];
+    if (blockIdx.x == 0u) {
+        // The verdicts of the other positions, a thread each.
+        for (gb_u32 j = first + threadIdx.x; j <= last && j >= first; j += blockDim.x) {
+            if (j != stop) {
+                const gb_u64 oj = params[j].row;
+                tokens[oj] = j < stop ? (gb_i32)params[j].token : -1;
+                status[oj] = j < stop ? GB_STATUS_OK : GB_STATUS_NOT_REACHED;
+            }
         }
-        return;
     }
+    const gb_row_params p = params[stop];
+    const gb_u64 o = p.row;
     // A FlagShard row is refused only here: like the Go edition, which finds it bad when it
     // binds the row's buffers, not when it decides a chain.
     if (gb_bad_flags(p.flags) || !gb_good_chain_row(p, vocab)) {

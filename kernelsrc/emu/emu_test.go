@@ -28,8 +28,8 @@ func encodeJob(t *testing.T, ls []*launch) []byte {
 	w(uint32(jobMagic))
 	w(uint32(len(ls)))
 	for _, l := range ls {
-		w([]uint32{uint32(l.kernel), uint32(l.dtype), uint32(l.gridX), uint32(len(l.params)), uint32(l.draws()),
-			uint32(l.block), uint32(l.warp), uint32(l.vocab), uint32(l.slack), uint32(l.slots)})
+		w([]uint32{uint32(l.kernel), uint32(l.dtype), uint32(l.gridX), uint32(l.launchRows()), uint32(l.draws()),
+			uint32(l.block), uint32(l.warp), uint32(l.vocab), uint32(l.slack), uint32(l.slots), uint32(len(l.params))})
 		w(uint64(l.stride))
 		list, minCands := l.filterLists()
 		w(uint64(l.driverPartials()))

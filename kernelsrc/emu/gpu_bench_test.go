@@ -107,7 +107,7 @@ func deviceArgs(b *testing.B, dev runtime.Device, l *launch, extraPartialWords i
 	}
 	out := l.newOutcome()
 	logits := upload(l.logits, 0)
-	params := upload(l.paramBytes(), 0)
+	params := upload(l.paramBytes(), len(l.paramBytes())+abi.ChainSlack*abi.RowParamsSize) // residual may read the slack
 	tokens := upload(nil, 4*len(out.tokens))
 	status := upload(nil, 4*len(out.status))
 	logprobs := upload(runtime.BytesOf(out.logprobs), 0) // residual's records, if any
@@ -133,7 +133,7 @@ func timeLaunches(b *testing.B, dev runtime.Device, mod runtime.Module, l *launc
 	s := dev.DefaultStream()
 	a, _, free := deviceArgs(b, dev, l, 0)
 	defer free()
-	grid := runtime.Dim3{X: l.gridX, Y: len(l.params), Z: l.draws()}
+	grid := runtime.Dim3{X: l.gridX, Y: l.launchRows(), Z: l.draws()}
 	block := runtime.Dim3{X: min(l.block, k.MaxThreadsPerBlock()), Y: 1, Z: 1}
 	start, err := dev.NewEvent()
 	require.NoError(b, err)

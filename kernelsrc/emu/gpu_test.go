@@ -69,6 +69,7 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 	warp := max(dev.Info().WarpSize, 1)
 	block := min((l.block+warp-1)/warp*warp, k.MaxThreadsPerBlock())
 	n := len(l.params)
+	rows := l.launchRows() // grid.y
 	s := dev.DefaultStream()
 
 	var bufs []runtime.Buffer
@@ -93,7 +94,7 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 	off := l.slack &^ (l.elemSize() - 1)
 	logits := alloc(len(l.logits) + 16)
 	require.NoError(t, s.CopyToDevice(logits, off, l.logits))
-	params := alloc(n * paramsBytes)
+	params := alloc((n + abi.ChainSlack) * paramsBytes) // residual may read the slack (ABI.md)
 	fresh := l.newOutcome()
 	tokens, status := alloc(4*len(fresh.tokens)), alloc(4*len(fresh.status))
 	logprobs := alloc(4 * len(fresh.logprobs))
@@ -129,9 +130,9 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 			Buffer(partials).Buffer(counters).U64(uint64(l.stride)).U32(uint32(l.vocab)).
 			Buffer(logprobs).Buffer(bias).Buffer(counts).Buffer(mask).Buffer(bitmask).
 			U32(uint32(l.vocabOffset)).Buffer(keys).Buffer(draft)
-		grid := runtime.Dim3{X: l.gridX, Y: n, Z: l.draws()}
+		grid := runtime.Dim3{X: l.gridX, Y: rows, Z: l.draws()}
 		if fm != nil {
-			require.NoError(t, s.Launch(fm, runtime.Dim3{X: l.gridX, Y: n, Z: 1}, runtime.Dim3{X: block, Y: 1, Z: 1}, &a),
+			require.NoError(t, s.Launch(fm, runtime.Dim3{X: l.gridX, Y: rows, Z: 1}, runtime.Dim3{X: block, Y: 1, Z: 1}, &a),
 				"%s: filter_max", l.name)
 		}
 		require.NoError(t, s.Launch(k, grid, runtime.Dim3{X: block, Y: 1, Z: 1}, &a), "%s", l.name)

@@ -34,7 +34,7 @@ const (
 	dtF16  = 1
 	dtBF16 = 2
 
-	jobMagic    = 0x36454247 // "GBE6"
+	jobMagic    = 0x37454247 // "GBE7"
 	paramsBytes = 64
 	untouched   = -7 // what the driver and the Go run put in every slot beforehand
 	// untouchedKey is what they put in every shard key slot beforehand.
@@ -55,6 +55,9 @@ type launch struct {
 	dtype  int
 	gridX  int
 	gridZ  int // draws per row; 0 reads as 1
+	// gridY is the launch rows (grid.y) where they are not one per RowParams record
+	// (residual: a launch row per chain); 0 reads as len(params).
+	gridY  int
 	block  int
 	warp   int // the emulated warp size: 32 (NVIDIA, RDNA) or 64 (CDNA)
 	vocab  int
@@ -115,6 +118,14 @@ func (l *launch) elemSize() int {
 // draws is grid.z.
 func (l *launch) draws() int { return max(l.gridZ, 1) }
 
+// launchRows is grid.y: gridY, or a launch row per RowParams record.
+func (l *launch) launchRows() int {
+	if l.gridY != 0 {
+		return l.gridY
+	}
+	return len(l.params)
+}
+
 // slotDraws is the output slots per logits row of the sampling kernels, score and
 // residual: grid.z, but one for score and residual, which draw once whatever the grid.
 func (l *launch) slotDraws() int {
@@ -134,12 +145,12 @@ func (l *launch) outSlots() int {
 
 // shape is the launch's grid as package abi sizes scratch by.
 func (l *launch) shape() abi.Launch {
-	return abi.Launch{Rows: len(l.params), Split: l.gridX, Draws: l.draws()}
+	return abi.Launch{Rows: l.launchRows(), Split: l.gridX, Draws: l.draws()}
 }
 
 // numCounters and numPartials are the scratch sizes of ABI.md.
 func (l *launch) numCounters() int {
-	n := len(l.params)
+	n := l.launchRows()
 	switch l.kernel {
 	case kernelTopN:
 		return 2 * n
@@ -152,7 +163,7 @@ func (l *launch) numCounters() int {
 }
 
 func (l *launch) numPartials() int {
-	n := len(l.params)
+	n := l.launchRows()
 	switch l.kernel {
 	case kernelTopN:
 		return topnStride * n * l.gridX
@@ -182,7 +193,7 @@ func (l *launch) driverPartials() int {
 		return l.numPartials()
 	}
 	list, minCands := l.filterLists()
-	n, s := len(l.params), l.gridX
+	n, s := l.launchRows(), l.gridX
 	return n*s + n*l.draws()*s*(max(minCands, list/s)+abi.FilterMeta)
 }
 
@@ -234,7 +245,7 @@ func runGo(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) outc
 	t.Helper()
 	k, err := mod.Kernel(kernelNames[l.kernel] + abi.Suffixes[l.dtype])
 	require.NoError(t, err)
-	n := len(l.params)
+	n := l.launchRows()
 	o := l.newOutcome()
 	partials := make([]uint64, l.numPartials())
 	logits := append([]byte(nil), l.logits...)

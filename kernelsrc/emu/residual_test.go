@@ -20,7 +20,9 @@ import (
 // that the workload meets every outcome: chains accepted to their end (the bonus draw),
 // rejected at the first or at a middle position, q = p, q far from p, q above p
 // everywhere (the residual holds no mass: the draw falls back to p), q = 0 at the draft
-// token, bad rows at the stop and past it, processors, and splits over 1, 2 and 5 blocks.
+// token, bad rows at the stop and past it, processors, splits over 1, 2 and 5 blocks,
+// chains longer than a warp, and launch rows (one per chain) that serve the chains in
+// order, in reverse order or shuffled.
 // The records residual reads are the Go edition's score records over the same rows, as
 // the sampler lays them out. Beside the comparison, the Go edition's verdicts are checked
 // against the chains decided on the host, and its drawn tokens, where no processor
@@ -55,7 +57,7 @@ const (
 	badNone = -1
 )
 
-// residualMeta is what a launch row was built to do, for the coverage.
+// residualMeta is what a RowParams record (a position) was built to do, for the coverage.
 type residualMeta struct {
 	plan, kind, bad int
 	position        int // the row's index in its chain
@@ -147,9 +149,12 @@ func spoil(r *rand.Rand, p *rowParams, bad, v int) int {
 	return bad
 }
 
-// newResidual is a residual launch of chains of the given lengths, one after another,
-// each with its own seed, steps Step + i and temperature, over distinct logits rows (one
-// slot stays untouched) and draft rows in a random order; processors gives the launch
+// newResidual is a residual launch of chains of the given lengths, their records one
+// after another, each chain with its own seed, steps Step + i and temperature, over
+// distinct logits rows (one slot stays untouched) and draft rows in a random order. The
+// launch has a row per chain, record y's TopK naming the first record of launch row y's
+// chain: the chains in order, in reverse order or shuffled (mostly not the chain that
+// holds record y: launch rows and records are unrelated). processors gives the launch
 // the processor buffers and its rows the feature flags. The records come from the Go
 // edition's score kernel over the same rows and tokens. Without exactP, the draftP rows
 // hold p scaled by 1 ± 1% at random: where q = p, the residual at a rejection is
@@ -160,11 +165,24 @@ func newResidual(t *testing.T, r *rand.Rand, dt, s, v, block, warp int, chains [
 	for _, c := range chains {
 		n += c
 	}
-	l := &launch{kernel: kernelResidual, dtype: dt, gridX: s, block: block, warp: warp, vocab: v,
-		stride: stride(r, v), slack: r.IntN(16), slots: n + 1, logprobs: true}
-	l.name = fmt.Sprintf("residual dtype=%d S=%d V=%d stride=%d T=%d warp=%d chains=%v processors=%v", dt, s, v,
-		l.stride, block, warp, chains, processors)
-	l.fillWith(r, residualRowShapes)
+	l := &launch{kernel: kernelResidual, dtype: dt, gridX: s, gridY: len(chains), block: block, warp: warp,
+		vocab: v, stride: stride(r, v), slack: r.IntN(16), slots: n + 1, logprobs: true}
+	serve := make([]int, len(chains)) // launch row y serves chain serve[y]
+	order := r.IntN(3)
+	for y := range serve {
+		serve[y] = []int{y, len(chains) - 1 - y, y}[order]
+	}
+	if order == 2 {
+		r.Shuffle(len(serve), func(i, j int) { serve[i], serve[j] = serve[j], serve[i] })
+	}
+	l.name = fmt.Sprintf("residual dtype=%d S=%d V=%d stride=%d T=%d warp=%d chains=%v rows serve %v processors=%v",
+		dt, s, v, l.stride, block, warp, chains, serve, processors)
+	shapes := residualRowShapes
+	if slices.Max(chains) > 8 {
+		// A long chain reaches far only over rows whose drafts can all be accepted.
+		shapes = []func(*rand.Rand, int) []float32{llmRow, strongRow}
+	}
+	l.fillWith(r, shapes)
 	if processors {
 		l.withProcessors(r)
 	}
@@ -173,11 +191,19 @@ func newResidual(t *testing.T, r *rand.Rand, dt, s, v, block, warp int, chains [
 	l.params = make([]rowParams, n)
 	l.draft = make([]float32, n*v)
 	metas := make([]residualMeta, n)
+	starts := make([]uint32, len(chains))
 	y := 0
-	for _, length := range chains {
+	for c, length := range chains {
+		starts[c] = uint32(y)
 		seed, step := r.Uint64(), r.Uint64()>>r.IntN(64)
 		temp := residualTemperatures[r.IntN(len(residualTemperatures))]
 		scenario := r.IntN(4)
+		spoilOdds := 8 // a bad position one time in spoilOdds
+		if length > 8 {
+			// A long chain, to reach past the warp's width: accepted to its end or to its
+			// middle, seldom spoiled.
+			scenario, spoilOdds = c%2*2, 64
+		}
 		for i := range length {
 			p := rowParams{Row: uint32(slots[y]), Temperature: temp, Seed: seed, Step: step + uint64(i),
 				TopN: uint32(draftRows[y])}
@@ -233,17 +259,21 @@ func newResidual(t *testing.T, r *rand.Rand, dt, s, v, block, warp int, chains [
 			default:
 				p.Token = drawFrom(r, q)
 			}
-			if r.IntN(8) == 0 {
+			if r.IntN(spoilOdds) == 0 {
 				m.bad = spoil(r, &p, r.IntN(numBadKinds), v)
 			}
 			l.params[y], metas[y] = p, m
 			y++
 		}
 	}
+	// Record y's TopK, otherwise unused by residual, is where launch row y's chain starts.
+	for y, c := range serve {
+		l.params[y].TopK = starts[c]
+	}
 	// score's records over the same rows: FlagShard and CHAIN_END cleared (score refuses
 	// shards; the records of a chain's end are never read), the rest as the rows have it.
 	sc := *l
-	sc.kernel, sc.draft, sc.records = kernelScore, nil, nil
+	sc.kernel, sc.gridY, sc.draft, sc.records = kernelScore, 0, nil, nil
 	sc.params = slices.Clone(l.params)
 	for y := range sc.params {
 		sc.params[y].Flags &^= abi.FlagShard | abi.FlagChainEnd
@@ -273,8 +303,8 @@ func newResidual(t *testing.T, r *rand.Rand, dt, s, v, block, warp int, chains [
 // residualLaunches is the residual workload: every dtype, S of 1, 2 and 5, tiny, small
 // and larger vocabularies (odd ones among them), chains of lengths 1 to 5 in every
 // launch, with and without processors; then a full-width block, a grid deeper than one
-// (its blocks with z > 0 do nothing) and a larger vocabulary split over 5 blocks. exactP
-// is newResidual's.
+// (its blocks with z > 0 do nothing), a larger vocabulary split over 5 blocks and chains
+// longer than a warp. exactP is newResidual's.
 func residualLaunches(t *testing.T, r *rand.Rand, shape shaper, exactP bool) ([]*launch, [][]residualMeta) {
 	var ls []*launch
 	var metas [][]residualMeta
@@ -308,6 +338,13 @@ func residualLaunches(t *testing.T, r *rand.Rand, shape shaper, exactP bool) ([]
 	add(l, m)
 	block, warp = shape(r, 5)
 	add(newResidual(t, r, dtBF16, 5, 4099, block, warp, chainsOf(), false, exactP))
+	// Chains longer than the warp (32 lanes on the GPU, 8 here): decided a window of
+	// records at a time.
+	block, warp = shape(r, 2)
+	if warp > 8 {
+		block, warp = 16, 8
+	}
+	add(newResidual(t, r, dtF32, 2, 130, block, warp, []int{37, 2, 40, 11}, false, exactP))
 	return ls, metas
 }
 
@@ -387,6 +424,25 @@ func checkResidual(t *testing.T, ls []*launch, metas [][]residualMeta, got []out
 		want := wants[i]
 		assert.Equal(t, l.paramBytes(), got[i].params, "%s: params changed", l.name)
 		assert.Equal(t, l.counts, got[i].counts, "%s: counts changed", l.name)
+		// The chain of each record, and the launch rows that serve another chain than
+		// the one holding their own record.
+		chainOf := make([]int, len(l.params))
+		for y := range l.params {
+			if y > 0 {
+				chainOf[y] = chainOf[y-1]
+				if l.params[y-1].Flags&abi.FlagChainEnd != 0 {
+					chainOf[y]++
+				}
+			}
+		}
+		require.Equal(t, chainOf[len(chainOf)-1]+1, l.launchRows(), "%s: a launch row per chain", l.name)
+		for y := range l.launchRows() {
+			first := int(l.params[y].TopK)
+			require.True(t, first == 0 || l.params[first-1].Flags&abi.FlagChainEnd != 0, "%s: row %d starts no chain", l.name, y)
+			if chainOf[first] != chainOf[y] {
+				cov["launch row serving another chain than its record's"]++
+			}
+		}
 		stopped := false // the current chain has reached its stop
 		for y, p := range l.params {
 			m := metas[i][y]
@@ -395,7 +451,7 @@ func checkResidual(t *testing.T, ls []*launch, metas [][]residualMeta, got []out
 			}
 			o := int(p.Row)
 			st, tok := want.status[o], want.tokens[o]
-			what := fmt.Sprintf("%s: launch row %d (position %d, %+v, %+v)", l.name, y, m.position, m, p)
+			what := fmt.Sprintf("%s: record %d (position %d, %+v, %+v)", l.name, y, m.position, m, p)
 			end := p.Flags&abi.FlagChainEnd != 0
 			good := hostGoodChainRow(p, l.vocab)
 			switch {
@@ -420,6 +476,9 @@ func checkResidual(t *testing.T, ls []*launch, metas [][]residualMeta, got []out
 				continue
 			}
 			stopped = true
+			if m.position >= l.warp {
+				cov["stop past the warp's width"]++
+			}
 			// A draft whose row has no record (status 1 or 2 at score) rejects for that; and
 			// q is p only where the host's softmax is (no scaled logit overflows: p(t) > 0).
 			if lp := l.records[4*o+1]; m.plan == planNatural && !end && good && lp == lp {
@@ -496,7 +555,8 @@ func requireResidualCoverage(t *testing.T, cov map[string]int) {
 		"stop: chain end with a token past V drawn", "stop: rejected at position 0, drawn",
 		"stop: rejected in the middle, drawn", "stop: split row drawn", "stop: processors drawn",
 		"stop: residual empty, drawn from p", "stop: q above p, drawn from p", "stop: residual drawn",
-		"bitmask token " + abi.Residual} {
+		"bitmask token " + abi.Residual, "launch row serving another chain than its record's",
+		"stop past the warp's width"} {
 		require.Positive(t, cov[k], "the workload never reached %q", k)
 	}
 	// q = p accepts but for rounding: u·q < p fails only for u within a few ulps of 1.

@@ -21,8 +21,10 @@ func seenStatus(s abi.Seen) abi.Status {
 }
 
 // finish writes the draw's token and status into whichever of the two slots exist.
-func (l *launchRow) finish(token int32, status abi.Status) {
-	o := l.slot
+func (l *launchRow) finish(token int32, status abi.Status) { l.writeSlot(l.slot, token, status) }
+
+// writeSlot writes a token and a status into output slot o, where the buffers hold it.
+func (l *launchRow) writeSlot(o uint64, token int32, status abi.Status) {
 	if uint64(len(l.tokens))/4 > o {
 		binary.LittleEndian.PutUint32(l.tokens[4*o:], uint32(token))
 	}

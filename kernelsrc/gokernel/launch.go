@@ -53,6 +53,12 @@ func readRowParams(b []byte, y int) (abi.RowParams, bool) {
 // (status 3); every block of every draw of the row reaches the same verdict, since it
 // depends only on the row, the grid shape and the arguments.
 func setup(b *runtime.BlockContext, d abi.DType, family string) (l launchRow, ok, bad bool) {
+	return setupRecord(b, d, family, b.Block.Y)
+}
+
+// setupRecord is setup with the row's parameters read from RowParams record rec rather
+// than from the launch row's own (residual: the stop of the launch row's chain).
+func setupRecord(b *runtime.BlockContext, d abi.DType, family string, rec int) (l launchRow, ok, bad bool) {
 	a := b.Args
 	if a == nil || a.Len() < abi.NumArgs {
 		return l, false, false
@@ -68,7 +74,7 @@ func setup(b *runtime.BlockContext, d abi.DType, family string) (l launchRow, ok
 		return l, false, false
 	}
 	l.params = a.HostBytesArg(int(abi.ArgParams))
-	p, found := readRowParams(l.params, l.y)
+	p, found := readRowParams(l.params, rec)
 	if !found {
 		return l, false, false
 	}

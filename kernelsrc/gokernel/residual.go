@@ -10,13 +10,6 @@ import (
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
-// Where a launch row of residual lies in its chain's verdict.
-const (
-	chainBefore = iota // an accepted draft before the stop
-	chainStop          // the position that draws the emitted token
-	chainPast          // after the stop: not reached
-)
-
 // goodChainRow reports whether a residual row's own parameters can be verified: a
 // positive temperature, no reserved flag and no FlagShard (shards are gumbel_argmax's
 // alone) and, unless it ends its chain, a draft token in the vocabulary. Every block of
@@ -69,27 +62,31 @@ func (c *chainView) accepted(p abi.RowParams) bool {
 	return float32(u*q[p.Token]) < exp32(c.record(p.Row, 1))
 }
 
-// position is launch row y's place in its chain's verdict: the chain starts after the
-// last CHAIN_END row before y, and stops at its first rejected draft or at its end.
-func (c *chainView) position(y int, p abi.RowParams) int {
-	start := y
-	for start > 0 {
-		prev, _ := readRowParams(c.params, start-1) // y's RowParams exist, so these do
-		if prev.Flags&abi.FlagChainEnd != 0 {
+// chain finds launch row y's chain, records first through end (its CHAIN_END record),
+// and the record where it stops: its first rejected draft, or end. ok is false when the
+// records do not all lie in the params buffer.
+func (c *chainView) chain(y int) (first, end, stop int, ok bool) {
+	head, ok := readRowParams(c.params, y)
+	if !ok {
+		return 0, 0, 0, false
+	}
+	first, stop = int(head.TopK), -1
+	for end = first; ; end++ {
+		p, ok := readRowParams(c.params, end)
+		if !ok {
+			return 0, 0, 0, false
+		}
+		if p.Flags&abi.FlagChainEnd != 0 {
 			break
 		}
-		start--
-	}
-	for j := start; j < y; j++ {
-		prev, _ := readRowParams(c.params, j)
-		if !c.accepted(prev) {
-			return chainPast
+		if stop < 0 && !c.accepted(p) {
+			stop = end
 		}
 	}
-	if p.Flags&abi.FlagChainEnd == 0 && c.accepted(p) {
-		return chainBefore
+	if stop < 0 {
+		stop = end
 	}
-	return chainStop
+	return first, end, stop, true
 }
 
 // logf32 is the float32 logf of the contract, rounded from float64 (as exp32).
@@ -103,33 +100,39 @@ type residualScan struct {
 	seen           abi.Seen
 }
 
-// residual is one block of residual (ABI.md): it finds its launch row's place in the
-// chain; the stop's blocks draw the emitted token, from the residual max(p - q, 0) at a
-// rejected draft or from p at the chain's end, and the other positions write their
-// verdict.
+// residual is one block of residual (ABI.md): it decides where its launch row's chain
+// stops; block 0 writes the verdicts of the other positions, and the stop's blocks draw
+// its token, from the residual max(p - q, 0) at a rejected draft or from p at the
+// chain's end.
 func residual(b *runtime.BlockContext, d abi.DType) {
-	l, ok, bad := setup(b, d, abi.Residual)
-	if !ok {
+	a := b.Args
+	if a == nil || a.Len() < abi.NumArgs {
 		return
 	}
-	a := b.Args
 	c := chainView{
-		params:   l.params,
+		params:   a.HostBytesArg(int(abi.ArgParams)),
 		logprobs: f32Words(a.HostBytesArg(int(abi.ArgLogprobs)), 1),
 		draft:    f32Words(a.HostBytesArg(int(abi.ArgDraft)), 1),
 		vocab:    a.U32Arg(int(abi.ArgVocab)),
 	}
-	switch c.position(l.y, l.p) {
-	case chainBefore:
-		if l.x == 0 {
-			l.finish(int32(l.p.Token), abi.StatusOK)
-		}
+	first, last, stop, ok := c.chain(b.Block.Y)
+	if !ok {
 		return
-	case chainPast:
-		if l.x == 0 {
-			l.finish(-1, abi.StatusNotReached)
-		}
+	}
+	l, ok, bad := setupRecord(b, d, abi.Residual, stop)
+	if !ok {
 		return
+	}
+	if l.x == 0 {
+		for j := first; j <= last; j++ {
+			p, _ := readRowParams(c.params, j)
+			switch {
+			case j < stop:
+				l.writeSlot(uint64(p.Row), int32(p.Token), abi.StatusOK)
+			case j > stop:
+				l.writeSlot(uint64(p.Row), -1, abi.StatusNotReached)
+			}
+		}
 	}
 	end := l.p.Flags&abi.FlagChainEnd != 0
 	var q []float32

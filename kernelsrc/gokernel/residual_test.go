@@ -158,7 +158,9 @@ func TestResidualChains(t *testing.T) {
 				rng := rand.New(rand.NewPCG(5, uint64(len(c.name))))
 				p := &problem{d: abi.F32, vocab: v, stride: v}
 				var draft []float32
+				var starts []uint32
 				for ci, toks := range c.chains {
+					starts = append(starts, uint32(len(p.params)))
 					for k := range len(toks) + 1 {
 						row := uint32(len(p.rows))
 						p.rows = append(p.rows, llmRow(rng, v))
@@ -181,6 +183,11 @@ func TestResidualChains(t *testing.T) {
 						c.bad(y, &p.params[y])
 					}
 				}
+				for y := range starts {
+					// Launch row y serves the chains in reverse order: record y's TopK
+					// names a chain that need not hold record y.
+					p.params[y].TopK = starts[len(starts)-1-y]
+				}
 				b := p.layout(s)
 				b.draft = draft
 				// score's records: the processed log-probability of each draft token and
@@ -201,7 +208,7 @@ func TestResidualChains(t *testing.T) {
 				}
 				records := append([]float32(nil), b.logprobs...)
 				fn := func(bc *runtime.BlockContext) { residual(bc, abi.F32) }
-				grid := runtime.Dim3{X: s, Y: len(p.params), Z: 1}
+				grid := runtime.Dim3{X: s, Y: len(c.chains), Z: 1}
 				launch(t, fn, grid, b.args(p.stride, p.vocab), order, rng)
 				for i, cnt := range b.counters {
 					require.Zero(t, cnt, "counters[%d]", i)

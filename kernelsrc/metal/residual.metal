@@ -1,24 +1,21 @@
 // residual (ABI.md): the verification of chains of draft tokens whose drafter's
-// probabilities are known. Each launch row of an (S, n, 1) grid is one position of a
-// chain; thread 0 of every threadgroup decides the row's place in its chain's verdict
-// from the chain's earlier rows (score's records, the draft buffer and the acceptance
-// uniforms), so every threadgroup of every position agrees without talking to the
-// others. Positions before the stop and past it only write their verdict; the stop's
-// threadgroups draw the emitted token with two Gumbel-max keys per element (over the
-// residual max(p - q, 0) and over p), and with S > 1 the last threadgroup of the row to
-// arrive merges the S pairs of keys, with the split phase of gumbel_argmax.
-
-// A row's place in its chain's verdict.
-#define GB_CHAIN_BEFORE 0u  // an accepted draft before the stop: token t_i, status 0
-#define GB_CHAIN_STOP 1u    // the position that draws the emitted token
-#define GB_CHAIN_PAST 2u    // after the stop: token -1, GB_STATUS_NOT_REACHED
+// probabilities are known. Each launch row of an (S, n, 1) grid is one chain: params
+// holds a record per position, launch row y's chain starts at record params[y].top_k and
+// runs through the first CHAIN_END record from there. Thread 0 of every threadgroup walks
+// the chain and decides its stop (the first rejected draft, or the CHAIN_END record) from
+// score's records, the draft buffer and the acceptance uniforms, so every threadgroup of
+// the row agrees without talking to the others. Threadgroup 0 writes the verdicts of the
+// positions before the stop and past it; all S threadgroups draw the stop's token with
+// two Gumbel-max keys per element (over the residual max(p - q, 0) and over p), and with
+// S > 1 the last threadgroup of the row to arrive merges the S pairs of keys, with the
+// split phase of gumbel_argmax.
 
 // Threadgroup scratch of residual.
 struct gb_residual_scratch {
-    threadgroup ulong* key;     // [GB_MAX_SIMDGROUPS]
-    threadgroup uint* seen;     // [GB_MAX_SIMDGROUPS]
-    threadgroup uint* last;     // [1]
-    threadgroup uint* verdict;  // [1] the row's place, from thread 0 to the threadgroup
+    threadgroup ulong* key;   // [GB_MAX_SIMDGROUPS]
+    threadgroup uint* seen;   // [GB_MAX_SIMDGROUPS]
+    threadgroup uint* last;   // [1]
+    threadgroup uint* chain;  // [3] the chain's first record, its CHAIN_END record and its stop, from thread 0
 };
 
 // Whether a chain row's own parameters can be verified: no reserved flag, a good and
@@ -53,24 +50,26 @@ inline bool gb_chain_accepted(gb_buffers B, thread const gb_row_params& p) {
     return uq < pt;
 }
 
-// Launch row y's place: the chain starts after the last CHAIN_END row before y and stops
-// at its first rejected draft, or at its end. Any rejection among the earlier rows puts
-// y past the stop, so they are read backwards from y, which finds the chain's start and
-// that answer in one pass.
-inline uint gb_chain_position(gb_buffers B, uint y, thread const gb_row_params& p) {
-    for (uint j = y; j > 0u; --j) {
-        const gb_row_params prev = B.params[j - 1u];
-        if ((prev.flags & GB_FLAG_CHAIN_END) != 0u) {
+// Launch row y's chain: records first = params[y].top_k through end, its first CHAIN_END
+// record, and its stop, the first rejected draft or end. Draft positions are decided in
+// order, and none past the stop.
+inline void gb_chain_walk(gb_buffers B, uint y, thread uint& first, thread uint& end, thread uint& stop) {
+    first = B.params[y].top_k;
+    bool stopped = false;
+    stop = 0u;
+    for (end = first;; ++end) {
+        const gb_row_params p = B.params[end];
+        if ((p.flags & GB_FLAG_CHAIN_END) != 0u) {
             break;
         }
-        if (!gb_chain_accepted(B, prev)) {
-            return GB_CHAIN_PAST;
+        if (!stopped && !gb_chain_accepted(B, p)) {
+            stopped = true;
+            stop = end;
         }
     }
-    if ((p.flags & GB_FLAG_CHAIN_END) == 0u && gb_chain_accepted(B, p)) {
-        return GB_CHAIN_BEFORE;
+    if (!stopped) {
+        stop = end;
     }
-    return GB_CHAIN_STOP;
 }
 
 // The stop's row, the same in every thread.
@@ -208,8 +207,9 @@ inline void gb_residual_split(gb_buffers B, ulong o, uint3 group, uint S, gb_thr
     }
 }
 
-// gb_residual is the kernel: threadgroup (bx, by) finds launch row by's place in its
-// chain; slot o = row gets the verdict, or at the stop the drawn token. LOGPROBS,
+// gb_residual is the kernel: threadgroup (bx, by) finds where launch row by's chain
+// stops; threadgroup 0 writes the verdicts of its other positions (slot o = row), and
+// every threadgroup of the row draws the stop's token into the stop's slot. LOGPROBS,
 // ADVANCE, RECORD, ROUTED and the filters are not residual's: rows are verified whatever
 // they say, and nothing is recorded or advanced.
 template <int KIND>
@@ -221,23 +221,33 @@ inline void gb_residual(device const typename gb_io<KIND>::elem* logits, gb_buff
     if (group.z != 0u) {
         return;  // residual draws once per row: a grid deeper than 1 leaves the rest idle
     }
-    const gb_row_params p = B.params[by];
-    const ulong o = ulong(p.row);
     if (L.tid == 0u) {
-        tg.verdict[0] = gb_chain_position(B, by, p);
+        uint first, end, stop;
+        gb_chain_walk(B, by, first, end, stop);
+        tg.chain[0] = first;
+        tg.chain[1] = end;
+        tg.chain[2] = stop;
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
-    const uint place = tg.verdict[0];
-    if (place != GB_CHAIN_STOP) {
-        if (bx == 0u && L.tid == 0u) {
-            if (place == GB_CHAIN_BEFORE) {
-                gb_finish(B, 0u, o, int(p.token), GB_STATUS_OK, float4(0.0f));
+    const uint first = tg.chain[0];
+    const uint last = tg.chain[1];
+    const uint stop = tg.chain[2];
+    if (bx == 0u) {
+        // The positions other than the stop: accepted drafts before it, not reached after.
+        for (uint j = first + L.tid; j <= last; j += L.T) {
+            if (j == stop) {
+                continue;
+            }
+            const gb_row_params pj = B.params[j];
+            if (j < stop) {
+                gb_finish(B, 0u, ulong(pj.row), int(pj.token), GB_STATUS_OK, float4(0.0f));
             } else {
-                gb_finish(B, 0u, o, -1, GB_STATUS_NOT_REACHED, float4(0.0f));
+                gb_finish(B, 0u, ulong(pj.row), -1, GB_STATUS_NOT_REACHED, float4(0.0f));
             }
         }
-        return;
     }
+    const gb_row_params p = B.params[stop];
+    const ulong o = ulong(p.row);
     if (gb_bad_flags(p.flags) || !gb_chain_row_good(p, B.vocab)) {
         if (bx == 0u && L.tid == 0u) {
             gb_finish(B, 0u, o, -1, GB_STATUS_BAD_PARAMS, float4(0.0f));

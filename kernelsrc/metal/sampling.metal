@@ -281,8 +281,8 @@ kernel void residual_f32(device const float* logits [[buffer(0)]], GB_SAMPLING_A
     threadgroup ulong scratch_key[GB_MAX_SIMDGROUPS];
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    threadgroup uint verdict[1];
-    gb_residual_scratch tg = {scratch_key, scratch_seen, last, verdict};
+    threadgroup uint chain[3];
+    gb_residual_scratch tg = {scratch_key, scratch_seen, last, chain};
     gb_residual<GB_F32>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -290,8 +290,8 @@ kernel void residual_f16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_
     threadgroup ulong scratch_key[GB_MAX_SIMDGROUPS];
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    threadgroup uint verdict[1];
-    gb_residual_scratch tg = {scratch_key, scratch_seen, last, verdict};
+    threadgroup uint chain[3];
+    gb_residual_scratch tg = {scratch_key, scratch_seen, last, chain};
     gb_residual<GB_F16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -299,7 +299,7 @@ kernel void residual_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING
     threadgroup ulong scratch_key[GB_MAX_SIMDGROUPS];
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
-    threadgroup uint verdict[1];
-    gb_residual_scratch tg = {scratch_key, scratch_seen, last, verdict};
+    threadgroup uint chain[3];
+    gb_residual_scratch tg = {scratch_key, scratch_seen, last, chain};
     gb_residual<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }

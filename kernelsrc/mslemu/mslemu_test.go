@@ -144,6 +144,9 @@ type launchCase struct {
 	seed      uint64 // emulator scheduling
 	logits    []byte
 	params    []byte // n RowParams
+	// gridRows is grid.y when it is not one launch row per RowParams record (residual:
+	// one per chain); 0 means launchRows().
+	gridRows int
 	// The processors' buffers, outRows rows each; nil when no row of the launch uses them.
 	bias   []float32
 	counts []uint32
@@ -163,6 +166,14 @@ type launchCase struct {
 }
 
 func (c *launchCase) launchRows() int { return len(c.params) / abi.RowParamsSize }
+
+// gridY is grid.y: the launch rows the kernel runs, which index the scratch.
+func (c *launchCase) gridY() int {
+	if c.gridRows > 0 {
+		return c.gridRows
+	}
+	return c.launchRows()
+}
 
 func (c *launchCase) numDraws() int { return max(c.draws, 1) }
 
@@ -203,7 +214,7 @@ func (c *launchCase) blocksPerRow() int {
 
 // launch is the case's shape as package abi sizes the scratch.
 func (c *launchCase) launch() abi.Launch {
-	return abi.Launch{Rows: c.launchRows(), Split: c.blocksPerRow(), Draws: c.numDraws()}
+	return abi.Launch{Rows: c.gridY(), Split: c.blocksPerRow(), Draws: c.numDraws()}
 }
 
 // partialWords and counterWords size the scratch of both editions (driver.cpp takes
@@ -457,11 +468,11 @@ func pick[T any](r *rand.Rand, values ...T) T { return values[r.IntN(len(values)
 func writeCases(cases []*launchCase) []byte {
 	var b bytes.Buffer
 	le := binary.LittleEndian
-	b.WriteString("MSLEMU06")
+	b.WriteString("MSLEMU07")
 	_ = binary.Write(&b, le, uint32(len(cases)))
 	for _, c := range cases {
 		for _, v := range []uint32{uint32(c.kernel), uint32(c.dtype), uint32(c.T), uint32(c.S),
-			uint32(c.launchRows()), uint32(c.numDraws()), uint32(c.vocab)} {
+			uint32(c.launchRows()), uint32(c.gridY()), uint32(c.numDraws()), uint32(c.vocab)} {
 			_ = binary.Write(&b, le, v)
 		}
 		_ = binary.Write(&b, le, uint64(c.stride))
@@ -510,7 +521,7 @@ func (res result) rowParams(y int) abi.RowParams {
 // readResults decodes the driver's output.
 func readResults(t *testing.T, out []byte, cases []*launchCase) []result {
 	t.Helper()
-	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU06")), "driver output has no header")
+	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU07")), "driver output has no header")
 	rd := bytes.NewReader(out[8:])
 	res := make([]result, len(cases))
 	for i, c := range cases {
@@ -546,7 +557,7 @@ func runGoEdition(t *testing.T, c *launchCase, kernels map[string]runtime.GoKern
 	t.Helper()
 	fn := kernels[c.kernelName()]
 	require.NotNil(t, fn, "the Go edition has no kernel %s", c.kernelName())
-	n, d, s := c.launchRows(), c.numDraws(), c.blocksPerRow()
+	n, d, s := c.gridY(), c.numDraws(), c.blocksPerRow()
 	res := result{
 		tokens:   make([]int32, c.slots()),
 		status:   make([]int32, c.slots()),

@@ -78,7 +78,7 @@ var residualWorkloads = []residualWorkload{
 // without elements.
 var residualVocabs = []int{3, 7, 13, 33, 101, 257, 1001}
 
-// chainPlan is what a workload asks of one launch row.
+// chainPlan is what a workload asks of one position (RowParams record).
 type chainPlan struct {
 	letter byte
 	chain  int
@@ -220,8 +220,9 @@ func draftAccepted(p abi.RowParams, vocab int, records, draft []float32) bool {
 	return float32(u*q) < float32(math.Exp(float64(lp)))
 }
 
-// newResidualCase builds a launch of workload w: its chains in order, each position on
-// its own logits row (rows in a shuffled order, one left unnamed) and draft row (CHAIN_END
+// newResidualCase builds a launch of workload w: its chains' records in order, one launch
+// row per chain (launch row y's chain, named by record y's TopK, in reverse or shuffled
+// order), each position on its own logits row (rows in a shuffled order, one left unnamed) and draft row (CHAIN_END
 // rows name a draft row and token far outside the buffers, which must not be read), the
 // flags residual ignores set at random, score's records of the draft positions from the
 // Go edition, and per chain a seed and base step (positions at base + i, some across
@@ -385,7 +386,7 @@ func newResidualCase(t *testing.T, r *rand.Rand, kernels map[string]runtime.GoKe
 		// A row meant to be finite that its shape, mask or bitmask left without a finite
 		// logit (likely at small V) is drawn again.
 		for try := 0; pl.p == nil && !strings.ContainsRune("pPdDH", rune(pl.letter)); try++ {
-			require.Less(t, try, 100, "%s: launch row %d: no finite row", name, y)
+			require.Less(t, try, 100, "%s: record %d: no finite row", name, y)
 			encodeRow(dtype, shapes[pick(r, finite...)].make(r, vocab), c.logits[row*c.stride*esize:])
 			pl.p = targetProbs(c, *p)
 		}
@@ -478,7 +479,7 @@ func newResidualCase(t *testing.T, r *rand.Rand, kernels map[string]runtime.GoKe
 					pt := math.Exp(float64(c.records0[abi.RecordWords*int(p.Row)+1]))
 					qt := &c.draft[int(p.TopN)*vocab+int(p.Token)]
 					if plans[yy].pos < plans[yy].stop {
-						require.Truef(t, pt > 0, "%s: launch row %d (%q) cannot be accepted: record %v", name, yy,
+						require.Truef(t, pt > 0, "%s: record %d (%q) cannot be accepted: record %v", name, yy,
 							ch, c.records0[abi.RecordWords*p.Row:][:abi.RecordWords])
 						*qt = min(*qt, float32(0.5*pt))
 					} else if pt == pt {
@@ -511,6 +512,24 @@ func newResidualCase(t *testing.T, r *rand.Rand, kernels map[string]runtime.GoKe
 		require.True(t, found, "%s: no seed makes chain %q decide as planned", name, ch)
 		y += len(ch)
 	}
+	// One launch row per chain: record y's TopK is the first record of launch row y's
+	// chain, which need not hold record y: the chains in reverse order, or shuffled.
+	var starts []uint32
+	y = 0
+	for _, ch := range w.chains {
+		starts = append(starts, uint32(y))
+		y += len(ch)
+	}
+	serves := r.Perm(len(starts))
+	if r.IntN(2) == 0 {
+		for i := range serves {
+			serves[i] = len(serves) - 1 - i
+		}
+	}
+	for ly, ci := range serves {
+		params[ly].TopK = starts[ci]
+	}
+	c.gridRows = len(starts)
 	for y, p := range params {
 		c.setRowParams(y, p)
 	}
@@ -551,7 +570,8 @@ func argmax(p []float64) int {
 // 5 threadgroups per row (small odd V, so that some threadgroups have no elements),
 // threadgroups of 32 to 256 threads, SIMD widths of 8 to 64 and a grid two deep whose
 // second layer must stay idle, on residualWorkloads: several chains of 1 to 5 positions
-// per launch, every draft accepted (the bonus draw), rejections at the first, a middle
+// per launch (one launch row per chain, serving the chains in reverse or shuffled order),
+// every draft accepted (the bonus draw), rejections at the first, a middle
 // and the last draft, draft rows close to, far from, equal to and covering the target
 // (the fallback to p), q = 0 at the draft token, masked draft tokens, bad rows at the
 // stop and past it, processors and NaN, +Inf, all-masked and huge rows. Tokens and
@@ -606,7 +626,7 @@ func TestResidualMatchesGoEdition(t *testing.T) {
 			p := c.rowParams(y)
 			o := int(p.Row)
 			st, tok := abi.Status(want.status[o]), want.tokens[o]
-			where := fmt.Sprintf("%s: launch row %d (%q of chain %d)", c.name, y, pl.letter, pl.chain)
+			where := fmt.Sprintf("%s: record %d (%q of chain %d)", c.name, y, pl.letter, pl.chain)
 			switch {
 			case pl.pos < pl.stop:
 				before++

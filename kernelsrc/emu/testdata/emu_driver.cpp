@@ -4,17 +4,19 @@
 //
 // Usage: emu_driver JOB RESULT, or emu_driver --units UNITS RESULT (see units below).
 //
-// JOB (little-endian): u32 magic "GBE6", u32 count, then per launch:
+// JOB (little-endian): u32 magic "GBE7", u32 count, then per launch:
 //   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn, 3 the filtered route: filter_max
 //   with grid (grid_x, grid_y, 1), then filtered with grid (grid_x, grid_y, grid_z), on the
 //   same buffers, 4 score: grid (grid_x, grid_y, grid_z), whose blocks with z > 0 must do
-//   nothing, and one output slot per logits row, 5 residual: as score), u32 dtype (0 f32,
+//   nothing, and one output slot per logits row, 5 residual: as score, a launch row per
+//   chain), u32 dtype (0 f32,
 //   1 f16, 2 bf16),
 //   u32 grid_x, u32 grid_y, u32 grid_z, u32 block_x, u32 warp_size, u32 vocab, u32 slack,
-//   u32 slots (logits rows),
+//   u32 slots (logits rows), u32 nparams (RowParams records: grid_y, but residual's
+//   launch rows are its chains, each of one record per position),
 //   u64 row_stride, u64 partials_words, u32 counters_words, u32 filter_list,
 //   u32 filter_min_cands (GB_FILTER_LIST and GB_FILTER_MIN_CANDS for this launch: see
-//   shadow/abi.h), u64 logits_bytes, logits, params (grid_y * 64), u32 aux (elements of
+//   shadow/abi.h), u64 logits_bytes, logits, params (nparams * 64), u32 aux (elements of
 //   bias and counts: 0, or slots * vocab), f32 bias[aux], u32 counts[aux], u32 mask_words,
 //   u32 mask[mask_words], u32 bitmask_words, u32 bitmask[bitmask_words] (the token
 //   bitmasks, ceil(vocab / 32) words per mask row: kernel argument 12), u32 logprobs (1: a
@@ -32,7 +34,7 @@
 //   and residual: slots in place of slots * grid_z, and score's tokens hold the ranks),
 //   u64 shard keys[slots *
 //   grid_z] (when asked for),
-//   u32 counters[counters_words], u32 counts[aux], params (grid_y * 64), and for the
+//   u32 counters[counters_words], u32 counts[aux], params (nparams * 64), and for the
 //   filtered route u32 path[grid_z * grid_y] (draw z of launch row y at z * grid_y + y):
 //   0 when the row's last block never asked whether its candidate list holds the kept
 //   set (greedy, min-p alone, bad or skipped rows, a non-finite row), 1 when it drew on
@@ -102,7 +104,7 @@ bool gb_filter_finish_list(A&&... a) {
 
 namespace {
 
-constexpr std::uint32_t kMagic = 0x36454247u; // "GBE6"
+constexpr std::uint32_t kMagic = 0x37454247u; // "GBE7"
 constexpr std::int32_t kUntouched = -7;
 
 // guarded is memory of n bytes that ends slack bytes before an inaccessible page and
@@ -257,13 +259,15 @@ int main(int argc, char** argv) {
         const std::uint32_t vocab = r.get<std::uint32_t>();
         const std::uint32_t slack = r.get<std::uint32_t>();
         const std::uint32_t slots = r.get<std::uint32_t>();
+        const std::uint32_t nparams = r.get<std::uint32_t>();
         const std::uint64_t stride = r.get<std::uint64_t>();
         const std::uint64_t npart = r.get<std::uint64_t>();
         const std::uint32_t ncnt = r.get<std::uint32_t>();
         gb_emu_filter::list = r.get<std::uint32_t>();
         gb_emu_filter::min_cands = r.get<std::uint32_t>();
         const std::uint64_t nbytes = r.get<std::uint64_t>();
-        if (kernel > 5 || dtype > 2 || grid_x == 0 || grid_y == 0 || grid_z == 0 || slots == 0) {
+        if (kernel > 5 || dtype > 2 || grid_x == 0 || grid_y == 0 || grid_z == 0 || slots == 0 ||
+            nparams < grid_y) {
             gb_emu::fail("bad launch header");
         }
         const bool topn = kernel == 2;
@@ -273,8 +277,9 @@ int main(int argc, char** argv) {
 
         guarded logits(nbytes, slack);
         std::memcpy(logits.as<unsigned char>(), r.take(nbytes), nbytes);
-        guarded params(std::size_t{grid_y} * 64, 0);
-        std::memcpy(params.as<unsigned char>(), r.take(std::size_t{grid_y} * 64), std::size_t{grid_y} * 64);
+        // residual may read GB_CHAIN_SLACK records past the last (ABI.md).
+        guarded params(std::size_t{nparams} * 64, residual ? std::size_t{GB_CHAIN_SLACK} * 64 : 0);
+        std::memcpy(params.as<unsigned char>(), r.take(std::size_t{nparams} * 64), std::size_t{nparams} * 64);
         const std::uint32_t aux = r.get<std::uint32_t>();
         auto bias = copy_in<float>(r, aux);
         auto counts = copy_in<gb_u32>(r, aux);
@@ -405,7 +410,7 @@ int main(int argc, char** argv) {
         put(out, cnt, ncnt);
         if (!topn) {
             put(out, cs, aux);
-            put(out, params.as<const unsigned char>(), std::size_t{grid_y} * 64);
+            put(out, params.as<const unsigned char>(), std::size_t{nparams} * 64);
         }
         if (filtered) {
             put(out, gb_emu_filter::path.data(), gb_emu_filter::path.size());

@@ -1,12 +1,13 @@
 // driver.cpp runs the emulated MSL kernels on cases read from a file and writes what
 // they produced, for mslemu_test.go.
 //
-// Input (little-endian): "MSLEMU06", u32 case count, then per case
+// Input (little-endian): "MSLEMU07", u32 case count, then per case
 //   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn, 3 filtered: filter_max over an
 //   (S, n, 1) grid, then filtered over (S, n, D), on the same buffers, 4 score and
 //   6 residual: grid.z is D, whose threadgroups past z = 0 have no work), u32 dtype
-//   (0 f32, 1 f16, 2 bf16), u32 T, u32 S (threadgroups per row), u32 n (launch rows),
-//   u32 D (draws, grid.z), u32 vocab, u64 row_stride, u32 rows (logits rows: outputs are
+//   (0 f32, 1 f16, 2 bf16), u32 T, u32 S (threadgroups per row), u32 n (RowParams
+//   records), u32 Y (launch rows, grid.y: n but for residual, one per chain), u32 D
+//   (draws, grid.z), u32 vocab, u64 row_stride, u32 rows (logits rows: outputs are
 //   per row), u32 max_groups, u32 yield_percent, u32 simd_width (0 means 32), u64 seed,
 //   u64 partials words (uint64), u64 counters words (uint32), u64 logits byte count and
 //   the logits, n RowParams of 64 bytes, then the bias, counts, mask and bitmask buffers,
@@ -17,7 +18,7 @@
 //   reads score's records from it), each as a u64 byte count and the bytes (draft: 0
 //   bytes is 8 bytes of poison; logprobs: 0 bytes starts it as below, else the bytes
 //   fill it exactly).
-// Output: "MSLEMU06", then per case, with slots = rows * D (topn: rows * 20; score and
+// Output: "MSLEMU07", then per case, with slots = rows * D (topn: rows * 20; score and
 //   residual: rows): int32 tokens[slots], int32 status[slots] (topn: float32
 //   values[slots]), float32 logprobs[4 * slots] (none for topn), uint64 shard
 //   keys[slots] (when asked for), the counts buffer after the launch, the n RowParams
@@ -445,10 +446,10 @@ int main(int argc, char** argv) {
         }
         return 0;
     }
-    if (std::memcmp(magic, "MSLEMU06", 8) != 0) {
+    if (std::memcmp(magic, "MSLEMU07", 8) != 0) {
         die("bad magic");
     }
-    std::fwrite("MSLEMU06", 1, 8, out);
+    std::fwrite("MSLEMU07", 1, 8, out);
     uint32_t cases = r.get<uint32_t>();
     for (uint32_t c = 0; c < cases; ++c) {
         uint32_t which = r.get<uint32_t>();
@@ -456,6 +457,7 @@ int main(int argc, char** argv) {
         uint32_t T = r.get<uint32_t>();
         uint32_t S = r.get<uint32_t>();
         uint32_t n = r.get<uint32_t>();
+        uint32_t Y = r.get<uint32_t>();
         uint32_t D = r.get<uint32_t>();
         uint32_t vocab = r.get<uint32_t>();
         uint64_t stride = r.get<uint64_t>();
@@ -467,7 +469,7 @@ int main(int argc, char** argv) {
         uint64_t partialWords = r.get<uint64_t>();
         uint64_t counterWords = r.get<uint64_t>();
         uint64_t logitBytes = r.get<uint64_t>();
-        if ((which > kScore && which != kResidual) || dtype > 2 || T == 0 || S == 0 || n == 0 || D == 0 ||
+        if ((which > kScore && which != kResidual) || dtype > 2 || T == 0 || S == 0 || n == 0 || Y == 0 || D == 0 ||
             (which == kTopN && D != 1) || partialWords == 0 || counterWords == 0) {
             die("case " + std::to_string(c) + ": bad header");
         }
@@ -541,7 +543,7 @@ int main(int argc, char** argv) {
 
         mslemu::Dispatch d;
         d.grid[0] = which == kCategorical ? 1 : S;
-        d.grid[1] = n;
+        d.grid[1] = Y;
         d.grid[2] = D;
         d.T = T;
         d.width = width == 0 ? 32 : width;
