@@ -22,8 +22,10 @@ import (
 func TestGPUVerifyChainProbsLaw(t *testing.T) {
 	dev := openGPU(t)
 	for _, lc := range probsLawCases() {
-		t.Run(lc.name, func(t *testing.T) { checkProbsLaw(t, dev, lc, 1_000_000) })
+		t.Run(lc.name, func(t *testing.T) { checkProbsLaw(t, dev, lc, sampler.Float32, 1_000_000) })
 	}
+	lc := probsLawCases()[1]
+	t.Run(lc.name+" bfloat16", func(t *testing.T) { checkProbsLaw(t, dev, lc, sampler.BFloat16, 1_000_000) })
 }
 
 // draftedChains lays out requests chains of k drafts at Qwen's vocabulary as a draft

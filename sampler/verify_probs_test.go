@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gumbel-go/gumbel/half"
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/runtime/cpu"
 	"github.com/gumbel-go/gumbel/sampler"
@@ -72,7 +73,7 @@ func normalised(q []float32) []float64 {
 // length follows Π β_j (1 - β_k), β_j = Σ min(p_j, q_j) the acceptance rate at
 // position j; and after an accepted first draft the second token follows the target at
 // position 1.
-func checkProbsLaw(t *testing.T, dev runtime.Device, lc probsLawCase, n int) {
+func checkProbsLaw(t *testing.T, dev runtime.Device, lc probsLawCase, dt sampler.DType, n int) {
 	s, err := sampler.New(dev, sampler.Options{Seed: 5})
 	require.NoError(t, err)
 	defer s.Close()
@@ -86,6 +87,18 @@ func checkProbsLaw(t *testing.T, dev runtime.Device, lc probsLawCase, n int) {
 		}
 	}
 	lg := upload(t, dev, logits, rows, vocab)
+	if dt == sampler.BFloat16 {
+		// The cases' logits are exact in bfloat16: the same law in the other kernels.
+		bits := make([]uint16, len(logits))
+		for i, x := range logits {
+			bits[i] = half.BFloat16(x)
+		}
+		buf, err := dev.Alloc(2 * len(bits))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = buf.Free() })
+		require.NoError(t, dev.DefaultStream().CopyToDevice(buf, 0, runtime.BytesOf(bits)))
+		lg = sampler.Logits{Data: buf, DType: sampler.BFloat16, Rows: rows, Vocab: vocab}
+	}
 	var qs []float32
 	for _, r := range lc.q {
 		qs = append(qs, normalisedF32(r)...)
@@ -214,8 +227,10 @@ func TestVerifyChainProbsLaw(t *testing.T) {
 		n = 5_000
 	}
 	for _, lc := range probsLawCases() {
-		t.Run(lc.name, func(t *testing.T) { checkProbsLaw(t, dev, lc, n) })
+		t.Run(lc.name, func(t *testing.T) { checkProbsLaw(t, dev, lc, sampler.Float32, n) })
 	}
+	lc := probsLawCases()[1]
+	t.Run(lc.name+" bfloat16", func(t *testing.T) { checkProbsLaw(t, dev, lc, sampler.BFloat16, n) })
 }
 
 // probsFixture is a batch of chains over random logits, with draft probabilities.
