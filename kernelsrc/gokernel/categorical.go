@@ -565,22 +565,33 @@ func (sc *catScratch) rowMaxTopK(row []float32, s abi.Seen, k int) (float32, abi
 		heap = heapPush(heap, orderKey(x))
 	}
 	floor := orderKeyInverse(heap[0])
-	for i, x := range row[k:] {
-		if x > m {
-			m = x
+	for i := k; i < len(row); {
+		// Whole groups of four below the floor hold no candidate, no NaN and no +Inf:
+		// scanBelow passes them at a few instructions per group (SSE on amd64), and
+		// the group that stops it is taken element by element.
+		n, top := scanBelow(row[i:], floor)
+		if top > m {
+			m = top
 		}
-		if x < floor {
-			continue
-		}
-		if x-x != 0 && x != negInf {
-			bad = true
-			continue
-		}
-		cand = append(cand, uint32(k+i))
-		if key := orderKey(x); key > heap[0] {
-			heap[0] = key
-			heapDown(heap)
-			floor = orderKeyInverse(heap[0])
+		i += n
+		for end := min(i+4, len(row)); i < end; i++ {
+			x := row[i]
+			if x > m {
+				m = x
+			}
+			if x < floor {
+				continue
+			}
+			if x-x != 0 && x != negInf {
+				bad = true
+				continue
+			}
+			cand = append(cand, uint32(i))
+			if key := orderKey(x); key > heap[0] {
+				heap[0] = key
+				heapDown(heap)
+				floor = orderKeyInverse(heap[0])
+			}
 		}
 	}
 	sc.heap, sc.cand = heap, cand

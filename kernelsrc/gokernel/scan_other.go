@@ -1,0 +1,5 @@
+//go:build !amd64 || purego
+
+package gokernel
+
+func scanBelow(row []float32, floor float32) (int, float32) { return scanBelowGo(row, floor) }
