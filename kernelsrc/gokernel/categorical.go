@@ -511,13 +511,22 @@ func (sc *catScratch) rowMaxMinP(row []float32, s abi.Seen, p *abi.RowParams) (f
 	cand := grow(sc.cand, len(row))[:0] // sized once: no growth on the hot path
 	m, lim := negInf, negInf
 	var bad uint32
-	for i, x := range row {
-		bad |= nonFinite(x)
-		if x >= lim {
-			if x > m {
-				m, lim = x, minPLimit(x, dmin, invT)
+	for i := 0; i < len(row); {
+		// Whole groups of four below the limit (which lies below m) hold no candidate,
+		// cannot raise m and hold no NaN or +Inf; a -Inf among them, which the element
+		// loop would count as bad, changes nothing the fused pass gives (the tests
+		// compare it with the reference on rows of -Inf).
+		n, _ := scanBelow(row[i:], lim)
+		i += n
+		for end := min(i+4, len(row)); i < end; i++ {
+			x := row[i]
+			bad |= nonFinite(x)
+			if x >= lim {
+				if x > m {
+					m, lim = x, minPLimit(x, dmin, invT)
+				}
+				cand = append(cand, uint32(i))
 			}
-			cand = append(cand, uint32(i))
 		}
 	}
 	sc.cand, sc.candMinP = cand, false

@@ -85,13 +85,20 @@ func TestKeepFewMatchesKeepRow(t *testing.T) {
 				if seenStatus(seen) != abi.StatusOK {
 					continue
 				}
-				if minPAlone(&p, n) {
-					// The fused pass finds the same maximum and observations, and leaves
-					// keepFew its candidates.
-					fm, fs := few.rowMaxMinP(row, 0, &p)
-					require.Equal(t, math.Float32bits(m), math.Float32bits(fm), "%s n=%d %+v: maximum", name, n, p)
-					require.Equal(t, seen, fs, "%s n=%d %+v: observations", name, n, p)
+				// The fused passes find the same maximum and observations, and leave
+				// keepFew its candidates.
+				var fm float32
+				var fs abi.Seen
+				switch {
+				case minPAlone(&p, n):
+					fm, fs = few.rowMaxMinP(row, 0, &p)
+				case fewTopK(&p, n) > 0:
+					fm, fs = few.rowMaxTopK(row, 0, fewTopK(&p, n))
+				default:
+					fm, fs = m, seen
 				}
+				require.Equal(t, math.Float32bits(m), math.Float32bits(fm), "%s n=%d %+v: maximum", name, n, p)
+				require.Equal(t, seen, fs, "%s n=%d %+v: observations", name, n, p)
 				got, ok := few.keepFew(&p, row, m)
 				if p.TopK >= uint32(n) {
 					continue // top-k off: keepFew takes it only with min-p alone
