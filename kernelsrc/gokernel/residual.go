@@ -13,7 +13,7 @@ import (
 // goodChainRow reports whether a residual row's own parameters can be verified: a
 // positive temperature, no reserved flag and no FlagShard (shards are gumbel_argmax's
 // alone) and, unless it ends its chain, a draft token in the vocabulary. Every block of
-// every position applies the same test to the rows it reads.
+// a chain's launch row applies the same test to the chain's records.
 func goodChainRow(p abi.RowParams, vocab uint32) bool {
 	return p.Flags&(abi.FlagsReserved|abi.FlagShard) == 0 && !badRow(p.Temperature, vocab) && p.Temperature > 0 &&
 		(p.Flags&abi.FlagChainEnd != 0 || p.Token < vocab)

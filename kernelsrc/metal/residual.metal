@@ -18,9 +18,9 @@ struct gb_residual_scratch {
     threadgroup uint* chain;  // [3] the chain's first record, its CHAIN_END record and its stop, from thread 0
 };
 
-// Whether a chain row's own parameters can be verified: no reserved flag, a good and
-// positive temperature, no reserved flag and no FlagShard and, unless it ends its chain,
-// a draft token in the vocabulary. The chain's decision applies it to every row it reads
+// Whether a chain row's own parameters can be verified: a good and positive
+// temperature, no reserved flag and no FlagShard and, unless it ends its chain, a draft
+// token in the vocabulary. The chain's decision applies it to every row it reads
 // (a failing row is a rejection).
 inline bool gb_chain_row_good(thread const gb_row_params& p, uint vocab) {
     return (p.flags & (GB_FLAGS_RESERVED | GB_FLAG_SHARD)) == 0u && !gb_bad_row(p.temperature, vocab) && p.temperature > 0.0f &&
