@@ -12,7 +12,6 @@ import (
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/runtime/cpu"
 	"github.com/gumbel-go/gumbel/sampler"
-	"github.com/gumbel-go/gumbel/tests/statistical"
 )
 
 // probsLawCase is one target/drafter pair of the verification law with draft
@@ -80,40 +79,14 @@ func checkProbsLaw(t *testing.T, dev runtime.Device, lc probsLawCase, dt sampler
 	k, vocab := len(lc.q), len(lc.rows[0])
 	const perCall = 500
 	rows := perCall * (k + 1)
-	logits := make([]float32, 0, rows*vocab)
-	for range perCall {
-		for _, r := range lc.rows {
-			logits = append(logits, r...)
-		}
-	}
-	lg := upload(t, dev, logits, rows, vocab)
-	if dt == sampler.BFloat16 {
-		// The cases' logits are exact in bfloat16: the same law in the other kernels.
-		bits := make([]uint16, len(logits))
-		for i, x := range logits {
-			bits[i] = half.BFloat16(x)
-		}
-		buf, err := dev.Alloc(2 * len(bits))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = buf.Free() })
-		require.NoError(t, dev.DefaultStream().CopyToDevice(buf, 0, runtime.BytesOf(bits)))
-		lg = sampler.Logits{Data: buf, DType: sampler.BFloat16, Rows: rows, Vocab: vocab}
-	}
+	lg := uploadAs(t, dev, repeatRows(lc.rows, perCall), rows, vocab, dt)
 	var qs []float32
 	for _, r := range lc.q {
 		qs = append(qs, normalisedF32(r)...)
 	}
 	qs = append(qs, make([]float32, vocab)...) // one row even without drafts
 	draft := upload(t, dev, qs, max(k, 1), vocab)
-	var mask [][]int32
-	if lc.mask0 != nil {
-		m := make([]int32, (vocab+31)/32)
-		for _, a := range lc.mask0 {
-			m[a/32] |= 1 << (a % 32)
-		}
-		mask = make([][]int32, k+1)
-		mask[0] = m
-	}
+	mask := firstMask(vocab, k, lc.mask0)
 	targets := make([][]float64, k+1)
 	for j := range k + 1 {
 		allowed := []int32(nil)
@@ -122,17 +95,12 @@ func checkProbsLaw(t *testing.T, dev runtime.Device, lc probsLawCase, dt sampler
 		}
 		targets[j] = softmaxMasked(lc.rows[j], lc.t, allowed)
 	}
-	lengthLaw := make([]float64, k+1)
-	run := 1.0
+	beta := make([]float64, k) // the acceptance rate at each position
 	for j := range k {
-		beta := 0.0
 		for i, q := range normalised(lc.q[j]) {
-			beta += math.Min(q, targets[j][i])
+			beta[j] += math.Min(q, targets[j][i])
 		}
-		lengthLaw[j] = run * (1 - beta)
-		run *= beta
 	}
-	lengthLaw[k] = run
 
 	rng := rand.New(rand.NewPCG(uint64(len(lc.name)), 77))
 	first := make([]int64, vocab)
@@ -163,26 +131,11 @@ func checkProbsLaw(t *testing.T, dev runtime.Device, lc probsLawCase, dt sampler
 			}
 		}
 	}
-	for _, c := range []struct {
-		what   string
-		law    []float64
-		counts []int64
-	}{
+	assertLaws(t, lc.name, []lawCheck{
 		{"first token", targets[0], first},
-		{"accepted drafts", lengthLaw, lengths},
+		{"accepted drafts", lengthLaw(beta), lengths},
 		{"second token", targets[min(1, k)], second},
-	} {
-		total := int64(0)
-		for _, x := range c.counts {
-			total += x
-		}
-		if total < 1000 {
-			continue
-		}
-		v, err := statistical.ChiSquareTest(c.law, c.counts, statistical.BinTokens)
-		require.NoError(t, err, c.what)
-		assert.True(t, v.Pass(statistical.Alpha), "%s: %s: chi-square %.2f, df %d, p %.3g, impossible drawn %d", lc.name, c.what, v.ChiSquare, v.DF, v.PValue, v.ZeroDrawn)
-	}
+	})
 }
 
 // normalisedF32 is normalised in float32, as a drafter would hand its probabilities.
@@ -209,11 +162,25 @@ func drawFrom(rng *rand.Rand, p []float64) int32 {
 
 // upload copies a rows x vocab float32 matrix to the device.
 func upload(t testing.TB, dev runtime.Device, xs []float32, rows, vocab int) sampler.Logits {
-	buf, err := dev.Alloc(4 * len(xs))
+	return uploadAs(t, dev, xs, rows, vocab, sampler.Float32)
+}
+
+// uploadAs copies a rows x vocab matrix to the device in dtype dt (float32 or bfloat16,
+// rounded to nearest).
+func uploadAs(t testing.TB, dev runtime.Device, xs []float32, rows, vocab int, dt sampler.DType) sampler.Logits {
+	src := runtime.BytesOf(xs)
+	if dt == sampler.BFloat16 {
+		bits := make([]uint16, len(xs))
+		for i, x := range xs {
+			bits[i] = half.BFloat16(x)
+		}
+		src = runtime.BytesOf(bits)
+	}
+	buf, err := dev.Alloc(len(src))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = buf.Free() })
-	require.NoError(t, dev.DefaultStream().CopyToDevice(buf, 0, runtime.BytesOf(xs)))
-	return sampler.Logits{Data: buf, DType: sampler.Float32, Rows: rows, Vocab: vocab}
+	require.NoError(t, dev.DefaultStream().CopyToDevice(buf, 0, src))
+	return sampler.Logits{Data: buf, DType: dt, Rows: rows, Vocab: vocab}
 }
 
 // TestVerifyChainProbsLaw is the verification law with draft probabilities on the CPU

@@ -82,26 +82,8 @@ func checkVerifyLaw(t *testing.T, dev runtime.Device, lc verifyLawCase, n int) {
 	k := len(lc.draft)
 	const perCall = 500
 	rows := perCall * (k + 1)
-	logits := make([]float32, 0, rows*lc.vocab)
-	for range perCall {
-		for _, r := range lc.rows {
-			logits = append(logits, r...)
-		}
-	}
-	buf, err := dev.Alloc(4 * len(logits))
-	require.NoError(t, err)
-	defer buf.Free()
-	require.NoError(t, dev.DefaultStream().CopyToDevice(buf, 0, runtime.BytesOf(logits)))
-	lg := sampler.Logits{Data: buf, DType: sampler.Float32, Rows: rows, Vocab: lc.vocab}
-	var mask [][]int32
-	if lc.mask0 != nil {
-		m := make([]int32, (lc.vocab+31)/32)
-		for _, a := range lc.mask0 {
-			m[a/32] |= 1 << (a % 32)
-		}
-		mask = make([][]int32, k+1)
-		mask[0] = m
-	}
+	lg := upload(t, dev, repeatRows(lc.rows, perCall), rows, lc.vocab)
+	mask := firstMask(lc.vocab, k, lc.mask0)
 	p0 := softmaxMasked(lc.rows[0], lc.t, lc.mask0)
 	a := make([]float64, k)
 	for j := range k {
@@ -111,13 +93,6 @@ func checkVerifyLaw(t *testing.T, dev runtime.Device, lc verifyLawCase, n int) {
 		}
 		a[j] = softmaxMasked(lc.rows[j], lc.t, allowed)[lc.draft[j]]
 	}
-	lengthLaw := make([]float64, k+1)
-	run := 1.0
-	for j := range k {
-		lengthLaw[j] = run * (1 - a[j])
-		run *= a[j]
-	}
-	lengthLaw[k] = run
 
 	first := make([]int64, lc.vocab)
 	lengths := make([]int64, k+1)
@@ -141,15 +116,68 @@ func checkVerifyLaw(t *testing.T, dev runtime.Device, lc verifyLawCase, n int) {
 			}
 		}
 	}
-	for _, c := range []struct {
-		what   string
-		law    []float64
-		counts []int64
-	}{
+	assertLaws(t, lc.name, []lawCheck{
 		{"first token", p0, first},
-		{"accepted drafts", lengthLaw, lengths},
+		{"accepted drafts", lengthLaw(a), lengths},
 		{"second token", softmaxMasked(lc.rows[min(1, len(lc.rows)-1)], lc.t, nil), second},
-	} {
+	})
+	if lc.reject {
+		assert.Equal(t, int64(n), lengths[0], "an impossible draft is never accepted")
+	}
+}
+
+// repeatRows lays out rows times times, back to back.
+func repeatRows(rows [][]float32, times int) []float32 {
+	var out []float32
+	for range times {
+		for _, r := range rows {
+			out = append(out, r...)
+		}
+	}
+	return out
+}
+
+// firstMask is the per-position bitmasks of a chain of k drafts whose position 0 allows
+// only the tokens listed (nil when allowed is nil: no mask anywhere).
+func firstMask(vocab, k int, allowed []int32) [][]int32 {
+	if allowed == nil {
+		return nil
+	}
+	m := make([]int32, (vocab+31)/32)
+	for _, a := range allowed {
+		m[a/32] |= 1 << (a % 32)
+	}
+	mask := make([][]int32, k+1)
+	mask[0] = m
+	return mask
+}
+
+// lengthLaw is the law of the number of accepted drafts when draft j is accepted with
+// probability accept[j] once reached: Π accept[i<j] · (1 - accept[j]), and Π accept for
+// all of them.
+func lengthLaw(accept []float64) []float64 {
+	law := make([]float64, len(accept)+1)
+	run := 1.0
+	for j, a := range accept {
+		law[j] = run * (1 - a)
+		run *= a
+	}
+	law[len(accept)] = run
+	return law
+}
+
+// lawCheck is one law a verification test draws against: its name, the exact law and
+// the counts drawn.
+type lawCheck struct {
+	what   string
+	law    []float64
+	counts []int64
+}
+
+// assertLaws runs the suite's chi-square on each check that drew at least 1000 times.
+func assertLaws(t *testing.T, name string, checks []lawCheck) {
+	t.Helper()
+	for _, c := range checks {
 		total := int64(0)
 		for _, x := range c.counts {
 			total += x
@@ -159,10 +187,8 @@ func checkVerifyLaw(t *testing.T, dev runtime.Device, lc verifyLawCase, n int) {
 		}
 		v, err := statistical.ChiSquareTest(c.law, c.counts, statistical.BinTokens)
 		require.NoError(t, err, c.what)
-		assert.True(t, v.Pass(statistical.Alpha), "%s: %s: chi-square %.2f, df %d, p %.3g, impossible drawn %d", lc.name, c.what, v.ChiSquare, v.DF, v.PValue, v.ZeroDrawn)
-	}
-	if lc.reject {
-		assert.Equal(t, int64(n), lengths[0], "an impossible draft is never accepted")
+		assert.True(t, v.Pass(statistical.Alpha), "%s: %s: chi-square %.2f, df %d, p %.3g, impossible drawn %d",
+			name, c.what, v.ChiSquare, v.DF, v.PValue, v.ZeroDrawn)
 	}
 }
 

@@ -595,12 +595,7 @@ func (sc *catScratch) rowMaxTopK(row []float32, s abi.Seen, k int) (float32, abi
 				bad = true
 				continue
 			}
-			cand = append(cand, uint32(i))
-			if key := orderKey(x); key > heap[0] {
-				heap[0] = key
-				heapDown(heap)
-				floor = orderKeyInverse(heap[0])
-			}
+			cand, floor = offer(heap, cand, x, i)
 		}
 	}
 	sc.heap, sc.cand = heap, cand
@@ -622,11 +617,23 @@ func (sc *catScratch) rowMaxTopK(row []float32, s abi.Seen, k int) (float32, abi
 	return m, s | abi.SeenFinite
 }
 
+// offer lists element i, of value x at least the heap's smallest key's value, among the
+// candidates, and puts its key in the heap of the k largest when it beats the smallest;
+// it returns the candidates and the value of the heap's smallest key.
+func offer(heap, cand []uint32, x float32, i int) ([]uint32, float32) {
+	cand = append(cand, uint32(i))
+	if key := orderKey(x); key > heap[0] {
+		heap[0] = key
+		heapDown(heap)
+	}
+	return cand, orderKeyInverse(heap[0])
+}
+
 // topKCandidates scans row once for the k largest keys (a min-heap of k keys) and returns
 // Kk, the k-th largest counting repeats, leaving in sc.cand, in index order, every element
 // that was at least the heap's smallest key when the scan met it: a superset of the
-// elements with key ≥ Kk (the heap's smallest key only grows). Most elements cost one
-// float comparison with that key's value.
+// elements with key ≥ Kk (the heap's smallest key only grows). The row holds no NaN or
+// +Inf (its status is 0); whole groups of four below that key's value pass at once.
 func (sc *catScratch) topKCandidates(row []float32, k int) uint32 {
 	heap := grow(sc.heap, k)[:0]
 	cand := grow(sc.cand, len(row))[:0]
@@ -635,16 +642,13 @@ func (sc *catScratch) topKCandidates(row []float32, k int) uint32 {
 		heap = heapPush(heap, orderKey(row[i]))
 	}
 	floor := orderKeyInverse(heap[0]) // the value of the heap's smallest key
-	for i := k; i < len(row); i++ {
-		x := row[i]
-		if x < floor {
-			continue
-		}
-		cand = append(cand, uint32(i))
-		if key := orderKey(x); key > heap[0] {
-			heap[0] = key
-			heapDown(heap)
-			floor = orderKeyInverse(heap[0])
+	for i := k; i < len(row); {
+		n, _ := scanBelow(row[i:], floor)
+		i += n
+		for end := min(i+4, len(row)); i < end; i++ {
+			if x := row[i]; x >= floor {
+				cand, floor = offer(heap, cand, x, i)
+			}
 		}
 	}
 	sc.heap, sc.cand = heap, cand
