@@ -34,6 +34,7 @@
 #define GB_STATUS_NO_FINITE 2 // Every processed logit of the row is -Inf or masked; token -1.
 #define GB_STATUS_BAD_PARAMS 3 // Bad temperature, reserved flags, or buffers that cannot hold the row; token -1.
 #define GB_STATUS_NOT_REACHED 4 // The position lies past its chain's stop (residual); token -1.
+#define GB_STATUS_EXACT 5 // The draw's winning score reached ExactLimit in magnitude, where a float32 score may no longer hold the noise; gumbel_exact finishes it.
 
 // Observations.
 #define GB_SEEN_NONFINITE 1u // A NaN or +Inf processed logit (before the mask).
@@ -46,6 +47,8 @@
 #define GB_PURPOSE_SPECULATIVE 5u // The acceptance uniform of a draft token at its position.
 #define GB_TAIL_THRESHOLD 16777216u // Main words below it take the tail word.
 #define GB_MAX_GUMBEL 45.1f // Bounds the Gumbel noise from above.
+#define GB_EXACT_SCALE 4096.0f // An element whose fl(x'·invT) has at least this magnitude is valued x'·invT + g exactly, which a float32 score cannot hold (ABI.md, "Exact scores").
+#define GB_EXACT_LIMIT 4032.0f // A gumbel_argmax draw whose winning score has at least this magnitude (ExactScale less the noise's range and a margin) ends with StatusExact, greedy or not.
 
 // Limits.
 #define GB_MAX_VOCAB 2147483647 // The largest V.
@@ -61,7 +64,7 @@
 #define GB_FILTER_MIN_CANDS 32 // The fewest candidates a filtered block publishes.
 #define GB_FILTER_META 4 // The uint64 words a filtered block publishes after its candidates.
 
-#define GB_SHARD_KEY_FAILED 0xFFFFFFFF00000000ull // Marks a failed draw in the high word of its shard key; the low word is its status (1 or 3), so the worse failure wins the maximum.
+#define GB_SHARD_KEY_FAILED 0xFFFFFFFF00000000ull // Marks a failed draw in the high word of its shard key; the low word is its status (1, 3 or 5), so the worse failure wins the maximum.
 #define GB_ROW_PARAMS_SIZE 64 // The bytes of one RowParams record: 16 little-endian 32-bit words.
 #define GB_STEP_OFFSET 16 // The byte offset of the Step field, which FlagAdvance rewrites on the device.
 

@@ -46,7 +46,9 @@
 // noise reaches [MaxGumbel] (about 45) and no token loses its mass to a cap. Every
 // operation is a single float32 operation rounded on its own (no fused multiply-add),
 // so editions on other hardware agree bit for bit up to the last-place accuracy of log
-// and log1p.
+// and log1p. Where |x/T| is so large that a float32 score x/T + g would lose the noise
+// (4096 and beyond), the kernels compare x/T + g exactly instead (kernelsrc/ABI.md,
+// "Exact scores"): the noise is the same, the comparison is finer.
 package philox
 
 import "math/bits"

@@ -18,7 +18,11 @@ import (
 // off) and advances each row's step by Draws after every Launch, so replaying a captured
 // Launch k times samples steps Step, Step+Draws, ..., exactly as Sample calls with those
 // steps would (k uncaptured Launch calls do the same). A tracked row (TrackTokens)
-// counts its tokens on the device, so its penalties stay current across replays.
+// counts its tokens on the device, so its penalties stay current across replays. A batch
+// with greedy or Gumbel rows also launches gumbel_exact (about 2 µs on an H200), which
+// finishes the draws whose winning scores reach ±4032 (|logit/T| that large:
+// kernelsrc/ABI.md, "Exact scores") and otherwise returns at once; Sample launches it
+// only after a call that needs it.
 //
 // Launch row i samples logits row i, and row i's processors are those of logits row i.
 // The batch reserves the processor buffers for its rows at NewBatch, and while it is
@@ -211,6 +215,9 @@ func (b *Batch) SetRow(i int, p Params) error {
 	}
 	b.set[i], b.rowParams[i], b.routes[i], b.rowFlags[i] = true, p, r, flags
 	b.kernelRows[kernelOf(r)]++
+	if kernelOf(r) == kernelGumbel {
+		b.kernelRows[kernelExact]++
+	}
 	if r == RouteFiltered && needsRowMax(p, b.vocab) {
 		b.kernelRows[kernelFilterMax]++
 	}
@@ -300,6 +307,9 @@ func (b *Batch) checkRow(i int) error {
 // forget removes row i's old parameters from the launch counts.
 func (b *Batch) forget(i int) {
 	b.kernelRows[kernelOf(b.routes[i])]--
+	if kernelOf(b.routes[i]) == kernelGumbel {
+		b.kernelRows[kernelExact]--
+	}
 	if b.routes[i] == RouteFiltered && needsRowMax(b.rowParams[i], b.vocab) {
 		b.kernelRows[kernelFilterMax]--
 	}
@@ -369,6 +379,11 @@ func (b *Batch) launch(lg Logits, stride, k int) error {
 		split = b.split
 	case kernelFilterMax:
 		split, draws = b.split, 1
+	case kernelExact:
+		// After gumbel_argmax, whenever the batch has greedy or Gumbel rows: only the
+		// device knows whether a draw needs it, and its blocks return at once where none
+		// does.
+		split = 1
 	case kernelTopN:
 		split, draws = b.topSplit, 1
 		out0, out1, records = b.out[regionTopTokens], b.out[regionTopValues], s.scratch.unused.buf

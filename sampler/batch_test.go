@@ -41,10 +41,17 @@ func TestBatchLaunchEqualsSample(t *testing.T) {
 	dev := openCPU(t)
 	const vocab, rows, launches = 700, 9, 4
 	for _, draws := range []int{1, 3} {
-		for _, opts := range []Options{{Seed: 41}, {Seed: 42, Policy: &forcedSplit, Split: On}, {Seed: 43, Gumbel: Off}} {
+		for _, opts := range []Options{{Seed: 41}, {Seed: 42, Policy: &forcedSplit, Split: On}, {Seed: 43, Gumbel: Off}, {Seed: 44}} {
 			t.Run(fmt.Sprintf("draws=%d seed=%d", draws, opts.Seed), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(5, opts.Seed))
 				logits := randomLogits(rng, rows, vocab, 2)
+				if opts.Seed == 44 {
+					// Logits near 1e6: gumbel_exact finishes every Gumbel draw (kernelsrc/ABI.md,
+					// "Exact scores"), in the batch as in SampleN.
+					for i := range logits {
+						logits[i] = 1e6 + float32(rng.IntN(4))
+					}
+				}
 				lg := Logits{Data: upload(t, dev, runtime.BytesOf(logits)), Rows: rows, Vocab: vocab}
 				a, b := newSampler(t, dev, opts), newSampler(t, dev, opts)
 				installBatchProcessors(t, vocab, a, b)
@@ -120,14 +127,14 @@ func TestBatchLaunchQueuesLaunchesOnly(t *testing.T) {
 		params []Params
 		want   []string
 	}{
-		{"greedy and gumbel", On, []Params{{}, gumbel, gumbel, {}}, []string{"gumbel_argmax_f32"}},
+		{"greedy and gumbel", On, []Params{{}, gumbel, gumbel, {}}, []string{"gumbel_argmax_f32", "gumbel_exact_f32"}},
 		{"filtered only", On, []Params{topK, topK, topK, topK}, []string{"filtered_f32"}},
-		{"mixed", On, []Params{topK, gumbel, {}, topK}, []string{"gumbel_argmax_f32", "filtered_f32"}},
-		{"top-p alone: filter_max first", On, []Params{topP, gumbel, {}, topK}, []string{"gumbel_argmax_f32", "filter_max_f32", "filtered_f32"}},
-		{"top-k and top-p: no filter_max", On, []Params{topKP, topKP, topK, gumbel}, []string{"gumbel_argmax_f32", "filtered_f32"}},
-		{"top log-probabilities", On, []Params{gumbel, {TopLogprobs: 3}, gumbel, gumbel}, []string{"gumbel_argmax_f32", "topn_f32"}},
+		{"mixed", On, []Params{topK, gumbel, {}, topK}, []string{"gumbel_argmax_f32", "filtered_f32", "gumbel_exact_f32"}},
+		{"top-p alone: filter_max first", On, []Params{topP, gumbel, {}, topK}, []string{"gumbel_argmax_f32", "filter_max_f32", "filtered_f32", "gumbel_exact_f32"}},
+		{"top-k and top-p: no filter_max", On, []Params{topKP, topKP, topK, gumbel}, []string{"gumbel_argmax_f32", "filtered_f32", "gumbel_exact_f32"}},
+		{"top log-probabilities", On, []Params{gumbel, {TopLogprobs: 3}, gumbel, gumbel}, []string{"gumbel_argmax_f32", "topn_f32", "gumbel_exact_f32"}},
 		{"gumbel off: categorical only", Off, []Params{topK, topP, gumbel, topKP}, []string{"categorical_f32"}},
-		{"gumbel off: mixed", Off, []Params{topK, gumbel, {}, topP}, []string{"gumbel_argmax_f32", "categorical_f32"}},
+		{"gumbel off: mixed", Off, []Params{topK, gumbel, {}, topP}, []string{"gumbel_argmax_f32", "categorical_f32", "gumbel_exact_f32"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -177,11 +184,11 @@ func TestBatchSetRowMovesRowsBetweenKernels(t *testing.T) {
 		p    Params
 		want []string
 	}{
-		{"start", -1, Params{}, []string{"gumbel_argmax_f32", "filter_max_f32", "filtered_f32"}},
-		{"top-p row gets a top-k", 1, seeded(Params{Temperature: 1, TopK: 10, TopP: 0.8}), []string{"gumbel_argmax_f32", "filtered_f32"}},
-		{"top-k row becomes min-p", 2, seeded(Params{Temperature: 0.9, MinP: 0.1}), []string{"gumbel_argmax_f32", "filter_max_f32", "filtered_f32"}},
+		{"start", -1, Params{}, []string{"gumbel_argmax_f32", "filter_max_f32", "filtered_f32", "gumbel_exact_f32"}},
+		{"top-p row gets a top-k", 1, seeded(Params{Temperature: 1, TopK: 10, TopP: 0.8}), []string{"gumbel_argmax_f32", "filtered_f32", "gumbel_exact_f32"}},
+		{"top-k row becomes min-p", 2, seeded(Params{Temperature: 0.9, MinP: 0.1}), []string{"gumbel_argmax_f32", "filter_max_f32", "filtered_f32", "gumbel_exact_f32"}},
 		{"gumbel row becomes filtered", 0, seeded(Params{Temperature: 1, TopK: 5}), []string{"filter_max_f32", "filtered_f32"}},
-		{"every filter off", -2, Params{}, []string{"gumbel_argmax_f32"}},
+		{"every filter off", -2, Params{}, []string{"gumbel_argmax_f32", "gumbel_exact_f32"}},
 	}
 	params := []Params{seeded(Params{Temperature: 1}), seeded(Params{Temperature: 1, TopP: 0.8}), seeded(Params{Temperature: 1, TopK: 7})}
 	launched := make([]uint64, rows)

@@ -26,6 +26,8 @@ const (
 	kernelFiltered
 	kernelScore
 	kernelResidual
+	// kernelExact finishes the Gumbel draws gumbel_argmax leaves with status 5.
+	kernelExact
 	numKernels
 )
 
@@ -34,7 +36,7 @@ const numDTypes = len(abi.DTypes)
 // kernelFamilies are the ABI's kernel families of the slots.
 var kernelFamilies = [numKernels]string{kernelGumbel: abi.GumbelArgmax, kernelCategorical: abi.Categorical,
 	kernelTopN: abi.TopN, kernelFilterMax: abi.FilterMax, kernelFiltered: abi.Filtered, kernelScore: abi.Score,
-	kernelResidual: abi.Residual}
+	kernelResidual: abi.Residual, kernelExact: abi.GumbelExact}
 
 // launchKernel is a kernel with the block width it is launched with.
 type launchKernel struct {
@@ -267,6 +269,9 @@ type plan struct {
 	// chainRecords counts the RowParams records of the residual group, whose launch
 	// rows are chains of several records each.
 	chainRecords int
+	// exact: the Gumbel group's draws needed gumbel_exact (kernelsrc/ABI.md, "Exact
+	// scores"), which Relaunch then repeats too.
+	exact bool
 }
 
 // appendBitmask appends the bitmask argument (ABI argument 12) of a plan's launches.
@@ -484,6 +489,9 @@ func (s *Sampler) sampleCall(lg Logits, params []Params, draws int, mode drawMod
 			return fmt.Errorf("gumbel/sampler: merging the shards' keys: %w", err)
 		}
 	}
+	if err := s.finishExact(&pl, results, wantLogprobs); err != nil {
+		return err
+	}
 	s.dirty = false
 	pl.ok = true
 	s.last = pl
@@ -521,10 +529,52 @@ func (s *Sampler) runPlan(pl *plan, host []byte, wantLogprobs bool) ([]byte, err
 	if err := s.stream.Synchronize(); err != nil {
 		return nil, fmt.Errorf("gumbel/sampler: waiting for the kernels: %w", err)
 	}
+	if err := s.finishExact(pl, results, wantLogprobs); err != nil {
+		return nil, err
+	}
 	s.dirty = false
 	pl.ok = true
 	s.last = *pl
 	return results, nil
+}
+
+// finishExact runs gumbel_exact after a plan whose Gumbel draws left status 5 (scores so
+// large that float32 lost the noise: kernelsrc/ABI.md, "Exact scores") and copies the
+// outputs back again. Ordinary rows never get here, so their step costs nothing more.
+func (s *Sampler) finishExact(pl *plan, results []byte, wantLogprobs bool) error {
+	if pl.exact || pl.shard != nil || pl.groups[groupGumbel] == 0 || !exactPending(results, pl.out) {
+		return nil
+	}
+	pl.exact = true
+	if err := s.launchExact(pl); err != nil {
+		return err
+	}
+	if err := s.copyBack(results, pl, wantLogprobs); err != nil {
+		return err
+	}
+	if err := s.stream.Synchronize(); err != nil {
+		return fmt.Errorf("gumbel/sampler: waiting for gumbel_exact: %w", err)
+	}
+	return nil
+}
+
+// exactPending reports an output slot with status 5.
+func exactPending(results []byte, out outLayout) bool {
+	st := results[out.status() : out.status()+4*out.slots()]
+	for o := 0; o < len(st); o += 4 {
+		if abi.Status(binary.LittleEndian.Uint32(st[o:])) == abi.StatusExact {
+			return true
+		}
+	}
+	return false
+}
+
+// launchExact queues gumbel_exact over the Gumbel group's rows (whose RowParams come
+// first), on the outputs gumbel_argmax wrote.
+func (s *Sampler) launchExact(pl *plan) error {
+	out := pl.out
+	lk := s.kernels[pl.logits.DType][kernelExact]
+	return s.launchRows(pl, lk, 0, pl.groups[groupGumbel], 1, pl.draws, out.tokens(), out.status(), out.logprobs())
 }
 
 // copyBack queues the copies of the outputs a plan's groups wrote into results, the
@@ -706,6 +756,9 @@ func (s *Sampler) queue(pl *plan) error {
 		if g == groupResidual {
 			first += pl.chainRecords - n
 		}
+	}
+	if pl.exact {
+		return s.launchExact(pl)
 	}
 	return nil
 }
@@ -893,6 +946,9 @@ func rowResult(row int, token int32, status uint32, vocab int) (int32, error) {
 		return -1, fmt.Errorf("row %d: %w", row, ErrNoFiniteLogit)
 	case 3:
 		return -1, kernelRejected(row)
+	case uint32(abi.StatusExact):
+		// Only a shard leaves it: the sampler finishes such draws everywhere else.
+		return -1, fmt.Errorf("row %d: %w: its scores reach %v in magnitude, where only the exact comparison over the whole row can draw its token", row, ErrShard, abi.ExactLimit)
 	}
 	return -1, fmt.Errorf("row %d: unknown kernel status %d: %w", row, status, ErrDevice)
 }

@@ -795,3 +795,42 @@ func TestRelaunchRepeatsLastCall(t *testing.T) {
 	require.NoError(t, s.Close())
 	assert.ErrorIs(t, s.Relaunch(), ErrClosed)
 }
+
+// TestSampleExactScoreRows: rows whose winning scores reach ±4032 (kernelsrc/ABI.md,
+// "Exact scores") come back finished, on every route that reaches gumbel_exact: a greedy
+// row of huge logits keeps its arg-max, a huge flat Gumbel row draws every token, and a
+// tracked row counts each token once.
+func TestSampleExactScoreRows(t *testing.T) {
+	dev := openCPU(t)
+	const vocab = 64
+	s := newSampler(t, dev, Options{Seed: 9})
+	logits := make([]float32, 2*vocab)
+	for i := range vocab {
+		logits[i] = -1e9 + float32(i%7)*128 // greedy: the last index of the largest value's first run
+		logits[vocab+i] = 1e7               // Gumbel: the noise alone decides
+	}
+	require.NoError(t, s.TrackTokens(0, vocab, nil))
+	require.NoError(t, s.TrackTokens(1, vocab, nil))
+	params := []Params{{Temperature: 0}, {Temperature: 1, Seed: 1, HasSeed: true}}
+	seen := map[int32]bool{}
+	const steps = 400
+	var res Result
+	for k := range steps {
+		params[1].Step = uint64(k)
+		require.NoError(t, s.SampleFloat32(logits, vocab, params, &res))
+		require.NoError(t, res.Errs[0])
+		require.NoError(t, res.Errs[1])
+		require.Equal(t, int32(6), res.Tokens[0], "step %d: greedy picks the first largest logit", k)
+		seen[res.Tokens[1]] = true
+	}
+	assert.Len(t, seen, vocab, "a flat row of 1e7 draws every token in %d steps", steps)
+	counts := make([]uint32, vocab)
+	for row, want := range []uint32{steps, steps} {
+		require.NoError(t, s.TokenCounts(row, counts))
+		var total uint32
+		for _, c := range counts {
+			total += c
+		}
+		assert.Equal(t, want, total, "row %d counts every step's token once", row)
+	}
+}

@@ -300,3 +300,25 @@ func TestSampleShardLogprobs(t *testing.T) {
 		}
 	}
 }
+
+// TestSampleShardExactRows: a row whose scores need the exact comparison (a constant row
+// of 1e7 at T = 1) has no token on shards, on any rank, and says why; the other rows are
+// served.
+func TestSampleShardExactRows(t *testing.T) {
+	dev := openCPU(t)
+	const vocab = 512
+	logits := randomLogits(rand.New(rand.NewPCG(43, 43)), 2, vocab, 2)
+	for i := range vocab {
+		logits[vocab+i] = 1e7
+	}
+	params := []Params{{Temperature: 1, Seed: 1, HasSeed: true}, {Temperature: 1, Seed: 2, HasSeed: true}}
+	run := newShardRun(t, dev, []int{0, 256, vocab}, Options{})
+	res, errs := run.sample(t, dev, logits, vocab, func(int) []Params { return params })
+	for r := range res {
+		require.NoError(t, errs[r])
+		assert.NoError(t, res[r].Errs[0], "rank %d", r)
+		assert.ErrorIs(t, res[r].Errs[1], ErrShard, "rank %d", r)
+		assert.ErrorContains(t, res[r].Errs[1], "exact comparison", "rank %d", r)
+	}
+	assert.Equal(t, res[0].Tokens[0], res[1].Tokens[0])
+}

@@ -35,6 +35,10 @@ const (
 	// stops draws its token from the residual max(p - q, 0), or from p after the last
 	// draft.
 	Residual = "residual"
+	// GumbelExact finishes the gumbel_argmax draws left with StatusExact: one block per
+	// launch row and draw rescans the row and takes its winner by the exact comparison
+	// (ABI.md, "Exact scores").
+	GumbelExact = "gumbel_exact"
 )
 
 // DType is the element type of the logits, the kernel's name suffix and its template
@@ -193,6 +197,10 @@ const (
 	StatusBadParams Status = 3
 	// StatusNotReached: the position lies past its chain's stop (residual); token -1.
 	StatusNotReached Status = 4
+	// StatusExact: the draw's winning score reached ExactLimit in magnitude, where a
+	// float32 score may no longer hold the noise; gumbel_exact finishes it. Until then the
+	// token is the float32 winner.
+	StatusExact Status = 5
 )
 
 // Seen is what the blocks of a row observed, ORed into the row's flags counter.
@@ -221,6 +229,13 @@ const (
 	TailThreshold uint32 = philox.TailThreshold
 	// MaxGumbel bounds the Gumbel noise from above.
 	MaxGumbel float32 = philox.MaxGumbel
+	// ExactScale: an element whose fl(x'·invT) has at least this magnitude is valued
+	// x'·invT + g exactly, which a float32 score cannot hold (ABI.md, "Exact scores").
+	ExactScale float32 = 4096
+	// ExactLimit: a gumbel_argmax draw whose winning score has at least this magnitude
+	// (ExactScale less the noise's range and a margin) ends with StatusExact, greedy or
+	// not.
+	ExactLimit float32 = 4032
 )
 
 // Limits.
@@ -258,7 +273,7 @@ const (
 // of a row is the key of the unsharded row, so one all-reduce with max merges them.
 const (
 	// ShardKeyFailed marks a failed draw in the high word of its shard key; the low
-	// word is its status (1 or 3), so the worse failure wins the maximum. A draw with
+	// word is its status (1, 3 or 5), so the worse failure wins the maximum. A draw with
 	// no finite logit writes 0, which every other key beats.
 	ShardKeyFailed uint64 = 0xFFFFFFFF << 32
 )

@@ -20,6 +20,14 @@ __device__ __forceinline__ gb_i32 gb_finish(gb_i32* tokens, gb_i32* status, gb_u
     return st;
 }
 
+// gb_exact_needed reports a gumbel_argmax draw of status 0 whose winning score reaches
+// GB_EXACT_LIMIT in magnitude (ABI.md, "Exact scores"): the caller then rewrites its
+// status to 5 (GB_STATUS_EXACT), after its token and record, for gumbel_exact. It reads
+// only the key, so that the finishing thread needs nothing it did not hold already.
+__device__ __forceinline__ bool gb_exact_needed(gb_i32 st, gb_u64 key) {
+    return st == GB_STATUS_OK && !(fabsf(gb_orderkey_inverse((gb_u32)(key >> 32))) < GB_EXACT_LIMIT);
+}
+
 // gb_shard_key is a FlagShard draw's shard key (ABI.md, "Vocabulary shards"): its
 // winner key for status 0, 0 for status 2, GB_SHARD_KEY_FAILED | status otherwise.
 __device__ __forceinline__ gb_u64 gb_shard_key(gb_u64 key, gb_i32 st) {
@@ -64,7 +72,11 @@ __device__ __forceinline__ void gb_row_done(gb_row_params* params, const gb_row_
     if (p.flags & GB_FLAG_RECORD) {
         const gb_u64 first = (gb_u64)p.row * D;
         gb_u32* row_counts = counts + (gb_u64)p.row * vocab;
+        bool pending = false; // a draw left for gumbel_exact, which then counts the row
         for (gb_u32 z = 0; z < D; ++z) {
+            pending = pending || ((const volatile gb_i32*)status)[first + z] == GB_STATUS_EXACT;
+        }
+        for (gb_u32 z = 0; z < D && !pending; ++z) {
             if (((const volatile gb_i32*)status)[first + z] != GB_STATUS_OK) {
                 continue;
             }

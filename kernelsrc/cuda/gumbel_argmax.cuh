@@ -367,12 +367,16 @@ __device__ __forceinline__ void gb_finish_draw(gb_row_params* params, const gb_r
                                                const gb_win& w, int nl, gb_i32* tokens, gb_i32* status,
                                                float* logprobs, gb_u32* counters, gb_u32* counts, gb_u32 vocab,
                                                gb_u64* shard) {
-    const gb_i32 st = gb_finish(tokens, status, o, w.key, w.seen);
-    if (p.flags & GB_FLAG_SHARD) {
-        shard[o] = gb_shard_key(w.key, st);
-    }
+    gb_i32 st = gb_finish(tokens, status, o, w.key, w.seen);
     if (p.flags & GB_FLAG_LOGPROBS) {
         gb_write_record_sets(logprobs, o, st == GB_STATUS_OK, nl, w.x, w.v, w.raw, w.proc);
+    }
+    if (gb_exact_needed(st, w.key)) {
+        st = GB_STATUS_EXACT;
+        status[o] = st;
+    }
+    if (p.flags & GB_FLAG_SHARD) {
+        shard[o] = gb_shard_key(w.key, st);
     }
     gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
 }
@@ -461,7 +465,10 @@ __device__ __forceinline__ void gb_finish_warp_record(gb_row_params* params, con
         rec[2u + l] = lse;
     }
     if (l == 0u) {
-        gb_finish(tokens, status, o, key, seen);
+        const gb_i32 st = gb_finish(tokens, status, o, key, seen);
+        if (gb_exact_needed(st, key)) {
+            status[o] = GB_STATUS_EXACT;
+        }
         gb_row_done(params, p, y, counters, tokens, status, counts, vocab);
     }
 }

@@ -25,6 +25,7 @@
 #include "process.cuh"
 #include "draw.cuh"
 #include "gumbel_argmax.cuh"
+#include "exact.cuh"
 #include "categorical.cuh"
 #include "topn.cuh"
 #include "filtered.cuh"
@@ -181,4 +182,29 @@ extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) residual_f16(GB_ARG
 extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) residual_bf16(GB_ARGS(gb_u16)) {
     GB_NO_SHARD;
     gb_residual<GB_BF16>(GB_PASS, draft);
+}
+
+// gumbel_exact reads what gumbel_argmax reads, and no scratch: one block per draw.
+#define GB_PASS_EXACT logits, params, tokens, status, row_stride, vocab, logprobs, bias, counts, mask, bitmask
+#define GB_NO_EXACT_SCRATCH (void)partials, (void)counters
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) gumbel_exact_f32(GB_ARGS(float)) {
+    GB_NO_DRAFT;
+    GB_NO_SHARD;
+    GB_NO_EXACT_SCRATCH;
+    gb_gumbel_exact<GB_F32>(GB_PASS_EXACT);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) gumbel_exact_f16(GB_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
+    GB_NO_SHARD;
+    GB_NO_EXACT_SCRATCH;
+    gb_gumbel_exact<GB_F16>(GB_PASS_EXACT);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) gumbel_exact_bf16(GB_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
+    GB_NO_SHARD;
+    GB_NO_EXACT_SCRATCH;
+    gb_gumbel_exact<GB_BF16>(GB_PASS_EXACT);
 }

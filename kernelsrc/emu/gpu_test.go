@@ -112,6 +112,12 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 		require.NoError(t, err)
 	}
 
+	var ek runtime.Kernel // what finishes gumbel_argmax's draws left with status 5
+	if l.kernel == kernelGumbel {
+		ek, err = mod.Kernel(abi.KernelName(abi.GumbelExact, abi.DType(l.dtype)))
+		require.NoError(t, err)
+	}
+
 	var a runtime.Args
 	var runs [2]outcome
 	for i := range runs {
@@ -136,6 +142,11 @@ func runDevice(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) 
 				"%s: filter_max", l.name)
 		}
 		require.NoError(t, s.Launch(k, grid, runtime.Dim3{X: block, Y: 1, Z: 1}, &a), "%s", l.name)
+		if ek != nil {
+			// Always: its blocks of slots without status 5 must leave them alone.
+			grid.X = 1
+			require.NoError(t, s.Launch(ek, grid, runtime.Dim3{X: block, Y: 1, Z: 1}, &a), "%s: gumbel_exact", l.name)
+		}
 		require.NoError(t, s.CopyToHost(runtime.BytesOf(o.tokens), tokens, 0))
 		require.NoError(t, s.CopyToHost(runtime.BytesOf(o.status), status, 0))
 		if o.logprobs != nil {
@@ -368,4 +379,40 @@ func TestGPUShardsMatchGoEdition(t *testing.T) {
 	cov := checkShardKeys(t, ls, wants)
 	matchOutcomes(t, ls, wants, got)
 	t.Logf("%d launches on %s; shard slots %v", len(ls), dev.Info().Name, cov)
+}
+
+// TestGPUExactScoresMatchGoEdition is TestCUDAExactScoresMatchGoEdition on the GPU, with
+// full-width blocks and Qwen's vocabulary split over up to 132 blocks per row.
+func TestGPUExactScoresMatchGoEdition(t *testing.T) {
+	dev, mod := openCUDA(t)
+	r := rand.New(rand.NewPCG(20261201, 22))
+	ls := exactLaunches(r)
+	for dt := range 3 {
+		for _, s := range []int{1, 37, 132} {
+			const v = 151936
+			l := &launch{kernel: kernelGumbel, dtype: dt, gridX: s, gridZ: 2, block: 1024, warp: 32, vocab: v, stride: v,
+				slots: 5, logprobs: true, name: fmt.Sprintf("GPU exact dtype=%d S=%d", dt, s)}
+			l.fill(r)
+			for row := range l.slots {
+				vals := exactRows[r.IntN(len(exactRows))](r, v)
+				for i, x := range vals {
+					l.store(row*l.stride+i, x)
+				}
+			}
+			l.rows(r, func(p *rowParams) {
+				p.Temperature = exactTemperatures[r.IntN(len(exactTemperatures))]
+				if r.IntN(2) == 0 {
+					p.Flags |= abi.FlagLogprobs
+				}
+			})
+			ls = append(ls, l)
+		}
+	}
+	got := make([]outcome, len(ls))
+	for i, l := range ls {
+		got[i] = runDevice(t, dev, mod, l)
+	}
+	seen, _ := matchGo(t, ls, got)
+	t.Logf("%d launches on %s; slots by status %v; %d launch rows need the exact comparison", len(ls),
+		dev.Info().Name, seen, exactCoverage(ls))
 }

@@ -84,7 +84,9 @@ func checkShardKeys(t *testing.T, ls []*launch, wants []outcome) map[string]int 
 				}
 				gotTok, gotSt := abi.ShardResult(key)
 				require.Equal(t, abi.Status(st), gotSt, "%s: slot %d key %#x", l.name, o, key)
-				require.Equal(t, tok, gotTok, "%s: slot %d key %#x", l.name, o, key)
+				if abi.Status(st) != abi.StatusExact { // its slot keeps the float32 winner, its key no token
+					require.Equal(t, tok, gotTok, "%s: slot %d key %#x", l.name, o, key)
+				}
 				if st == 0 {
 					require.GreaterOrEqual(t, int(tok), l.vocabOffset, "%s: a global index", l.name)
 					require.Less(t, int(tok), l.vocabOffset+l.vocab, "%s: a global index", l.name)

@@ -91,7 +91,7 @@ func (l *launchRow) rowDone() {
 		}
 		atomic.StoreUint32(c, 0)
 	}
-	if l.p.Flags&abi.FlagRecord != 0 {
+	if l.p.Flags&abi.FlagRecord != 0 && !l.exactPending() {
 		first := uint64(l.p.Row) * uint64(d)
 		for o := first; o < first+uint64(d); o++ {
 			if abi.Status(binary.LittleEndian.Uint32(l.status[4*o:])) != abi.StatusOK {
@@ -106,6 +106,18 @@ func (l *launchRow) rowDone() {
 	if l.p.Flags&abi.FlagAdvance != 0 {
 		binary.LittleEndian.PutUint64(l.params[l.y*abi.RowParamsSize+abi.StepOffset:], stepPlus(&l.p, d))
 	}
+}
+
+// exactPending reports a row with a draw left for gumbel_exact (status 5), which then
+// counts the row's tokens itself, once every draw has read the counts.
+func (l *launchRow) exactPending() bool {
+	first := uint64(l.p.Row) * uint64(l.shape.Draws)
+	for o := first; o < first+uint64(l.shape.Draws); o++ {
+		if abi.Status(binary.LittleEndian.Uint32(l.status[4*o:])) == abi.StatusExact {
+			return true
+		}
+	}
+	return false
 }
 
 // recordToken adds one to the output count in *c, saturating at abi.CountMask and keeping

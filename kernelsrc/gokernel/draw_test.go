@@ -215,7 +215,9 @@ func TestAdvanceAndRecord(t *testing.T) {
 						for o := range b.tokens {
 							b.tokens[o], b.status[o] = untouched, untouched
 						}
-						launch(t, fn, grid, args, launchOrder(r.IntN(3)), r)
+						order := launchOrder(r.IntN(3))
+						launch(t, fn, grid, args, order, r)
+						finishExact(t, p.d, b, grid, args, order, r)
 						for y, rp := range p.params {
 							rp.Step = steps[y]
 							in := p.inputs(rp.Row)

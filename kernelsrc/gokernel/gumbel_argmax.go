@@ -308,10 +308,18 @@ func (l *launchRow) argmaxEnd(best uint64, seen abi.Seen, raw, processed lse) {
 	} else {
 		tok := int(^uint32(best)) // global: a shard reports its winner's global index
 		l.finish(int32(tok), abi.StatusOK)
-		l.writeShardKey(best, abi.StatusOK)
 		if l.logprobs != nil {
 			l.writeRecord(l.argmaxRecord(tok, raw, processed))
 		}
+		st := abi.StatusOK
+		if !(abs32(orderKeyInverse(uint32(best>>32))) < abi.ExactLimit) {
+			// A score this large may have lost the noise to float32 rounding:
+			// gumbel_exact finishes the draw (ABI.md, "Exact scores"). The winner's key
+			// alone decides, so greedy rows of such logits take that path too.
+			st = abi.StatusExact
+			l.finish(int32(tok), st)
+		}
+		l.writeShardKey(best, st)
 	}
 	l.rowDone()
 }

@@ -252,15 +252,28 @@ func launchT(t testing.TB, fn runtime.GoKernel, grid runtime.Dim3, threads int, 
 	}
 }
 
-// run lays out the problem, launches fn with s blocks per row and returns the buffers.
+// run lays out the problem, launches fn with s blocks per row (then gumbel_exact where
+// a draw needs it) and returns the buffers.
 func (p *problem) run(t testing.TB, fn runtime.GoKernel, s int, order launchOrder, r *rand.Rand) *buffers {
 	b := p.layout(s)
 	grid := runtime.Dim3{X: s, Y: len(p.params), Z: p.numDraws()}
-	launch(t, fn, grid, b.args(p.stride, p.vocab), order, r)
+	args := b.args(p.stride, p.vocab)
+	launch(t, fn, grid, args, order, r)
+	finishExact(t, p.d, b, grid, args, order, r)
 	for i, c := range b.counters {
 		require.Zero(t, c, "counters[%d] after the launch", i)
 	}
 	return b
+}
+
+// finishExact launches gumbel_exact after a launch of grid that left draws with status 5,
+// as the sampler does.
+func finishExact(t testing.TB, d abi.DType, b *buffers, grid runtime.Dim3, args *runtime.Args, order launchOrder, r *rand.Rand) {
+	t.Helper()
+	if slices.Contains(b.status, abi.StatusExact) {
+		grid.X = 1
+		launch(t, func(c *runtime.BlockContext) { gumbelExact(c, d) }, grid, args, order, r)
+	}
 }
 
 // check compares every launch row's token and status with ref, and every slot that no

@@ -79,7 +79,7 @@ func setupRecord(b *runtime.BlockContext, d abi.DType, family string, rec int) (
 		return l, false, false
 	}
 	l.p = p
-	if !singleDraw(family) && p.Flags&abi.FlagRouted != 0 && routedFamily(p.Flags) != family {
+	if !singleDraw(family) && p.Flags&abi.FlagRouted != 0 && routedFamily(p.Flags) != rowsOf(family) {
 		return l, false, false // another kernel's row: leave it entirely alone
 	}
 	l.slot = uint64(p.Row)*uint64(dr) + uint64(l.z)
@@ -93,6 +93,15 @@ func setupRecord(b *runtime.BlockContext, d abi.DType, family string, rec int) (
 // ADVANCE and ROUTED.
 func singleDraw(family string) bool {
 	return family == abi.TopN || family == abi.Score || family == abi.Residual
+}
+
+// rowsOf is the family whose rows a kernel family serves: gumbel_exact finishes
+// gumbel_argmax's.
+func rowsOf(family string) string {
+	if family == abi.GumbelExact {
+		return abi.GumbelArgmax
+	}
+	return family
 }
 
 // routedFamily is the kernel family a ROUTED row belongs to (filter_max's rows are
@@ -122,7 +131,7 @@ func (l *launchRow) bind(a *runtime.Args, d abi.DType, family string) bool {
 		}
 	}
 	vocab := a.U32Arg(int(abi.ArgVocab))
-	if p.Flags&abi.FlagShard != 0 && !l.bindShard(a, family, vocab, lastSlot) {
+	if p.Flags&abi.FlagShard != 0 && family != abi.GumbelExact && !l.bindShard(a, family, vocab, lastSlot) {
 		return false
 	}
 	if p.Flags&abi.FlagsReserved != 0 || badRow(p.Temperature, vocab) {
@@ -245,7 +254,7 @@ func (l *launchRow) bindScratch(a *runtime.Args, family string) bool {
 		// Its blocks publish their words even alone (S = 1).
 		partials = sh.FilterWord(y, last, sh.Split-1, sh.FilterStride()-1) + 1
 	}
-	if !singleDraw(family) && sh.Draws > 1 && l.p.Flags&(abi.FlagAdvance|abi.FlagRecord) != 0 {
+	if !singleDraw(family) && family != abi.GumbelExact && sh.Draws > 1 && l.p.Flags&(abi.FlagAdvance|abi.FlagRecord) != 0 {
 		counters = max(counters, sh.RowCounter(y)+1)
 	}
 	if counters > 0 {

@@ -2,6 +2,7 @@ package gokernel
 
 import (
 	"math"
+	"math/big"
 	"math/bits"
 	"sort"
 
@@ -54,17 +55,29 @@ func refGumbelArgmax(row []float32, p abi.RowParams) (int32, abi.Status) {
 		return refGreedy(row), abi.StatusOK
 	}
 	invT := float32(1 / p.Temperature)
-	best, bestScore := -1, float32(0)
+	best, bestValue := -1, new(big.Float)
 	for i, x := range row {
-		score := float32(math.Inf(-1))
-		if !math.IsInf(float64(x), -1) {
-			score = philox.Score(x, invT, philox.ElementGumbel(p.Seed, p.Step, uint32(i)))
+		if math.IsInf(float64(x), -1) {
+			continue
 		}
-		if best < 0 || score > bestScore {
-			best, bestScore = i, score
+		v := refExactValue(x, invT, philox.ElementGumbel(p.Seed, p.Step, uint32(i)))
+		if best < 0 || v.Cmp(bestValue) > 0 {
+			best, bestValue = i, v
 		}
 	}
 	return int32(best), abi.StatusOK
+}
+
+// refExactValue is an element's value under ABI.md's "Exact scores", in arbitrary
+// precision: its float32 score below ExactScale, x·invT + g exactly from there on.
+func refExactValue(x, invT, g float32) *big.Float {
+	y := float32(x * invT)
+	if math.Abs(float64(y)) < float64(abi.ExactScale) {
+		return new(big.Float).SetFloat64(float64(float32(y + g)))
+	}
+	prod := new(big.Float).SetPrec(1024).SetFloat64(float64(x))
+	prod.Mul(prod, new(big.Float).SetFloat64(float64(invT)))
+	return prod.Add(prod, new(big.Float).SetFloat64(float64(g)))
 }
 
 func refKey(f float32) uint32 {

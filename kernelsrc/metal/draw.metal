@@ -52,7 +52,8 @@ inline ulong gb_shard_key(ulong key, int st) {
 // read it back in another threadgroup.
 inline void gb_finish(gb_buffers B, uint flags, ulong o, int token, int st, float4 record) {
     atomic_store_explicit(&B.tokens[o], st == GB_STATUS_OK ? token : -1, memory_order_relaxed);
-    B.status[o] = st;
+    // Atomic too: gb_row_done looks for status 5 from another threadgroup.
+    atomic_store_explicit((device atomic_int*)&B.status[o], st, memory_order_relaxed);
     if ((flags & GB_FLAG_LOGPROBS) != 0u) {
         gb_write_record(B, o, st, record);
     }
@@ -87,7 +88,12 @@ inline void gb_row_done(gb_buffers B, thread const gb_row_params& p, uint y, uin
         gb_device_fence();
         atomic_store_explicit(&B.counters[slot], 0u, memory_order_relaxed);
     }
-    if ((p.flags & GB_FLAG_RECORD) != 0u) {
+    bool pending = false;  // a draw left for gumbel_exact, which then counts the row
+    for (uint z = 0u; z < draws && (p.flags & GB_FLAG_RECORD) != 0u; ++z) {
+        device atomic_int* st = (device atomic_int*)&B.status[ulong(p.row) * ulong(draws) + ulong(z)];
+        pending = pending || atomic_load_explicit(st, memory_order_relaxed) == GB_STATUS_EXACT;
+    }
+    if ((p.flags & GB_FLAG_RECORD) != 0u && !pending) {
         device uint* counts = B.counts + ulong(p.row) * ulong(B.vocab);
         for (uint z = 0u; z < draws; ++z) {
             int tok = atomic_load_explicit(&B.tokens[ulong(p.row) * ulong(draws) + ulong(z)], memory_order_relaxed);

@@ -123,7 +123,16 @@ inline void gb_argmax_end(gb_buffers B, thread const gb_row_params& p, gb_argmax
     if (R.want_lp && st == GB_STATUS_OK) {
         rec = gb_argmax_record<KIND>(R, tok, a.raw, a.proc);
     }
-    gb_finish_shard(B, p.flags, o, a.best, st, rec);
+    gb_finish(B, p.flags, o, int(tok), st, rec);
+    if (st == GB_STATUS_OK && !(abs(gb_orderkey_inverse(uint(a.best >> 32))) < GB_EXACT_LIMIT)) {
+        // A score this large may have lost the noise to float32 rounding: gumbel_exact
+        // finishes the draw (ABI.md, "Exact scores"); the token and record stay until then.
+        st = GB_STATUS_EXACT;
+        atomic_store_explicit((device atomic_int*)&B.status[o], st, memory_order_relaxed);
+    }
+    if ((p.flags & GB_FLAG_SHARD) != 0u) {
+        B.shard[o] = gb_shard_key(a.best, st);
+    }
     gb_row_done(B, p, y, n, draws);
 }
 

@@ -41,6 +41,7 @@ using namespace metal;
 #include "lse.metal"
 #include "process.metal"
 #include "draw.metal"
+#include "exact.metal"
 #include "gumbel_argmax.metal"
 #include "categorical.metal"
 #include "topn.metal"
@@ -302,4 +303,24 @@ kernel void residual_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING
     threadgroup uint chain[3];
     gb_residual_scratch tg = {scratch_key, scratch_seen, last, chain};
     gb_residual<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+#define GB_EXACT_SCRATCH                                   \
+    threadgroup gb_exact scratch_win[GB_MAX_SIMDGROUPS];   \
+    threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];     \
+    gb_exact_scratch tg = {scratch_win, scratch_lse}
+
+kernel void gumbel_exact_f32(device const float* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    GB_EXACT_SCRATCH;
+    gb_gumbel_exact<GB_F32>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+kernel void gumbel_exact_f16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    GB_EXACT_SCRATCH;
+    gb_gumbel_exact<GB_F16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+kernel void gumbel_exact_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    GB_EXACT_SCRATCH;
+    gb_gumbel_exact<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }

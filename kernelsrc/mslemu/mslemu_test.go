@@ -160,6 +160,9 @@ type launchCase struct {
 	// draft is argument 15, the draft probabilities; nil when no row of the launch
 	// uses them.
 	draft []float32
+	// argmaxOnly runs gumbel_argmax without the gumbel_exact launch that finishes draws
+	// left with status 5.
+	argmaxOnly bool
 	// records0, when set, is the logprobs buffer's contents before the launch (residual
 	// reads score's records of the draft positions there); it holds records() floats.
 	records0 []float32
@@ -602,7 +605,7 @@ func runGoEdition(t *testing.T, c *launchCase, kernels map[string]runtime.GoKern
 		require.NoError(t, a.Err())
 		return &a
 	}
-	launch := func(fn runtime.GoKernel, a *runtime.Args, d int) {
+	launch := func(fn runtime.GoKernel, a *runtime.Args, s, d int) {
 		grid := runtime.Dim3{X: s, Y: n, Z: d}
 		for _, i := range r.Perm(s * n * d) {
 			fn(&runtime.BlockContext{
@@ -616,9 +619,16 @@ func runGoEdition(t *testing.T, c *launchCase, kernels map[string]runtime.GoKern
 		name := abi.KernelName(abi.FilterMax, abi.DTypes[c.dtype])
 		fm := kernels[name]
 		require.NotNil(t, fm, "the Go edition has no kernel %s", name)
-		launch(fm, args(optional(nil)), 1)
+		launch(fm, args(optional(nil)), s, 1)
 	}
-	launch(fn, args(optional(runtime.BytesOf(res.logprobs))), d)
+	launch(fn, args(optional(runtime.BytesOf(res.logprobs))), s, d)
+	if c.kernel == gumbelArgmax && !c.argmaxOnly && slices.Contains(res.status, int32(abi.StatusExact)) {
+		// As the sampler (and driver.cpp) do: gumbel_exact finishes the draws left with
+		// status 5.
+		name := abi.KernelName(abi.GumbelExact, abi.DTypes[c.dtype])
+		require.NotNil(t, kernels[name], "the Go edition has no kernel %s", name)
+		launch(kernels[name], args(optional(runtime.BytesOf(res.logprobs))), 1, d)
+	}
 	for _, v := range counters {
 		if v != 0 {
 			res.countersLeft++

@@ -665,8 +665,11 @@ func TestResidualMatchesGoEdition(t *testing.T) {
 					residualDraws++
 				}
 				if end || cover {
-					assert.Equal(t, gumbelArgmaxToken(t, c, p, kernels, r), tok,
-						"%s: a draw from p must be gumbel_argmax's at the row", where)
+					// Where gumbel_argmax needs the exact comparison (status 5), residual
+					// keeps its float32 scores (ABI.md, "Exact scores").
+					if want, st := gumbelArgmaxToken(t, c, p, kernels, r); st == abi.StatusOK {
+						assert.Equal(t, want, tok, "%s: a draw from p must be gumbel_argmax's at the row", where)
+					}
 				}
 			}
 		}
@@ -686,14 +689,15 @@ func TestResidualMatchesGoEdition(t *testing.T) {
 // gumbelArgmaxToken is the token the Go edition's gumbel_argmax draws for launch row p of
 // c alone, with the processors and nothing else.
 func gumbelArgmaxToken(t *testing.T, c *launchCase, p abi.RowParams, kernels map[string]runtime.GoKernel,
-	r *rand.Rand) int32 {
+	r *rand.Rand) (int32, abi.Status) {
 	t.Helper()
 	g := *c
-	g.kernel, g.S, g.draws, g.draft, g.records0 = gumbelArgmax, 1, 1, nil, nil
+	g.kernel, g.S, g.draws, g.draft, g.records0, g.argmaxOnly = gumbelArgmax, 1, 1, nil, nil, true
 	p.Flags &= abi.FlagsProcessors
 	g.params = make([]byte, abi.RowParamsSize)
 	g.setRowParams(0, p)
 	res := runGoEdition(t, &g, kernels, r)
-	require.Equal(t, int32(abi.StatusOK), res.status[p.Row], "%s: gumbel_argmax's status", c.name)
-	return res.tokens[p.Row]
+	st := abi.Status(res.status[p.Row])
+	require.Contains(t, []abi.Status{abi.StatusOK, abi.StatusExact}, st, "%s: gumbel_argmax's status", c.name)
+	return res.tokens[p.Row], st
 }

@@ -51,7 +51,7 @@ func TestShardsMatchGoEdition(t *testing.T) {
 
 	got := runDriver(t, bin, cases)
 	kernels := gokernel.Kernels()
-	var statuses [4]int
+	var statuses [abi.StatusExact + 1]int
 	for i, c := range cases {
 		want := runGoEdition(t, c, kernels, r)
 		assert.Equal(t, want.tokens, got[i].tokens, "%s: tokens", c.name)
@@ -68,13 +68,17 @@ func TestShardsMatchGoEdition(t *testing.T) {
 				}
 				tok, st := abi.ShardResult(want.keys[o])
 				require.Equal(t, want.status[o], int32(st), "%s: slot %d", c.name, o)
-				require.Equal(t, want.tokens[o], tok, "%s: slot %d", c.name, o)
+				if st != abi.StatusExact { // its slot keeps the float32 winner, its key no token
+					require.Equal(t, want.tokens[o], tok, "%s: slot %d", c.name, o)
+				}
 				statuses[st]++
 			}
 		}
 	}
 	t.Logf("%d cases; shard slots by status %v", len(cases), statuses)
 	for st, n := range statuses {
-		require.Positive(t, n, "no shard slot with status %d", st)
+		if abi.Status(st) != abi.StatusNotReached { // residual's alone
+			require.Positive(t, n, "no shard slot with status %d", st)
+		}
 	}
 }

@@ -76,6 +76,9 @@ const (
 	CILargeCategoricalDraws = 1_024
 	// FullDraws is the draw count of every case of SizeFull but one.
 	FullDraws = 1_000_000
+	// CIExtremeDraws is the draw count of the Extreme cases in SizeCI: rows of four
+	// tokens, where a bias of a few percent (what float32 scores gave) shows at once.
+	CIExtremeDraws = 200_000
 	// FullFlatLargeDraws is the draw count of the flat large-vocabulary Gumbel-max case
 	// of SizeFull. A sampler with 24-bit uniforms and lowest-index ties moves about
 	// 4.5e-3 x (11 - 2i)/100 of the mass into decile i: a non-centrality of 6.8e-6 per
@@ -138,6 +141,10 @@ const (
 	// Spread: Gaussian logits of unit spread, no token dominating: the row of the
 	// pair cases, whose few tokens must each be drawn often.
 	Spread
+	// Extreme: rows whose |x/T| lies far beyond what a float32 score resolves of the
+	// noise: constant rows of huge logits, up to ±MaxFloat32, and a tie of two logits at
+	// temperatures down to 1e-30 (cases_extreme.go).
+	Extreme
 )
 
 // String returns the shape's name.
@@ -155,6 +162,8 @@ func (s Shape) String() string {
 		return "tail"
 	case Spread:
 		return "spread"
+	case Extreme:
+		return "extreme"
 	}
 	return "shape(?)"
 }
@@ -385,6 +394,7 @@ func Cases(cfg Config) []Case {
 	}
 	out = append(out, processorCases(cfg, seed, alpha, draws)...)
 	out = append(out, pairCases(cfg, seed, alpha, draws)...)
+	out = append(out, extremeCases(cfg, seed, alpha, draws)...)
 
 	if full {
 		add(Flat, LargeVocab, 1, pathGumbel, BinDeciles, FullFlatLargeDraws, "")

@@ -97,6 +97,7 @@ bool gb_filter_finish_list(A&&... a) {
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <iterator>
@@ -392,6 +393,19 @@ int main(int argc, char** argv) {
                                                  {gumbel_argmax_bf16, categorical_bf16}};
             gb_emu::launch(fns[dtype - 1][kernel], grid, block, w, logits.as<const gb_u16>(), prm, tok, st, part, cnt,
                            static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
+        }
+        // As the sampler does: gumbel_exact finishes the draws gumbel_argmax left with
+        // status 5, on the same buffers.
+        if (kernel == 0 && std::find(st, st + outs, GB_STATUS_EXACT) != st + outs) {
+            const gb_emu::dim3 grid1{1, grid_y, grid_z};
+            if (dtype == 0) {
+                gb_emu::launch(sample_fn<float>(gumbel_exact_f32), grid1, block, w, logits.as<const float>(), prm, tok,
+                               st, part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
+            } else {
+                const sample_fn<gb_u16> fns[2] = {gumbel_exact_f16, gumbel_exact_bf16};
+                gb_emu::launch(fns[dtype - 1], grid1, block, w, logits.as<const gb_u16>(), prm, tok, st, part, cnt,
+                               static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
+            }
         }
         if (std::getenv("GB_EMU_TRACE") != nullptr) {
             std::fprintf(stderr, "launch %u: kernel %u dtype %u grid %ux%ux%u block %u vocab %u\n", i, kernel, dtype,

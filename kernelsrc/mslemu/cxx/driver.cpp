@@ -96,6 +96,15 @@ void score_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::a
 void score_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
     const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
+void gumbel_exact_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
+void gumbel_exact_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
+void gumbel_exact_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
 void residual_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
     const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
@@ -188,8 +197,12 @@ enum : uint32_t {
     kFiltered = 3,
     kScore = 4,
     kFilterMax = 5,
-    kResidual = 6
+    kResidual = 6,
+    kGumbelExact = 7 // run after gumbel_argmax when a draw ends with status 5
 };
+
+// GB_STATUS_EXACT (kernelsrc/abi.h): the status gumbel_exact finishes.
+constexpr int kStatusExact = 5;
 
 struct Launch {
     uint32_t which, dtype;
@@ -289,6 +302,15 @@ void thunk(void* ctx, const mslemu::ThreadIds& id) {
         break;
     case 20:
         SAMPLING_CALL(residual_bf16, ushort);
+        break;
+    case 21:
+        SAMPLING_CALL(gumbel_exact_f32, float);
+        break;
+    case 22:
+        SAMPLING_CALL(gumbel_exact_f16, ushort);
+        break;
+    case 23:
+        SAMPLING_CALL(gumbel_exact_bf16, ushort);
         break;
     default:
         die("unknown kernel or dtype");
@@ -565,6 +587,19 @@ int main(int argc, char** argv) {
             mslemu::run(dm);
         }
         mslemu::run(d);
+        if (which == kGumbelArgmax) {
+            // As the sampler does: gumbel_exact finishes the draws left with status 5.
+            const int* st = reinterpret_cast<const int*>(status.data);
+            if (std::find(st, st + slots, kStatusExact) != st + slots) {
+                Launch ex = l;
+                ex.which = kGumbelExact;
+                mslemu::Dispatch de = d;
+                de.grid[0] = 1;
+                de.ctx = &ex;
+                de.seed = seed ^ 0xC2B2AE3D27D4EB4Full;
+                mslemu::run(de);
+            }
+        }
 
         uint32_t nonzero = 0;
         for (size_t i = 0; i < counterWords; ++i) {

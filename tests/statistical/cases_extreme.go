@@ -1,0 +1,64 @@
+package statistical
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gumbel-go/gumbel/philox"
+)
+
+// extremeCases are the Extreme rows, each on the Gumbel route and behind the kill
+// switch: constant rows of huge logits at T = 1, where only the noise decides (each
+// token 1/4), and a tie of two logits above two small ones at temperatures from 1e-3 to
+// 1e-30, where the tied tokens take 1/2 each. A float32 score fl(x/T) + g loses the
+// noise here and hands the ties to the lowest index.
+func extremeCases(cfg Config, seed uint64, alpha float64, draws func(int) int) []Case {
+	n := CIExtremeDraws
+	if cfg.Size == SizeFull {
+		n = FullDraws
+	}
+	var out []Case
+	add := func(name string, logits []float32, t float32) {
+		ties := 0
+		for _, x := range logits {
+			if x == logits[0] {
+				ties++
+			}
+		}
+		for _, p := range []path{pathGumbel, pathCategorical} {
+			full := fmt.Sprintf("%s/%s/T%g/%s", Extreme, name, t, p.label)
+			out = append(out, Case{
+				Name:        full,
+				Shape:       Extreme,
+				Route:       p.route,
+				Gumbel:      p.gumbel,
+				Temperature: t,
+				Binning:     BinTokens,
+				Draws:       draws(n),
+				Seed:        philox.SplitMix64(seed ^ hashName(full)),
+				Logits:      logits,
+				Alpha:       alpha,
+			})
+			if cfg.Size != SizeFull {
+				out[len(out)-1].Detects = detectsTies(draws(n), ties, alpha)
+			}
+		}
+	}
+	for _, c := range []float32{1e7, 1e9, -1e9, math.MaxFloat32, -math.MaxFloat32} {
+		add(fmt.Sprintf("flat%g", c), []float32{c, c, c, c}, 1)
+	}
+	for _, t := range []float32{1e-3, 1e-5, 1e-7, 1e-30} {
+		add("tie25", []float32{25, 25, 3, 1}, t)
+	}
+	return out
+}
+
+// detectsTies states the share of the mass moved from one of k equally likely tokens to
+// another that n draws catch with probability 1/2 at alpha: that shift's non-centrality
+// is n·2δ²/(1/k), against k - 1 degrees of freedom.
+func detectsTies(n, k int, alpha float64) string {
+	lambda := DetectableNoncentrality(k-1, alpha, 0.5)
+	delta := math.Sqrt(lambda / (2 * float64(k) * float64(n)))
+	return fmt.Sprintf("%d draws catch (with probability 1/2) a shift of %.2g of the mass between two of the %d tied tokens "+
+		"(float32 scores moved several percent)", n, delta, k)
+}
