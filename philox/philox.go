@@ -111,7 +111,8 @@ func Block(ctr [4]uint32, key [2]uint32) [4]uint32 {
 func Block4(c0, c1, c2, c3 uint32, key [2]uint32) [16]uint32 { return block4(c0, c1, c2, c3, key) }
 
 // Block8 is Block for the eight consecutive counters (c0+j, c1, c2, c3), j = 0..7:
-// Block4 of c0 and of c0+4, faster where the CPU can run them side by side.
+// Block4 of c0 and of c0+4, faster where the CPU can run them side by side: in AVX2
+// (block8_avx2_amd64.s) or SSE2 on amd64, in NEON on arm64 (block8_arm64.s).
 func Block8(c0, c1, c2, c3 uint32, key [2]uint32) [32]uint32 { return block8(c0, c1, c2, c3, key) }
 
 // block4Generic is Block4 in Go: the four chains of multiplications are independent

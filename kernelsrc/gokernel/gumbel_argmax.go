@@ -175,12 +175,13 @@ func (sc *gumbelScan) scanGreedyMasked(xs []float32, base, offset int, p *proces
 }
 
 // scanGumbel scans xs (at most convertChunk elements from global index base, a multiple
-// of four) for the largest Gumbel score, in three passes over the chunk: scale the logits
-// and find the groups of four that might hold a winner; draw the Philox words of those
-// groups only; then compute the noise of the elements that can still win. Keeping the
-// Philox calls in a loop of their own roughly halves the cost per element.
+// of four) for the largest Gumbel score. Where the CPU allows, gumbelFilter takes the
+// chunk's whole groups of 32 in vector code and lists the elements that might win; the
+// rest goes through three passes in Go: scale the logits and find the groups of four that
+// might hold a winner; draw the Philox words of those groups only (keeping the Philox
+// calls in a loop of their own roughly halves the cost per element); list the elements
+// that pass the word bound. The listed elements are then noised in index order.
 func (sc *gumbelScan) scanGumbel(xs []float32, base int) {
-	var scaled [convertChunk]float32
 	var words [convertChunk]uint32
 	var need [convertChunk / 4]uint8 // per group of four, the elements that might win
 	var cands [convertChunk]uint16   // those elements, in index order
@@ -195,18 +196,21 @@ func (sc *gumbelScan) scanGumbel(xs []float32, base int) {
 		limit = bestScore
 	}
 
+	fa := filterArgs{invT: invT, limit: limit, key: sc.key,
+		ctr: philox.Counter(uint32(base), sc.step, philox.PurposeGumbel)}
+	n0, nc, vecFinite, vecBad := gumbelFilter(xs, &fa, &words, &cands)
+
 	// No branch depends on the values: a masked row holds -Inf where a grammar put it,
 	// which no predictor learns. fl(s + MaxGumbel) + x·0 is NaN for a NaN or infinite
 	// x, so such an element is never noised: -Inf scores -Inf whatever its noise (an
 	// empty key loses to any other, as a -Inf one does), and NaN or +Inf fails the row.
 	var finite, bad uint32
-	nc := 0
-	for i, x := range xs {
+	for i := n0; i < len(xs); i++ {
+		x := xs[i]
 		b := math.Float32bits(x)
 		finite |= b&0x7FFFFFFF - 0x7F800000 // bit 31 set by a finite x
 		bad |= nanOrPosInf(b)
 		s := float32(x * invT)
-		scaled[i] = s
 		var bit uint8
 		if float32(float32(s+abi.MaxGumbel)+x*0) >= limit {
 			bit = 1
@@ -215,17 +219,17 @@ func (sc *gumbelScan) scanGumbel(xs []float32, base int) {
 		cands[nc] = uint16(i)
 		nc += int(bit)
 	}
-	if finite>>31 != 0 {
+	if finite>>31 != 0 || vecFinite {
 		seen |= abi.SeenFinite
 	}
-	if bad != 0 {
+	if bad != 0 || vecBad {
 		seen |= abi.SeenNonFinite
 	}
 
 	// Eight or four blocks at a time where any of them is needed (nearly always, since
 	// MaxGumbel is a loose bound): Block8 and Block4 run their chains side by side.
 	groups := (len(xs) + 3) / 4
-	g := 0
+	g := n0 / 4
 	for ; g+8 <= groups; g += 8 {
 		if need[g]|need[g+1]|need[g+2]|need[g+3]|need[g+4]|need[g+5]|need[g+6]|need[g+7] != 0 {
 			c := philox.Counter(uint32(base+4*g), sc.step, philox.PurposeGumbel)
@@ -249,7 +253,7 @@ func (sc *gumbelScan) scanGumbel(xs []float32, base int) {
 
 	for _, c := range cands[:nc] {
 		i := int(c)
-		w, s := words[i], scaled[i]
+		w, s := words[i], float32(xs[i]*invT)
 		if float32(s+gumbelBound(w)) < limit {
 			continue
 		}
