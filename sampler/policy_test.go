@@ -18,12 +18,13 @@ func TestBlocksPerRow(t *testing.T) {
 		want        int
 	}{
 		{"zero policy never splits", SplitPolicy{}, 1, 151936, 1},
-		{"cpu: one row, big vocab: one block per worker", cpu8, 1, 151936, 8},
-		{"cpu: blocks of at least 16K elements", cpu8, 1, 5 * 16384, 5},
-		{"cpu: small vocab", cpu8, 1, 32767, 1},
-		{"cpu: smallest split vocab", cpu8, 1, 32768, 2},
-		{"cpu: two rows share the workers", cpu8, 2, 151936, 4},
-		{"cpu: three rows round down", cpu8, 3, 151936, 2},
+		{"cpu: one row, huge vocab: one block per worker", cpu8, 1, 1 << 22, 8},
+		{"cpu: blocks of at least 256K elements", cpu8, 1, 5 * 262144, 5},
+		{"cpu: an LLM vocabulary stays whole", cpu8, 1, 151936, 1},
+		{"cpu: small vocab", cpu8, 1, 524287, 1},
+		{"cpu: smallest split vocab", cpu8, 1, 524288, 2},
+		{"cpu: two rows share the workers", cpu8, 2, 1 << 22, 4},
+		{"cpu: three rows round down", cpu8, 3, 1 << 22, 2},
 		{"cpu: batch fills the workers", cpu8, 8, 151936, 1},
 		{"cpu: batch larger than the workers", cpu8, 100, 151936, 1},
 		{"gpu: one row: a block per SM", h200, 1, 151936, 132},
@@ -62,9 +63,9 @@ func TestDefaultSplitPolicy(t *testing.T) {
 		want SplitPolicy
 	}{
 		{"cpu", runtime.DeviceInfo{Backend: runtime.CPU, Multiprocessors: 4},
-			SplitPolicy{MinVocab: 32768, MaxRows: 4, TargetBlocks: 4, MinElementsPerBlock: 16384, MaxBlocksPerRow: 4}},
+			SplitPolicy{MinVocab: 524288, MaxRows: 4, TargetBlocks: 4, MinElementsPerBlock: 262144, MaxBlocksPerRow: 4}},
 		{"cpu with unknown workers", runtime.DeviceInfo{Backend: runtime.CPU},
-			SplitPolicy{MinVocab: 32768, MaxRows: 1, TargetBlocks: 1, MinElementsPerBlock: 16384, MaxBlocksPerRow: 1}},
+			SplitPolicy{MinVocab: 524288, MaxRows: 1, TargetBlocks: 1, MinElementsPerBlock: 262144, MaxBlocksPerRow: 1}},
 		{"cuda", runtime.DeviceInfo{Backend: runtime.CUDA, Multiprocessors: 132},
 			SplitPolicy{MinVocab: 4096, MaxRows: 132, TargetBlocks: 132, MinElementsPerBlock: 1024, MaxBlocksPerRow: 1024}},
 		{"hip: the RX 7900 XTX tuning", runtime.DeviceInfo{Backend: runtime.HIP, Multiprocessors: 96},
