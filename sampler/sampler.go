@@ -87,6 +87,11 @@ type Sampler struct {
 	shardParams []Params
 	shardTokens []int32
 	shardScores Scores
+	// shardLSE holds each row's merged raw log-normaliser, and shardTop the merged
+	// top-log-probability candidates (two words per entry, ranks x MaxTopLogprobs per
+	// row), of a SampleShard call.
+	shardLSE []float64
+	shardTop []uint64
 	// The verification calls' reused state (verifyCall).
 	verifyOwner, verifyFirst, verifyStop  []int
 	verifySeeds                           []uint64
@@ -498,10 +503,17 @@ func (s *Sampler) sampleCall(lg Logits, params []Params, draws int, mode drawMod
 
 	if sh != nil {
 		decodeShard(results, pl.out, sh.Global, res)
-		if wantLogprobs {
-			return s.shardLogprobs(lg, params, sh, res)
+		if !wantLogprobs && !wantTop {
+			return nil
 		}
-		return nil
+		for i, p := range params {
+			if p.TopLogprobs > 0 && res.Errs[i] == nil {
+				// This shard's list, in local tokens, before the score pass reuses the
+				// results scratch; shardLogprobs merges the ranks' lists.
+				decodeTop(results, pl.out, i, p.TopLogprobs, vocab, &res.Top[i])
+			}
+		}
+		return s.shardLogprobs(lg, params, sh, res)
 	}
 	s.decode(results, pl.out, params, mode, vocab, res)
 	return nil

@@ -8,13 +8,15 @@ import (
 	"unsafe"
 
 	"github.com/gumbel-go/gumbel/collective"
+	"github.com/gumbel-go/gumbel/half"
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 )
 
 // ErrShard: a vocabulary-shard call that cannot be served: a Shard whose offset, size or
 // communicator does not fit (a call error), or a row that asks for what a shard cannot
-// give yet (a row error): filters, the categorical route, log-probabilities, token
-// tracking, several draws, or no seed and no request id to key its noise on every rank.
+// give yet (a row error): filters, the categorical route, token tracking, several draws,
+// a score beyond the exact-comparison limit, or no seed and no request id to key its
+// noise on every rank.
 var ErrShard = errors.New("gumbel/sampler: not served on a vocabulary shard")
 
 // Shard places a call's logits in a vocabulary split across ranks (tensor parallelism
@@ -42,10 +44,14 @@ type Shard struct {
 //
 // Greedy and Gumbel-max rows are served, with their log-probabilities on request
 // (Params.Logprobs: each rank scores its shard at the merged token, and one more
-// all-reduce adds up the shards' log-normalisers, 8·(ranks+1) bytes per row); a row
-// with top-k, top-p or min-p, on the categorical route (Options.Gumbel off), with
-// TopLogprobs, tracked by TrackTokens, or without Seed and RequestID gets ErrShard, on
-// every rank alike. The
+// all-reduce adds up the shards' log-normalisers, 8·(ranks+1) bytes per row) and their
+// top log-probabilities (Params.TopLogprobs: each rank lists its shard's top N, and one
+// more all-reduce hands every rank every list, 320·ranks bytes per row; the merged list
+// is the whole vocabulary's, its values agree to float32 rounding, and float32 logits of
+// different shards within 16 units in the last place of each other count as equal and
+// go in index order). A row with top-k, top-p or min-p, on the categorical route
+// (Options.Gumbel off), tracked by TrackTokens, or without Seed and RequestID gets
+// ErrShard, on every rank alike. The
 // logit processors apply with the shard's own rows (SetLogitBias and the masks are
 // indexed by the shard's local token ids; Params.Bitmask is ceil(Vocab/32) words of the
 // shard). A row that fails on any rank fails on all of them. Sampler seeds must be the
@@ -88,8 +94,6 @@ func (s *Sampler) checkShardRow(i int, p Params, r Route) error {
 	switch {
 	case r != RouteGreedy && r != RouteGumbel:
 		why = fmt.Sprintf("route %v (filters and the categorical route are not merged across shards)", r)
-	case p.TopLogprobs > 0:
-		why = "top log-probabilities"
 	case s.procs.flags(i, p)&abi.FlagRecord != 0:
 		why = "a tracked row (TrackTokens)"
 	case r == RouteGumbel && !named(p):
@@ -140,13 +144,14 @@ func decodeShard(results []byte, out outLayout, global int, res *Result) {
 	}
 }
 
-// shardLogprobs fills the log-probability records of a SampleShard call whose tokens are
-// merged: this rank scores its shard at each row's token (Score's pass: its shard's raw
-// and processed log-normalisers, and the token's values where the token is its own),
-// and one all-reduce (sum) over rows·(2·ranks + 2) float32 words gives every rank every
-// shard's normalisers, in its own slot of each row, and the owner's values. The records
-// agree with the whole vocabulary's to float32 rounding (the values are the shard's
-// log-probability plus its normaliser).
+// shardLogprobs fills the log-probability records and top lists of a SampleShard call
+// whose tokens are merged: this rank scores its shard at each row's token (Score's pass:
+// its shard's raw and processed log-normalisers, and the token's values where the token
+// is its own), and one all-reduce (sum) over rows·(2·ranks + 2) float32 words gives every
+// rank every shard's normalisers, in its own slot of each row, and the owner's values.
+// The records agree with the whole vocabulary's to float32 rounding (the values are the
+// shard's log-probability plus its normaliser). res.Top holds this shard's lists in
+// local tokens on entry; shardTop merges them.
 func (s *Sampler) shardLogprobs(lg Logits, params []Params, sh *Shard, res *Result) error {
 	rows, ranks, me := lg.Rows, sh.Comm.Size(), sh.Comm.Rank()
 	s.shardParams = resized(s.shardParams, rows)
@@ -185,11 +190,18 @@ func (s *Sampler) shardLogprobs(lg Logits, params []Params, sh *Shard, res *Resu
 			row[2*me], row[2*me+1] = nan, nan
 		}
 	}
-	if err := s.mergeSums(sh.Comm, host, rows*w); err != nil {
+	// Before the merge overwrites them: this shard's raw normalisers, which turn its top
+	// lists back into logits.
+	s.shardLSE = resized(s.shardLSE, rows)
+	for i := range rows {
+		s.shardLSE[i] = float64(words[i*w+2*me])
+	}
+	top := s.shardTopKeys(lg, params, sh, res)
+	if err := s.mergeShards(sh.Comm, host, rows*w, collective.Float32, collective.OpSum, "log-normalisers"); err != nil {
 		return err
 	}
 	for i, p := range params {
-		if !p.Logprobs || res.Errs[i] != nil {
+		if (!p.Logprobs && p.TopLogprobs == 0) || res.Errs[i] != nil {
 			continue
 		}
 		row := words[i*w : (i+1)*w]
@@ -198,12 +210,123 @@ func (s *Sampler) shardLogprobs(lg Logits, params []Params, sh *Shard, res *Resu
 			res.failRow(i, fmt.Errorf("row %d: a shard could not score the row for its log-probabilities: %w", i, ErrShard))
 			continue
 		}
-		res.Logprobs[i] = Logprob{
-			Raw: float32(float64(row[2*ranks]) - raw), Processed: float32(float64(row[2*ranks+1]) - proc),
-			RawLSE: float32(raw), ProcessedLSE: float32(proc),
+		s.shardLSE[i] = raw
+		if p.Logprobs {
+			res.Logprobs[i] = Logprob{
+				Raw: float32(float64(row[2*ranks]) - raw), Processed: float32(float64(row[2*ranks+1]) - proc),
+				RawLSE: float32(raw), ProcessedLSE: float32(proc),
+			}
+		}
+	}
+	if !top {
+		return nil
+	}
+	return s.mergeShardTop(params, sh, res)
+}
+
+// shardWords is the uint64 words of one row's top-list candidates in the exchange: two
+// per entry (the ordering key and the logit) for MaxTopLogprobs entries of each rank.
+func shardWords(ranks int) int { return 2 * MaxTopLogprobs * ranks }
+
+// shardTopKeys writes this rank's top-list candidates into s.shardTop, in its own slots
+// of each row (zero elsewhere, so that a maximum over the ranks hands every rank every
+// list), and reports whether any row has a list. An entry is its ordering key
+// (orderKey(q) << 32 | ^global token, q the logit rounded to the logits' precision,
+// float32 ones to 16 units in the last place) and its logit as a float64, both from the
+// shard's log-probability plus its raw normaliser (s.shardLSE).
+func (s *Sampler) shardTopKeys(lg Logits, params []Params, sh *Shard, res *Result) bool {
+	me, w := sh.Comm.Rank(), shardWords(sh.Comm.Size())
+	s.shardTop = resized(s.shardTop, lg.Rows*w)
+	clear(s.shardTop)
+	some := false
+	for i, p := range params {
+		if p.TopLogprobs == 0 || res.Errs[i] != nil {
+			continue
+		}
+		some = true
+		t := &res.Top[i]
+		slot := s.shardTop[i*w+me*2*MaxTopLogprobs : i*w+(me+1)*2*MaxTopLogprobs]
+		for j := range t.Count {
+			x := float64(t.Logprobs[j]) + s.shardLSE[i]
+			q := roundLogit(x, lg.DType)
+			slot[2*j] = uint64(orderKey32(q))<<32 | uint64(^uint32(int(t.Tokens[j])+sh.Offset))
+			slot[2*j+1] = math.Float64bits(x)
+		}
+	}
+	return some
+}
+
+// mergeShardTop merges the ranks' top lists (s.shardTop, filled by shardTopKeys) with
+// one all-reduce (max) and writes each row's top N into res.Top, valued against the
+// merged raw normaliser (s.shardLSE).
+func (s *Sampler) mergeShardTop(params []Params, sh *Shard, res *Result) error {
+	rows, w := len(params), shardWords(sh.Comm.Size())
+	host, err := s.scratch.mergeHost.bytes(s.dev, 8*rows*w)
+	if err != nil {
+		return err
+	}
+	words := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(host))), rows*w)
+	copy(words, s.shardTop[:rows*w])
+	if err := s.mergeShards(sh.Comm, host, rows*w, collective.Uint64, collective.OpMax, "top log-probabilities"); err != nil {
+		return err
+	}
+	for i, p := range params {
+		if p.TopLogprobs == 0 || res.Errs[i] != nil {
+			continue
+		}
+		entries := words[i*w : (i+1)*w]
+		t := &res.Top[i]
+		t.Count = 0
+		// Selection of the largest keys: at most 20 of ranks·20 entries.
+		for t.Count < p.TopLogprobs {
+			best := -1
+			for e := 0; e < len(entries); e += 2 {
+				if entries[e] != 0 && (best < 0 || entries[e] > entries[best]) {
+					best = e
+				}
+			}
+			if best < 0 {
+				break // fewer finite logits than asked for
+			}
+			x := math.Float64frombits(entries[best+1])
+			t.Tokens[t.Count] = int32(^uint32(entries[best]))
+			t.Logprobs[t.Count] = float32(x - s.shardLSE[i])
+			t.Count++
+			entries[best] = 0
 		}
 	}
 	return nil
+}
+
+// roundLogit rounds a logit recovered from a log-probability (off by a few units in the
+// last place of float32) to what the logits can hold, so that equal logits of different
+// shards compare equal: the nearest bfloat16 or float16, and for float32 the nearest
+// multiple of 16 units in the last place.
+func roundLogit(x float64, d DType) float32 {
+	f := float32(x)
+	switch d {
+	case BFloat16:
+		return half.BFloat16ToFloat32(half.BFloat16(f))
+	case Float16:
+		return half.Float16ToFloat32(half.Float16(f))
+	}
+	b := math.Float32bits(f)
+	if r := (b&0x7FFFFFFF + 8) &^ 15; r < 0x7F800000 {
+		b = b&0x80000000 | r
+	}
+	return math.Float32frombits(b)
+}
+
+// orderKey32 maps a float32 to a uint32 in the same order (-0 as +0).
+func orderKey32(f float32) uint32 {
+	b := math.Float32bits(f)
+	if b == 0x80000000 {
+		b = 0
+	}
+	if b>>31 != 0 {
+		return ^b
+	}
+	return b | 0x80000000
 }
 
 // logSumExp is log Σ exp over pairs[k] for k = set, set+2, ... (NaN when one is NaN).
@@ -226,12 +349,13 @@ func logSumExp(pairs []float32, set int) float64 {
 	return m + math.Log(sum)
 }
 
-// mergeSums adds up count float32 words of host over the ranks of c, in place: on the
-// host where the ranks share it, otherwise through the device's merge scratch.
-func (s *Sampler) mergeSums(c collective.Comm, host []byte, count int) error {
+// mergeShards reduces count words of type dt in host over the ranks of c with op, in
+// place: on the host where the ranks share it, otherwise through the device's merge
+// scratch. what names the words in errors.
+func (s *Sampler) mergeShards(c collective.Comm, host []byte, count int, dt collective.DType, op collective.Op, what string) error {
 	if hr, ok := c.(collective.HostReducer); ok {
-		if err := hr.AllReduceHost(host, count, collective.Float32, collective.OpSum); err != nil {
-			return fmt.Errorf("gumbel/sampler: merging the shards' log-normalisers: %w", err)
+		if err := hr.AllReduceHost(host, count, dt, op); err != nil {
+			return fmt.Errorf("gumbel/sampler: merging the shards' %s: %w", what, err)
 		}
 		return nil
 	}
@@ -240,16 +364,16 @@ func (s *Sampler) mergeSums(c collective.Comm, host []byte, count int) error {
 	}
 	buf := s.scratch.merge.buf
 	if err := s.stream.CopyToDevice(buf, 0, host); err != nil {
-		return fmt.Errorf("gumbel/sampler: staging the shard's log-normalisers: %w", err)
+		return fmt.Errorf("gumbel/sampler: staging the shard's %s: %w", what, err)
 	}
-	if err := c.AllReduce(buf, 0, count, collective.Float32, collective.OpSum, s.stream); err != nil {
-		return fmt.Errorf("gumbel/sampler: merging the shards' log-normalisers: %w", err)
+	if err := c.AllReduce(buf, 0, count, dt, op, s.stream); err != nil {
+		return fmt.Errorf("gumbel/sampler: merging the shards' %s: %w", what, err)
 	}
 	if err := s.stream.CopyToHost(host, buf, 0); err != nil {
-		return fmt.Errorf("gumbel/sampler: copying the merged log-normalisers back: %w", err)
+		return fmt.Errorf("gumbel/sampler: copying the merged %s back: %w", what, err)
 	}
 	if err := s.stream.Synchronize(); err != nil {
-		return fmt.Errorf("gumbel/sampler: waiting for the log-normaliser merge: %w", err)
+		return fmt.Errorf("gumbel/sampler: waiting for the merge of the %s: %w", what, err)
 	}
 	return nil
 }

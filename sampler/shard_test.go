@@ -170,10 +170,10 @@ func TestSampleShardRowErrors(t *testing.T) {
 	params := []Params{
 		{Temperature: 0.8, Seed: 1, HasSeed: true},                 // served
 		{Temperature: 0.8, TopK: 50, Seed: 2, HasSeed: true},       // filtered
-		{Temperature: 0.8, Seed: 3, HasSeed: true, TopLogprobs: 2}, // top log-probabilities
+		{Temperature: 0.8, Seed: 3, HasSeed: true, TopLogprobs: 2}, // served, with top log-probabilities
 		{Temperature: 0.8},                         // no seed, no request id
 		{Temperature: 0.8, RequestID: 9},           // served: keyed by request id
-		{Temperature: 0, TopLogprobs: 3},           // top log-probabilities
+		{Temperature: 0, TopLogprobs: 3},           // served, with top log-probabilities
 		{Temperature: 0.8, Seed: 4, HasSeed: true}, // NaN in shard 1
 		{Temperature: -1, Seed: 5, HasSeed: true},  // bad temperature
 		{Temperature: 0.8, Seed: 6, HasSeed: true}, // a mask of the wrong width on rank 0 only
@@ -197,7 +197,9 @@ func TestSampleShardRowErrors(t *testing.T) {
 		assert.NoError(t, e[0])
 		assert.Equal(t, ref.Tokens[0], res[r].Tokens[0], "rank %d: the served row", r)
 		assert.NoError(t, e[4])
-		for _, i := range []int{1, 2, 3, 5} {
+		assert.NoError(t, e[2])
+		assert.NoError(t, e[5])
+		for _, i := range []int{1, 3} {
 			assert.ErrorIs(t, e[i], ErrShard, "rank %d row %d", r, i)
 			assert.Equal(t, int32(-1), res[r].Tokens[i])
 		}
@@ -242,7 +244,7 @@ func TestSampleShardAllocatesNothing(t *testing.T) {
 	const vocab = 4096
 	lg := Logits{Data: upload(t, dev, runtime.BytesOf(randomLogits(rand.New(rand.NewPCG(1, 2)), 4, vocab, 2))),
 		DType: Float32, Rows: 4, Vocab: vocab}
-	params := []Params{{Temperature: 1, Seed: 1, HasSeed: true, Logprobs: true}, {Temperature: 0},
+	params := []Params{{Temperature: 1, Seed: 1, HasSeed: true, Logprobs: true}, {Temperature: 0, TopLogprobs: 5},
 		{Temperature: 0.5, RequestID: 3}, {Temperature: 2, Seed: 4, HasSeed: true}}
 	sh := Shard{Offset: 0, Global: vocab, Comm: comms[0]}
 	var res Result
@@ -321,4 +323,57 @@ func TestSampleShardExactRows(t *testing.T) {
 		assert.ErrorContains(t, res[r].Errs[1], "exact comparison", "rank %d", r)
 	}
 	assert.Equal(t, res[0].Tokens[0], res[1].Tokens[0])
+}
+
+// TestSampleShardTopLogprobs: the merged top lists are the whole vocabulary's: the same
+// tokens in the same order (ties across shards in index order), values to float32
+// rounding, fewer entries where the row has fewer finite logits, for two to four shards,
+// merged on the host and through the device.
+func TestSampleShardTopLogprobs(t *testing.T) {
+	dev := openCPU(t)
+	const vocab, rows = 3001, 4
+	rng := rand.New(rand.NewPCG(47, 47))
+	logits := randomLogits(rng, rows, vocab, 3)
+	for i := range vocab {
+		logits[vocab+i] = 2                   // row 1: every logit tied
+		if i != 5 && i != 2000 && i != 2999 { // row 2: three finite logits, in two shards
+			logits[2*vocab+i] = float32(math.Inf(-1))
+		}
+	}
+	params := []Params{
+		{Temperature: 0.8, Seed: 1, HasSeed: true, TopLogprobs: 20, Logprobs: true},
+		{Temperature: 0, TopLogprobs: 7},
+		{Temperature: 1, Seed: 3, HasSeed: true, TopLogprobs: 5},
+		{Temperature: 0},
+	}
+	var want Result
+	require.NoError(t, newSampler(t, dev, Options{}).SampleFloat32(logits, vocab, params, &want))
+	for _, tc := range []struct {
+		bounds   []int
+		onDevice bool
+	}{{[]int{0, 1500, vocab}, false}, {[]int{0, 4, 1000, 2004, vocab}, false}, {[]int{0, 1500, vocab}, true}} {
+		run := newShardRun(t, dev, tc.bounds, Options{})
+		if tc.onDevice {
+			run.onDevice()
+		}
+		res, errs := run.sample(t, dev, logits, vocab, func(int) []Params { return params })
+		for r := range res {
+			require.NoError(t, errs[r])
+			assert.Equal(t, want.Tokens, res[r].Tokens, "bounds %v rank %d", tc.bounds, r)
+			for i, p := range params {
+				require.NoError(t, res[r].Errs[i], "bounds %v rank %d row %d", tc.bounds, r, i)
+				got, w := res[r].Top[i], want.Top[i]
+				require.Equal(t, w.Count, got.Count, "bounds %v rank %d row %d", tc.bounds, r, i)
+				assert.Equal(t, w.Tokens[:w.Count], got.Tokens[:got.Count], "bounds %v rank %d row %d", tc.bounds, r, i)
+				for j := range w.Count {
+					assert.InDelta(t, w.Logprobs[j], got.Logprobs[j], 2e-5*max(1, math.Abs(float64(w.Logprobs[j]))),
+						"bounds %v rank %d row %d entry %d", tc.bounds, r, i, j)
+				}
+				if p.TopLogprobs == 0 {
+					assert.Zero(t, got.Count)
+				}
+			}
+		}
+	}
+	assert.Equal(t, 3, want.Top[2].Count, "row 2 has three finite logits")
 }
