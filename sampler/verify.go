@@ -156,6 +156,9 @@ func (s *Sampler) VerifyTree(logits Logits, params []Params, trees []DraftTree, 
 
 // verify is VerifyChain and VerifyTree with the lock held.
 func (s *Sampler) verify(logits Logits, params []Params, trees []DraftTree, res *Verified) error {
+	if s.topnErr != nil && !s.closed {
+		return s.topnErr // the draw round's topn; VerifyChainProbs needs none
+	}
 	v, err := s.startVerify(logits, params, trees, res)
 	if err != nil {
 		return err
@@ -202,9 +205,6 @@ func (s *Sampler) startVerify(logits Logits, params []Params, trees []DraftTree,
 	}
 	if s.scoreErr != nil {
 		return nil, s.scoreErr
-	}
-	if s.topnErr != nil {
-		return nil, s.topnErr
 	}
 	v := &verifyCall{s: s, lg: logits, stride: stride, params: params, trees: trees, res: res}
 	v.check()

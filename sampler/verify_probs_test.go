@@ -3,6 +3,7 @@ package sampler_test
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -362,4 +363,35 @@ func TestVerifyChainProbsErrors(t *testing.T) {
 	assert.ErrorIs(t, res.Errs[2], sampler.ErrVerifyFiltered)
 	assert.Nil(t, res.Tokens[1])
 	assert.Len(t, res.Tokens[0], res.Accepted[0]+1)
+}
+
+// noTopN is a device whose programs have no topn kernels, as an edition without them.
+type noTopN struct{ runtime.Device }
+
+func (d noTopN) Load(p *runtime.Program) (runtime.Module, error) {
+	q := *p
+	q.Go = make(map[string]runtime.GoKernel, len(p.Go))
+	for name, fn := range p.Go {
+		if !strings.HasPrefix(name, "topn_") {
+			q.Go[name] = fn
+		}
+	}
+	return d.Device.Load(&q)
+}
+
+// TestVerifyChainProbsWithoutTopN: VerifyChainProbs needs no topn kernel (VerifyChain's
+// draw round does, and says so), and verifies as with a full set.
+func TestVerifyChainProbsWithoutTopN(t *testing.T) {
+	dev, full := cpuVerifier(t)
+	s, err := sampler.New(noTopN{dev}, sampler.Options{Seed: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	f := newProbsFixture(t, dev, 3, 2, 30, 1)
+	var want, got sampler.Verified
+	require.NoError(t, full.VerifyChainProbs(f.lg, f.draft, f.params, f.drafts, &want))
+	require.NoError(t, s.VerifyChainProbs(f.lg, f.draft, f.params, f.drafts, &got))
+	assert.Equal(t, want.Tokens, got.Tokens)
+	assert.Equal(t, want.Accepted, got.Accepted)
+	err = s.VerifyChain(f.lg, f.params, f.drafts, &got)
+	assert.ErrorIs(t, err, runtime.ErrNoKernel, "VerifyChain's draw round")
 }
