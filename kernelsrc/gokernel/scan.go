@@ -4,8 +4,8 @@ package gokernel
 // every element is below floor (a NaN is not), stopping before the first group that
 // holds one that is not, and the largest element of those groups (-Inf when none; which
 // of equal values, +0 or -0, is unspecified). amd64 runs it in SSE (scan_amd64.s),
-// other targets and the purego build in Go (scanBelowGo, which the tests check it
-// against).
+// arm64 in NEON (scan_arm64.s), other targets and the purego build in Go (scanBelowGo,
+// which the tests check them against).
 
 // scanBelowGo is scanBelow in Go.
 func scanBelowGo(row []float32, floor float32) (int, float32) {
