@@ -110,16 +110,24 @@ func TestGPUVerifyChainProbsMatchesCPU(t *testing.T) {
 // each at Qwen's vocabulary (a drafter close to the target), beside one Sample call
 // over the same B·5 target rows: host-observed time per call, and the device time of
 // the call's launches (score and residual) replayed back to back and from a graph.
+// Target logits in float32 and in bfloat16 (the draft probabilities are float32).
 func BenchmarkGPUVerifyChainProbs(b *testing.B) {
 	dev := openGPU(b)
 	const k = 4
 	cfg := bench.Config{Groups: 15, Repeats: 50}
-	for _, requests := range []int{1, 8, 64} {
+	for _, c := range []struct {
+		requests int
+		dt       sampler.DType
+	}{{1, sampler.Float32}, {8, sampler.Float32}, {64, sampler.Float32}, {1, sampler.BFloat16}, {8, sampler.BFloat16}, {64, sampler.BFloat16}} {
+		requests, suffix := c.requests, ""
+		if c.dt == sampler.BFloat16 {
+			suffix = "-bf16"
+		}
 		target, draft, params, drafts := draftedChains(requests, k, 0.8, 5)
-		lg := upload(b, dev, target, requests*(k+1), qwenVocab)
+		lg := uploadAs(b, dev, target, requests*(k+1), qwenVocab, c.dt)
 		dr := upload(b, dev, draft, requests*k, qwenVocab)
 		s := gpuSampler(b, dev, sampler.Options{Seed: 1})
-		b.Run(fmt.Sprintf("probs-%dx%d", requests, k), func(b *testing.B) {
+		b.Run(fmt.Sprintf("probs-%dx%d%s", requests, k, suffix), func(b *testing.B) {
 			var res sampler.Verified
 			for b.Loop() {
 				if err := s.VerifyChainProbs(lg, dr, params, drafts, &res); err != nil {
@@ -131,7 +139,7 @@ func BenchmarkGPUVerifyChainProbs(b *testing.B) {
 			b.ReportMetric(dus, "device-us")
 			b.ReportMetric(gus, "graph-us")
 		})
-		b.Run(fmt.Sprintf("sample-%d", requests*(k+1)), func(b *testing.B) {
+		b.Run(fmt.Sprintf("sample-%d%s", requests*(k+1), suffix), func(b *testing.B) {
 			ps := make([]sampler.Params, requests*(k+1))
 			for j := range ps {
 				ps[j] = sampler.Params{Temperature: 0.8, Seed: uint64(j + 1)}
