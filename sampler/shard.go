@@ -231,7 +231,7 @@ func shardWords(ranks int) int { return 2 * MaxTopLogprobs * ranks }
 // shardTopKeys writes this rank's top-list candidates into s.shardTop, in its own slots
 // of each row (zero elsewhere, so that a maximum over the ranks hands every rank every
 // list), and reports whether any row has a list. An entry is its ordering key
-// (orderKey(q) << 32 | ^global token, q the logit rounded to the logits' precision,
+// (abi.Pack(q, global token), q the logit rounded to the logits' precision,
 // float32 ones to 16 units in the last place) and its logit as a float64, both from the
 // shard's log-probability plus its raw normaliser (s.shardLSE).
 func (s *Sampler) shardTopKeys(lg Logits, params []Params, sh *Shard, res *Result) bool {
@@ -249,7 +249,7 @@ func (s *Sampler) shardTopKeys(lg Logits, params []Params, sh *Shard, res *Resul
 		for j := range t.Count {
 			x := float64(t.Logprobs[j]) + s.shardLSE[i]
 			q := roundLogit(x, lg.DType)
-			slot[2*j] = uint64(orderKey32(q))<<32 | uint64(^uint32(int(t.Tokens[j])+sh.Offset))
+			slot[2*j] = abi.Pack(q, uint32(int(t.Tokens[j])+sh.Offset))
 			slot[2*j+1] = math.Float64bits(x)
 		}
 	}
@@ -315,18 +315,6 @@ func roundLogit(x float64, d DType) float32 {
 		b = b&0x80000000 | r
 	}
 	return math.Float32frombits(b)
-}
-
-// orderKey32 maps a float32 to a uint32 in the same order (-0 as +0).
-func orderKey32(f float32) uint32 {
-	b := math.Float32bits(f)
-	if b == 0x80000000 {
-		b = 0
-	}
-	if b>>31 != 0 {
-		return ^b
-	}
-	return b | 0x80000000
 }
 
 // logSumExp is log Σ exp over pairs[k] for k = set, set+2, ... (NaN when one is NaN).

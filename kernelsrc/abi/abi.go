@@ -13,7 +13,11 @@ package abi
 
 //go:generate go run ./gen
 
-import "github.com/gumbel-go/gumbel/philox"
+import (
+	"math"
+
+	"github.com/gumbel-go/gumbel/philox"
+)
 
 // Kernel families. A kernel's full name appends its logits type: [KernelName].
 const (
@@ -277,6 +281,27 @@ const (
 	// no finite logit writes 0, which every other key beats.
 	ShardKeyFailed uint64 = 0xFFFFFFFF << 32
 )
+
+// OrderKey maps a float32 to a uint32 whose unsigned order is the float order (ABI.md,
+// gumbel_argmax): -0 maps to the key of +0 (they compare equal as floats, so they must
+// tie and go to the lowest index in every reduction order); NaNs lie beyond the
+// infinities.
+func OrderKey(f float32) uint32 {
+	b := math.Float32bits(f)
+	if b == 0x80000000 {
+		b = 0
+	}
+	if b>>31 != 0 {
+		return ^b
+	}
+	return b | 0x80000000
+}
+
+// Pack is the packed (score, index) key of ABI.md: the largest packed value is the
+// largest score, ties to the lowest index.
+func Pack(score float32, index uint32) uint64 {
+	return uint64(OrderKey(score))<<32 | uint64(^index)
+}
 
 // ShardKey is the shard key of a draw whose merge key (the packed score and global
 // index of its winner) is key and whose status is st.

@@ -1,20 +1,13 @@
 package gokernel
 
-import "math"
+import (
+	"math"
 
-// orderKey maps a float32 to a uint32 whose unsigned order is the float order: -0 maps
-// to the key of +0 (they compare equal as floats, so they must tie and go to the lowest
-// index in every reduction order); NaNs lie beyond the infinities.
-func orderKey(f float32) uint32 {
-	b := math.Float32bits(f)
-	if b == 0x80000000 {
-		b = 0
-	}
-	if b>>31 != 0 {
-		return ^b
-	}
-	return b | 0x80000000
-}
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
+)
+
+// orderKey is abi.OrderKey: the order-preserving key of a float32.
+func orderKey(f float32) uint32 { return abi.OrderKey(f) }
 
 // orderKeyInverse inverts orderKey.
 func orderKeyInverse(k uint32) float32 {
@@ -24,11 +17,8 @@ func orderKeyInverse(k uint32) float32 {
 	return math.Float32frombits(^k)
 }
 
-// pack is the ABI's packed (score, index) partial: the largest packed value is the
-// largest score, ties to the lowest index.
-func pack(score float32, index int) uint64 {
-	return uint64(orderKey(score))<<32 | uint64(^uint32(index))
-}
+// pack is abi.Pack: the packed (score, index) partial.
+func pack(score float32, index int) uint64 { return abi.Pack(score, uint32(index)) }
 
 // radixSelect returns the largest key t present in keys whose mass Σ weight over
 // key ≥ t is at least target (weights nil: every key weighs 1, so with target k it is the
