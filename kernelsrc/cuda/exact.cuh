@@ -2,8 +2,8 @@
 // float32 score no longer holds the noise, so an element's value there is x' * invT + g
 // itself, compared with the float32 operations below, which give every edition the same
 // answer. gumbel_argmax leaves a draw whose winning score reaches GB_EXACT_LIMIT with
-// status 5; this kernel, one block per draw, scans the row again and finishes it. It is
-// a kernel of its own so that the main scan keeps its registers.
+// status 5; this kernel, one block per row taking its draws in turn, scans the row again
+// and finishes them. It is a kernel of its own so that the main scan keeps its registers.
 
 // gb_exact is an element's value: its float32 score s, or (exact) x' * invT + g.
 struct gb_exact {

@@ -2,8 +2,8 @@
 // float32 score no longer holds the noise, so an element's value there is x' * invT + g
 // itself, compared with the float32 operations below (the CUDA and Go editions make the
 // same ones). gumbel_argmax leaves a draw whose winning score reaches GB_EXACT_LIMIT with
-// status 5; this kernel, one threadgroup per draw, scans the row again and finishes it.
-// Each operation is its own statement, unfused.
+// status 5; this kernel, one threadgroup per row taking its draws in turn, scans the row
+// again and finishes them. Each operation is its own statement, unfused.
 
 // An element's value: its float32 score s, or (exact) x' * invT + g.
 struct gb_exact {
