@@ -19,8 +19,8 @@ import (
 // Launch k times samples steps Step, Step+Draws, ..., exactly as Sample calls with those
 // steps would (k uncaptured Launch calls do the same). A tracked row (TrackTokens)
 // counts its tokens on the device, so its penalties stay current across replays. A batch
-// with greedy or Gumbel rows also launches gumbel_exact (about 2 µs on an H200), which
-// finishes the draws whose winning scores reach ±4032 (|logit/T| that large:
+// with greedy or Gumbel rows also launches gumbel_exact, one more kernel node in a
+// captured graph, which finishes the draws whose winning scores reach ±4032 (|logit/T| that large:
 // kernelsrc/ABI.md, "Exact scores") and otherwise returns at once; Sample launches it
 // only after a call that needs it.
 //

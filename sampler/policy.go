@@ -53,10 +53,9 @@ const (
 
 // Thresholds of the CPU device policy: one block per worker goroutine (more blocks only
 // queue behind each other), no block under 256K elements, and no split once the batch
-// gives every worker a row of its own. Waking a helper goroutine costs about 100 µs on a
-// 2-core VM, more than the vector scans now take for half a row: at V = 151936 on two
-// workers, one block per row took 87-147 µs (greedy) and 193-206 µs (Gumbel) against
-// 179-208 and 233-247 split in two, and a split of V = 262144 still did not pay.
+// gives every worker a row of its own: waking a helper goroutine costs more than the
+// vector scans take for half an LLM-sized row (docs/benchmark_results/cpu.md, "One block
+// per row on the CPU").
 const (
 	cpuMinElementsPerBlock = 262144
 	cpuMinVocab            = 2 * cpuMinElementsPerBlock
