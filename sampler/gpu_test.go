@@ -261,7 +261,7 @@ func benchStepsVocab(b *testing.B, dev runtime.Device, s *sampler.Sampler, batch
 func TestGPUVerifyChainLaw(t *testing.T) {
 	dev := openGPU(t)
 	for _, lc := range verifyLawCases() {
-		t.Run(lc.name, func(t *testing.T) { checkVerifyLaw(t, dev, lc, 100_000) })
+		t.Run(lc.name, func(t *testing.T) { checkVerifyLaw(t, dev, lc, sampler.On, 100_000) })
 	}
 }
 

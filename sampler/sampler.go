@@ -100,6 +100,7 @@ type Sampler struct {
 	verifyParents, verifyDepth            []int32
 	verifyKids, verifyTop, verifyRejected []int32
 	verifyLP                              []float32
+	verifyRec                             []Logprob
 }
 
 // New loads the sampling kernels on dev and resolves the options.

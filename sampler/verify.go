@@ -10,9 +10,10 @@ import (
 	"github.com/gumbel-go/gumbel/philox"
 )
 
-// ErrVerifyFiltered: VerifyChain was asked for a request with top-k, top-p or min-p;
-// verification covers the temperature, processors and bitmasks of the target so far.
-var ErrVerifyFiltered = errors.New("gumbel/sampler: verification needs a request without top-k, top-p or min-p")
+// ErrVerifyFiltered: VerifyChainProbs was asked for a request with top-k, top-p or
+// min-p; its acceptance rule needs the target's filtered probabilities, which it does
+// not compute yet. VerifyChain and VerifyTree take filters.
+var ErrVerifyFiltered = errors.New("gumbel/sampler: VerifyChainProbs needs a request without top-k, top-p or min-p")
 
 // ErrDraft: a draft that does not fit the call: its logits rows outside the matrix or
 // shared with another draft, a draft token outside the vocabulary, or a bitmask list of
@@ -75,7 +76,8 @@ type Verified struct {
 	Tokens [][]int32
 	// Logprobs[b][i] is the log-probability record of Tokens[b][i] under the target
 	// at its position (Raw; Processed with the request's temperature, processors and
-	// bitmask, at temperature 1 for greedy requests; the two LSEs), when params[b] asks
+	// bitmask, under its filters' kept set for a filtered request, at temperature 1 for
+	// greedy requests: Sample's record there; the two LSEs), when params[b] asks
 	// (Params.Logprobs); nil otherwise.
 	Logprobs [][]Logprob
 	// Errs[b] is request b's error, or nil.
@@ -136,18 +138,23 @@ func (s *Sampler) chainTrees(drafts []Draft) []DraftTree {
 // tokens: the first of the distinct Gumbel-max draws at step Step+depth outside them,
 // which after a leaf is the token Sample draws there. A greedy request (temperature 0,
 // or top-k 1) follows the child whose token is the arg-max and emits the arg-max where
-// none is: byte-identical to greedy decoding. Every uniform is keyed by the request's
-// seed and the decode position, never by its place in the batch.
+// none is: byte-identical to greedy decoding. A request with top-k, top-p or min-p
+// draws each node's token as Sample would at that position (its route, seed and step
+// Step+depth) and follows the child with that token, emitting the draw where none has
+// it: with point-mass drafts this is the same law (child t accepted with probability
+// p(t), the last token drawn from p without the rejected ones), and the emitted tokens
+// are byte-identical to sampling step by step. Every uniform and every noise word is
+// keyed by the request's seed and the decode position, never by its place in the
+// batch.
 //
 // The call runs one round on the device per sibling rank (scoring each node's j-th
-// child; a chain needs one), one draw round and, when a request asks for
-// log-probabilities (Params.Logprobs), one scoring round of the emitted tokens, and
-// waits after each. Penalties read
-// the token counts as they are at the call (drafts are not counted); nothing is
-// recorded or advanced. A request with top-k, top-p or min-p fails with
-// ErrVerifyFiltered, a tree that does not fit (rows outside the logits or shared, a
-// parent that is not an earlier node, more than MaxDraftSiblings children, a token
-// outside the vocabulary) with ErrDraft; the others are verified.
+// child, and the draws of the filtered requests; a chain needs one), one draw round
+// and, when a request asks for log-probabilities (Params.Logprobs), one scoring round
+// of the emitted tokens, and waits after each. Penalties read the token counts as they
+// are at the call (drafts are not counted); nothing is recorded or advanced. A tree
+// that does not fit (rows outside the logits or shared, a parent that is not an
+// earlier node, more than MaxDraftSiblings children, a token outside the vocabulary)
+// fails with ErrDraft; the others are verified.
 func (s *Sampler) VerifyTree(logits Logits, params []Params, trees []DraftTree, res *Verified) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -159,7 +166,7 @@ func (s *Sampler) verify(logits Logits, params []Params, trees []DraftTree, res 
 	if s.topnErr != nil && !s.closed {
 		return s.topnErr // the draw round's topn; VerifyChainProbs needs none
 	}
-	v, err := s.startVerify(logits, params, trees, res)
+	v, err := s.startVerify(logits, params, trees, res, false)
 	if err != nil {
 		return err
 	}
@@ -175,7 +182,8 @@ func (s *Sampler) verify(logits Logits, params []Params, trees []DraftTree, res 
 
 // startVerify checks a verification call and every request in it (a bad request gets
 // its error in res.Errs) and lays out the call's state.
-func (s *Sampler) startVerify(logits Logits, params []Params, trees []DraftTree, res *Verified) (*verifyCall, error) {
+// probs says the call is VerifyChainProbs, which does not take filters.
+func (s *Sampler) startVerify(logits Logits, params []Params, trees []DraftTree, res *Verified, probs bool) (*verifyCall, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
@@ -206,7 +214,7 @@ func (s *Sampler) startVerify(logits Logits, params []Params, trees []DraftTree,
 	if s.scoreErr != nil {
 		return nil, s.scoreErr
 	}
-	v := &verifyCall{s: s, lg: logits, stride: stride, params: params, trees: trees, res: res}
+	v := &verifyCall{s: s, lg: logits, stride: stride, params: params, trees: trees, res: res, probs: probs}
 	v.check()
 	return v, nil
 }
@@ -219,16 +227,18 @@ type verifyCall struct {
 	params []Params
 	trees  []DraftTree
 	res    *Verified
+	probs  bool
 	// owner[r] is 1 + the request whose tree covers logits row r, 0 for none.
 	owner []int
 	seeds []uint64
-	// first[b] is request b's first entry in nodeLP, top, depth and kids (one per node,
-	// the root first): each draft node's processed log-probability under its parent's
-	// distribution (sampled requests), each node's arg-max (greedy ones), its depth and
-	// its child count.
+	// first[b] is request b's first entry in nodeLP, top, rec, depth and kids (one per
+	// node, the root first): each draft node's processed log-probability under its
+	// parent's distribution (unfiltered sampled requests), each node's arg-max (greedy
+	// ones) or draw (filtered ones) and the draw's record, its depth and its child count.
 	first  []int
 	nodeLP []float32
 	top    []int32
+	rec    []Logprob
 	depth  []int32
 	kids   []int32
 	// maxKids is the most children of a node of a sampled request.
@@ -242,6 +252,18 @@ type verifyCall struct {
 // greedyRequest reports whether request p verifies by arg-max.
 func greedyRequest(p Params, vocab int) bool {
 	return route(p, vocab, true) == RouteGreedy
+}
+
+// drawnRequest reports whether request p verifies by drawing each node's token on its
+// own route (a sampled request with filters) and following the child that has it.
+func drawnRequest(p Params, vocab int) bool {
+	return !greedyRequest(p, vocab) && filtered(p, vocab)
+}
+
+// byToken reports whether request p walks its tree by one token per node (its arg-max
+// or its draw) rather than by the acceptance rule.
+func byToken(p Params, vocab int) bool {
+	return greedyRequest(p, vocab) || filtered(p, vocab)
 }
 
 // nodeRow is the logits row of node n of request b: 0 the root, 1+i draft node i.
@@ -272,7 +294,7 @@ func (v *verifyCall) check() {
 		err := checkParams(b, p)
 		switch {
 		case err != nil:
-		case filtered(p, vocab):
+		case v.probs && drawnRequest(p, vocab):
 			err = fmt.Errorf("request %d: %w", b, ErrVerifyFiltered)
 		case len(tr.Parents) != nodes:
 			err = fmt.Errorf("request %d: %d parents for %d draft tokens: %w", b, len(tr.Parents), nodes, ErrDraft)
@@ -316,7 +338,8 @@ func (v *verifyCall) check() {
 	s.verifyDepth = resized(s.verifyDepth, total)
 	s.verifyKids = resized(s.verifyKids, total)
 	s.verifyTop = resized(s.verifyTop, total)
-	v.nodeLP, v.depth, v.kids, v.top = s.verifyLP, s.verifyDepth, s.verifyKids, s.verifyTop
+	s.verifyRec = resized(s.verifyRec, total)
+	v.nodeLP, v.depth, v.kids, v.top, v.rec = s.verifyLP, s.verifyDepth, s.verifyKids, s.verifyTop, s.verifyRec
 	clear(v.kids)
 	for b := range v.params {
 		if res.Errs[b] != nil {
@@ -333,7 +356,7 @@ func (v *verifyCall) check() {
 				res.Errs[b] = fmt.Errorf("request %d: node %d has %d children, at most %d: %w", b, j-1, v.kids[f+j], MaxDraftSiblings, ErrDraft)
 				break
 			}
-			if !greedyRequest(v.params[b], vocab) {
+			if !byToken(v.params[b], vocab) {
 				v.maxKids = max(v.maxKids, int(v.kids[f+j]))
 			}
 		}
@@ -408,38 +431,58 @@ func (v *verifyCall) child(b, n, j int) int {
 }
 
 // inRound reports whether node n of request b has a row in scoring round j: every node
-// of a greedy request in round 0 (its arg-max), a node of a sampled one while it has a
-// j-th child.
-func (v *verifyCall) inRound(b, n, j int, greedy bool) bool {
-	if greedy {
+// of a request that walks by token in round 0 (its arg-max or draw), a node of another
+// sampled one while it has a j-th child.
+func (v *verifyCall) inRound(b, n, j int, token bool) bool {
+	if token {
 		return j == 0
 	}
 	return int(v.kids[v.first[b]+n]) > j
 }
 
+// roundGroup is the launch group of request p's rows in a scoring round: arg-max, the
+// draw of its route, or the score of a child's token.
+func (v *verifyCall) roundGroup(p Params) int {
+	vocab := v.lg.Vocab
+	switch {
+	case greedyRequest(p, vocab):
+		return groupGumbel
+	case drawnRequest(p, vocab):
+		return groupOf(route(p, vocab, v.s.set.Gumbel))
+	}
+	return groupScore
+}
+
 // scoreRounds scores, in round j, the token of the j-th child of every node of the
-// sampled requests under that node's distribution, and takes in round 0 the arg-max of
-// every node of the greedy requests.
+// unfiltered sampled requests under that node's distribution, and takes in round 0 the
+// arg-max of every node of the greedy requests and the draw of every node of the
+// filtered ones.
 func (v *verifyCall) scoreRounds() error {
 	s, res, vocab := v.s, v.res, v.lg.Vocab
 	for j := 0; j == 0 || j < v.maxKids; j++ {
 		var groups [numGroups]int
+		maxRows := 0
 		for b, p := range v.params {
 			if res.Errs[b] != nil {
 				continue
 			}
-			greedy := greedyRequest(p, vocab)
+			token, g := byToken(p, vocab), v.roundGroup(p)
 			for n := range len(v.trees[b].Tokens) + 1 {
-				switch {
-				case !v.inRound(b, n, j, greedy):
-				case greedy:
-					groups[groupGumbel]++
-				default:
-					groups[groupScore]++
+				if !v.inRound(b, n, j, token) {
+					continue
+				}
+				groups[g]++
+				if g == groupFiltered && needsRowMax(p, vocab) {
+					maxRows++
 				}
 			}
 		}
-		rows := groups[groupGumbel] + groups[groupScore]
+		rows := 0
+		var next [numGroups]int
+		for g := range numGroups {
+			next[g] = rows
+			rows += groups[g]
+		}
 		if rows == 0 {
 			return nil
 		}
@@ -447,73 +490,90 @@ func (v *verifyCall) scoreRounds() error {
 		if err != nil {
 			return err
 		}
-		next := [numGroups]int{groupGumbel: 0, groupScore: groups[groupGumbel]}
 		masks := s.hostMasks[:0]
 		for b, p := range v.params {
 			if res.Errs[b] != nil {
 				continue
 			}
-			greedy := greedyRequest(p, vocab)
+			token, g := byToken(p, vocab), v.roundGroup(p)
+			r := RouteGumbel
+			if g != groupScore {
+				r = route(p, vocab, s.set.Gumbel)
+			}
 			for n := range len(v.trees[b].Tokens) + 1 {
-				if !v.inRound(b, n, j, greedy) {
+				if !v.inRound(b, n, j, token) {
 					continue
 				}
 				q, row := v.nodeParams(b, n), v.nodeRow(b, n)
 				m := v.maskRow(q, row, &masks)
 				flags := s.procs.flags(row, q) &^ abi.FlagRecord
-				if greedy {
-					putRowParams(host[next[groupGumbel]*RowParamsSize:], row, RouteGreedy, q, vocab, q.Seed, flags, 0, m)
-					next[groupGumbel]++
-					continue
+				if g != groupGumbel && g != groupScore && p.Logprobs {
+					flags |= abi.FlagLogprobs // a drawn node's token may be emitted
 				}
-				rec := host[next[groupScore]*RowParamsSize:]
-				putRowParams(rec, row, RouteGumbel, q, vocab, q.Seed, flags, 0, m)
-				binary.LittleEndian.PutUint32(rec[abi.TokenOffset:], uint32(v.trees[b].Tokens[v.child(b, n, j)]))
-				next[groupScore]++
+				rec := host[next[g]*RowParamsSize:]
+				putRowParams(rec, row, r, q, vocab, q.Seed, flags, 0, m)
+				if g == groupScore {
+					binary.LittleEndian.PutUint32(rec[abi.TokenOffset:], uint32(v.trees[b].Tokens[v.child(b, n, j)]))
+				}
+				next[g]++
 			}
 		}
 		s.hostMasks = masks[:0]
-		results, err := v.launch(groups, 1, host, masks)
+		pl := plan{logits: v.lg, stride: v.stride, draws: 1, groups: groups, maxRows: maxRows,
+			out: outLayout{rows: v.lg.Rows, draws: 1}}
+		results, err := v.launchPlan(&pl, host, masks)
 		if err != nil {
 			return err
 		}
-		le := binary.LittleEndian
-		out := outLayout{rows: v.lg.Rows, draws: 1}
-		for b, p := range v.params {
-			if res.Errs[b] != nil {
-				continue
-			}
-			f := v.first[b]
-			greedy := greedyRequest(p, vocab)
-			for n := range len(v.trees[b].Tokens) + 1 {
-				if !v.inRound(b, n, j, greedy) {
-					continue
-				}
-				row := v.nodeRow(b, n)
-				status := le.Uint32(results[out.status()+4*row:])
-				if greedy {
-					tok, err := rowResult(row, int32(le.Uint32(results[out.tokens()+4*row:])), status, vocab)
-					if err != nil {
-						res.Errs[b] = fmt.Errorf("request %d: %w", b, err)
-						break
-					}
-					v.top[f+n] = tok
-					continue
-				}
-				if _, err := rowResult(row, 0, status, vocab); err != nil {
-					res.Errs[b] = fmt.Errorf("request %d: %w", b, err)
-					break
-				}
-				c := v.child(b, n, j)
-				v.nodeLP[f+1+c] = math.Float32frombits(le.Uint32(results[out.logprobs()+16*row+4:]))
-			}
-		}
+		v.readRound(j, results)
 	}
 	return nil
 }
 
-// walk decides every request's path: greedy requests follow the arg-max, sampled ones
-// the acceptance rule; each ends at stop[b] with its rejected tokens listed.
+// readRound takes scoring round j's results: the arg-max or draw of every node of the
+// requests that walk by token, the log-probability of every scored child.
+func (v *verifyCall) readRound(j int, results []byte) {
+	res, vocab := v.res, v.lg.Vocab
+	le := binary.LittleEndian
+	f32 := func(off int) float32 { return math.Float32frombits(le.Uint32(results[off:])) }
+	out := outLayout{rows: v.lg.Rows, draws: 1}
+	for b, p := range v.params {
+		if res.Errs[b] != nil {
+			continue
+		}
+		f := v.first[b]
+		token := byToken(p, vocab)
+		for n := range len(v.trees[b].Tokens) + 1 {
+			if !v.inRound(b, n, j, token) {
+				continue
+			}
+			row := v.nodeRow(b, n)
+			status := le.Uint32(results[out.status()+4*row:])
+			if token {
+				tok, err := rowResult(row, int32(le.Uint32(results[out.tokens()+4*row:])), status, vocab)
+				if err != nil {
+					res.Errs[b] = fmt.Errorf("request %d: %w", b, err)
+					break
+				}
+				v.top[f+n] = tok
+				if r := out.logprobs() + 16*row; p.Logprobs && !greedyRequest(p, vocab) {
+					v.rec[f+n] = Logprob{Raw: f32(r), Processed: f32(r + 4), RawLSE: f32(r + 8), ProcessedLSE: f32(r + 12)}
+				}
+				continue
+			}
+			if _, err := rowResult(row, 0, status, vocab); err != nil {
+				res.Errs[b] = fmt.Errorf("request %d: %w", b, err)
+				break
+			}
+			c := v.child(b, n, j)
+			v.nodeLP[f+1+c] = f32(out.logprobs() + 16*row + 4)
+		}
+	}
+}
+
+// walk decides every request's path: greedy requests follow the arg-max, filtered ones
+// their draws, other sampled ones the acceptance rule; each ends at stop[b] with its
+// rejected tokens listed.
 func (v *verifyCall) walk() {
 	s, res, vocab := v.s, v.res, v.lg.Vocab
 	n := len(v.params)
@@ -525,14 +585,14 @@ func (v *verifyCall) walk() {
 			continue
 		}
 		tr, f := v.trees[b], v.first[b]
-		greedy := greedyRequest(p, vocab)
+		token := byToken(p, vocab)
 		startTok, startNode := len(res.flat), len(res.flatNodes)
 		cur := 0
 		v.rejStart[b] = len(rejected)
 	walk:
 		for {
 			kids := int(v.kids[f+cur])
-			if greedy {
+			if token {
 				top := v.top[f+cur]
 				for j := range kids {
 					c := v.child(b, cur, j)
@@ -573,7 +633,7 @@ func (v *verifyCall) walk() {
 		v.stop[b], v.rejEnd[b] = cur, len(rejected)
 		res.Accepted[b] = len(res.flatNodes) - startNode
 		res.Nodes[b] = res.flatNodes[startNode:len(res.flatNodes):len(res.flatNodes)]
-		if !greedy {
+		if !token {
 			res.flat = append(res.flat, -1) // the draw round's token
 		}
 		res.Tokens[b] = res.flat[startTok:len(res.flat):len(res.flat)]
@@ -582,13 +642,14 @@ func (v *verifyCall) walk() {
 	v.rejected = rejected
 }
 
-// drawRound draws the last token of every sampled request at the node where its walk
-// stopped: the first of its distinct Gumbel-max draws outside the rejected tokens.
+// drawRound draws the last token of every unfiltered sampled request at the node where
+// its walk stopped: the first of its distinct Gumbel-max draws outside the rejected
+// tokens.
 func (v *verifyCall) drawRound() error {
 	s, res, vocab := v.s, v.res, v.lg.Vocab
 	var groups [numGroups]int
 	for b, p := range v.params {
-		if res.Errs[b] == nil && !greedyRequest(p, vocab) {
+		if res.Errs[b] == nil && !byToken(p, vocab) {
 			groups[groupDistinct]++
 		}
 	}
@@ -602,7 +663,7 @@ func (v *verifyCall) drawRound() error {
 	masks := s.hostMasks[:0]
 	next := 0
 	for b, p := range v.params {
-		if res.Errs[b] != nil || greedyRequest(p, vocab) {
+		if res.Errs[b] != nil || byToken(p, vocab) {
 			continue
 		}
 		q, row := v.nodeParams(b, v.stop[b]), v.nodeRow(b, v.stop[b])
@@ -620,7 +681,7 @@ func (v *verifyCall) drawRound() error {
 	le := binary.LittleEndian
 	out := outLayout{rows: v.lg.Rows, draws: 1}
 	for b, p := range v.params {
-		if res.Errs[b] != nil || greedyRequest(p, vocab) {
+		if res.Errs[b] != nil || byToken(p, vocab) {
 			continue
 		}
 		row := v.nodeRow(b, v.stop[b])
@@ -659,62 +720,67 @@ func (v *verifyCall) drawRound() error {
 }
 
 // recordRound scores every emitted token of the requests that ask for log-probabilities
-// (Params.Logprobs) at its position's row: one more round, only when asked.
+// (Params.Logprobs) at its position's row: one more round, only when asked. A filtered
+// request's tokens are its nodes' draws, whose records the draws wrote already.
 func (v *verifyCall) recordRound() error {
 	s, res, vocab := v.s, v.res, v.lg.Vocab
 	var groups [numGroups]int
-	for b, p := range v.params {
-		if res.Errs[b] == nil && p.Logprobs {
-			groups[groupScore] += len(res.Tokens[b])
-		}
-	}
-	if groups[groupScore] == 0 {
-		return nil
-	}
-	host, err := s.scratch.paramsHost.bytes(s.dev, groups[groupScore]*RowParamsSize)
-	if err != nil {
-		return err
-	}
-	masks := s.hostMasks[:0]
-	next := 0
+	records := 0
 	for b, p := range v.params {
 		if res.Errs[b] != nil || !p.Logprobs {
 			continue
 		}
-		for i, tok := range res.Tokens[b] {
-			n := 0 // the root emits the first token; node Nodes[b][i-1] the next
-			if i > 0 {
-				n = int(res.Nodes[b][i-1]) + 1
-			}
-			q, row := v.nodeParams(b, n), v.nodeRow(b, n)
-			if greedyRequest(p, vocab) {
-				q.Temperature = 0 // scored at 1, as greedy records are
-			}
-			m := v.maskRow(q, row, &masks)
-			rec := host[next*RowParamsSize:]
-			putRowParams(rec, row, RouteGumbel, q, vocab, q.Seed, s.procs.flags(row, q)&^abi.FlagRecord, 0, m)
-			binary.LittleEndian.PutUint32(rec[abi.TokenOffset:], uint32(tok))
-			next++
+		records += len(res.Tokens[b])
+		if !drawnRequest(p, vocab) {
+			groups[groupScore] += len(res.Tokens[b])
 		}
 	}
-	s.hostMasks = masks[:0]
-	results, err := v.launch(groups, 1, host, masks)
-	if err != nil {
-		return err
+	if records == 0 {
+		return nil
+	}
+	var results []byte
+	if groups[groupScore] > 0 {
+		host, err := s.scratch.paramsHost.bytes(s.dev, groups[groupScore]*RowParamsSize)
+		if err != nil {
+			return err
+		}
+		masks := s.hostMasks[:0]
+		next := 0
+		for b, p := range v.params {
+			if res.Errs[b] != nil || !p.Logprobs || drawnRequest(p, vocab) {
+				continue
+			}
+			for i, tok := range res.Tokens[b] {
+				q, row := v.nodeParams(b, v.emitter(b, i)), v.nodeRow(b, v.emitter(b, i))
+				if greedyRequest(p, vocab) {
+					q.Temperature = 0 // scored at 1, as greedy records are
+				}
+				m := v.maskRow(q, row, &masks)
+				rec := host[next*RowParamsSize:]
+				putRowParams(rec, row, RouteGumbel, q, vocab, q.Seed, s.procs.flags(row, q)&^abi.FlagRecord, 0, m)
+				binary.LittleEndian.PutUint32(rec[abi.TokenOffset:], uint32(tok))
+				next++
+			}
+		}
+		s.hostMasks = masks[:0]
+		if results, err = v.launch(groups, 1, host, masks); err != nil {
+			return err
+		}
 	}
 	le := binary.LittleEndian
 	f32 := func(off int) float32 { return math.Float32frombits(le.Uint32(results[off:])) }
 	out := outLayout{rows: v.lg.Rows, draws: 1}
-	res.flatLogprobs = resized(res.flatLogprobs, groups[groupScore])[:0]
+	res.flatLogprobs = resized(res.flatLogprobs, records)[:0]
 	for b, p := range v.params {
 		if res.Errs[b] != nil || !p.Logprobs {
 			continue
 		}
 		start := len(res.flatLogprobs)
 		for i := range res.Tokens[b] {
-			n := 0
-			if i > 0 {
-				n = int(res.Nodes[b][i-1]) + 1
+			n := v.emitter(b, i)
+			if drawnRequest(p, vocab) {
+				res.flatLogprobs = append(res.flatLogprobs, v.rec[v.first[b]+n])
+				continue
 			}
 			row := v.nodeRow(b, n)
 			lp := nanLogprob
@@ -727,4 +793,13 @@ func (v *verifyCall) recordRound() error {
 		res.Logprobs[b] = res.flatLogprobs[start:len(res.flatLogprobs):len(res.flatLogprobs)]
 	}
 	return nil
+}
+
+// emitter is the node that emits request b's i-th token: the root the first, then each
+// accepted node the next.
+func (v *verifyCall) emitter(b, i int) int {
+	if i == 0 {
+		return 0
+	}
+	return int(v.res.Nodes[b][i-1]) + 1
 }

@@ -55,7 +55,7 @@ func (s *Sampler) VerifyChainProbs(logits, draft Logits, params []Params, drafts
 		// The kernel finds a chain's start within its launch.
 		return fmt.Errorf("%w: %d draft positions in one call, at most %d", ErrShape, positions, maxRowsPerLaunch)
 	}
-	v, err := s.startVerify(logits, params, s.chainTrees(drafts), res)
+	v, err := s.startVerify(logits, params, s.chainTrees(drafts), res, true)
 	if err != nil {
 		return err
 	}

@@ -15,13 +15,14 @@ import (
 )
 
 // verifyLawCase is one target/draft pair of the verification law: the target's logits at
-// the K+1 positions, the draft tokens, the temperature and an optional bitmask for
-// position 0.
+// the K+1 positions, the draft tokens, the temperature, its filters and an optional
+// bitmask for position 0.
 type verifyLawCase struct {
 	name   string
 	rows   [][]float32
 	draft  []int32
 	t      float32
+	f      statistical.Filter
 	mask0  []int32 // allowed tokens at position 0, nil for all
 	vocab  int
 	seed   uint64
@@ -39,7 +40,28 @@ func verifyLawCases() []verifyLawCase {
 			rows: [][]float32{row(3, 1, 0, -1, 0.5, -2), row(0, 0.5, 2.5, 1, -1, 0), row(1, 1, 1, 0, 0, 0)}},
 		{name: "no draft", vocab: 6, t: 1, draft: nil,
 			rows: [][]float32{row(2, 1, 0, -1, 0.5, -2)}},
+		{name: "top-k 3, first draft outside the kept set", vocab: 6, t: 1, draft: []int32{3, 1},
+			f: statistical.Filter{TopK: 3}, reject: true,
+			rows: [][]float32{row(2, 1, 0, -1, 0.5, -2), row(0, 0.5, 2.5, 1, -1, 0), row(1, 1, 1, 0, 0, 0)}},
+		{name: "top-p 0.8", vocab: 6, t: 1, draft: []int32{1, 2},
+			f:    statistical.Filter{TopP: 0.8},
+			rows: [][]float32{row(2, 1, 0, -1, 0.5, -2), row(0, 0.5, 2.5, 1, -1, 0), row(1, 1, 1, 0, 0, 0)}},
+		{name: "top-k 4, min-p 0.2", vocab: 6, t: 0.8, draft: []int32{0, 3},
+			f:    statistical.Filter{TopK: 4, MinP: 0.2},
+			rows: [][]float32{row(2, 1, 0, -1, 0.5, -2), row(0, 0.5, 2.5, 1.8, -1, 0), row(1, 1, 1, 0, 0, 0)}},
 	}
+}
+
+// law is the target's law at position j of case lc, with only the tokens allowed listed
+// (nil: all).
+func (lc verifyLawCase) law(t *testing.T, j int, allowed []int32) []float64 {
+	if lc.f == (statistical.Filter{}) {
+		return softmaxMasked(lc.rows[j], lc.t, allowed)
+	}
+	require.Nil(t, allowed, "a case has filters or a mask")
+	p, err := statistical.Probabilities(lc.rows[j], lc.t, lc.f)
+	require.NoError(t, err, lc.name)
+	return p
 }
 
 // softmaxMasked is softmax(x/t) over the allowed tokens (nil: all).
@@ -75,8 +97,8 @@ func softmaxMasked(x []float32, t float32, allowed []int32) []float64 {
 // the target at position 0; the number of accepted drafts follows its exact law,
 // Π a_j (1 - a_k) with a_j the target's probability of draft j; and after an accepted
 // first draft the second token follows the target at position 1.
-func checkVerifyLaw(t *testing.T, dev runtime.Device, lc verifyLawCase, n int) {
-	s, err := sampler.New(dev, sampler.Options{Seed: 5})
+func checkVerifyLaw(t *testing.T, dev runtime.Device, lc verifyLawCase, gumbel sampler.Switch, n int) {
+	s, err := sampler.New(dev, sampler.Options{Seed: 5, Gumbel: gumbel})
 	require.NoError(t, err)
 	defer s.Close()
 	k := len(lc.draft)
@@ -84,14 +106,14 @@ func checkVerifyLaw(t *testing.T, dev runtime.Device, lc verifyLawCase, n int) {
 	rows := perCall * (k + 1)
 	lg := upload(t, dev, repeatRows(lc.rows, perCall), rows, lc.vocab)
 	mask := firstMask(lc.vocab, k, lc.mask0)
-	p0 := softmaxMasked(lc.rows[0], lc.t, lc.mask0)
+	p0 := lc.law(t, 0, lc.mask0)
 	a := make([]float64, k)
 	for j := range k {
 		allowed := []int32(nil)
 		if j == 0 {
 			allowed = lc.mask0
 		}
-		a[j] = softmaxMasked(lc.rows[j], lc.t, allowed)[lc.draft[j]]
+		a[j] = lc.law(t, j, allowed)[lc.draft[j]]
 	}
 
 	first := make([]int64, lc.vocab)
@@ -102,7 +124,8 @@ func checkVerifyLaw(t *testing.T, dev runtime.Device, lc verifyLawCase, n int) {
 	var res sampler.Verified
 	for call := 0; call*perCall < n; call++ {
 		for b := range params {
-			params[b] = sampler.Params{Temperature: lc.t, Seed: uint64(1 + call*perCall + b), Step: 40}
+			params[b] = sampler.Params{Temperature: lc.t, TopK: lc.f.TopK, TopP: lc.f.TopP, MinP: lc.f.MinP,
+				Seed: uint64(1 + call*perCall + b), Step: 40}
 			drafts[b] = sampler.Draft{Tokens: lc.draft, Row: b * (k + 1), Bitmasks: mask}
 		}
 		require.NoError(t, s.VerifyChain(lg, params, drafts, &res))
@@ -119,7 +142,7 @@ func checkVerifyLaw(t *testing.T, dev runtime.Device, lc verifyLawCase, n int) {
 	assertLaws(t, lc.name, []lawCheck{
 		{"first token", p0, first},
 		{"accepted drafts", lengthLaw(a), lengths},
-		{"second token", softmaxMasked(lc.rows[min(1, len(lc.rows)-1)], lc.t, nil), second},
+		{"second token", lc.law(t, min(1, len(lc.rows)-1), nil), second},
 	})
 	if lc.reject {
 		assert.Equal(t, int64(n), lengths[0], "an impossible draft is never accepted")
@@ -192,7 +215,8 @@ func assertLaws(t *testing.T, name string, checks []lawCheck) {
 	}
 }
 
-// TestVerifyChainLaw is the verification law on the CPU device.
+// TestVerifyChainLaw is the verification law on the CPU device; the filtered cases also
+// with the Gumbel switch off, which draws their nodes on the categorical route.
 func TestVerifyChainLaw(t *testing.T) {
 	dev, err := cpu.Open()
 	require.NoError(t, err)
@@ -202,7 +226,10 @@ func TestVerifyChainLaw(t *testing.T) {
 		n = 5_000
 	}
 	for _, lc := range verifyLawCases() {
-		t.Run(lc.name, func(t *testing.T) { checkVerifyLaw(t, dev, lc, n) })
+		t.Run(lc.name, func(t *testing.T) { checkVerifyLaw(t, dev, lc, sampler.On, n) })
+		if lc.f != (statistical.Filter{}) {
+			t.Run(lc.name+"/categorical", func(t *testing.T) { checkVerifyLaw(t, dev, lc, sampler.Off, n) })
+		}
 	}
 }
 
@@ -305,7 +332,7 @@ func TestVerifyChainBatchInvariant(t *testing.T) {
 func TestVerifyChainErrors(t *testing.T) {
 	const vocab = 10
 	s, lg := verifySetup(t, make([]float32, 12*vocab), 12, vocab)
-	params := []sampler.Params{{Temperature: 1}, {Temperature: 1, TopP: 0.5}, {Temperature: 1}, {Temperature: 1}, {Temperature: 1}, {Temperature: 1}}
+	params := []sampler.Params{{Temperature: 1}, {Temperature: 1, TopP: 0.5, TopK: -1}, {Temperature: 1}, {Temperature: 1}, {Temperature: 1}, {Temperature: 1}}
 	drafts := []sampler.Draft{
 		{Tokens: []int32{1}, Row: 0},
 		{Tokens: []int32{1}, Row: 2},
@@ -317,7 +344,7 @@ func TestVerifyChainErrors(t *testing.T) {
 	var res sampler.Verified
 	require.NoError(t, s.VerifyChain(lg, params, drafts, &res))
 	assert.NoError(t, res.Errs[0])
-	assert.ErrorIs(t, res.Errs[1], sampler.ErrVerifyFiltered)
+	assert.ErrorIs(t, res.Errs[1], sampler.ErrTopK)
 	assert.ErrorIs(t, res.Errs[2], sampler.ErrDraft)
 	assert.ErrorIs(t, res.Errs[3], sampler.ErrDraft)
 	assert.ErrorIs(t, res.Errs[4], sampler.ErrDraft)
@@ -493,4 +520,90 @@ func normalLogits(seed uint64, n int, spread float64) []float32 {
 		out[i] = float32(rng.NormFloat64() * spread)
 	}
 	return out
+}
+
+// TestVerifyFilteredIsSampling: a filtered request's verification emits, token for token
+// and record for record, what Sample draws step by step at the positions of its path,
+// and accepts exactly the drafts that equal those draws; in chains and trees, beside
+// unfiltered and greedy requests, with the Gumbel switch on and off.
+func TestVerifyFilteredIsSampling(t *testing.T) {
+	const vocab, k, requests = 48, 4, 8
+	rows := requests * (k + 1)
+	logits := normalLogits(11, rows*vocab, 1.5)
+	filters := []sampler.Params{
+		{TopK: 5}, {TopP: 0.7}, {MinP: 0.3}, {TopK: 12, TopP: 0.9, MinP: 0.05}, {TopP: 0.8, MinP: 0.1},
+	}
+	for _, gumbel := range []sampler.Switch{sampler.On, sampler.Off} {
+		dev, err := cpu.Open()
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = dev.Close() })
+		s, err := sampler.New(dev, sampler.Options{Seed: 9, Gumbel: gumbel})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		lg := upload(t, dev, logits, rows, vocab)
+		// sampleAt is Sample's token and record for request p at logits row r, step offset d.
+		sampleAt := func(p sampler.Params, r, d int) (int32, sampler.Logprob) {
+			one := sampler.Logits{Data: lg.Data, Offset: 4 * r * vocab, DType: sampler.Float32, Rows: 1, Vocab: vocab}
+			p.Step += uint64(d)
+			var out sampler.Result
+			require.NoError(t, s.Sample(one, []sampler.Params{p}, &out))
+			require.NoError(t, out.Errs[0])
+			if !p.Logprobs {
+				return out.Tokens[0], sampler.Logprob{}
+			}
+			return out.Tokens[0], out.Logprobs[0]
+		}
+		params := make([]sampler.Params, requests)
+		drafts := make([]sampler.Draft, requests)
+		for b := range requests {
+			p := filters[b%len(filters)]
+			p.Temperature, p.Seed, p.Step, p.Logprobs = 0.9, uint64(30+b), 12, true
+			switch b {
+			case 6:
+				p = sampler.Params{Temperature: 0.9, Seed: 36, Step: 12} // unfiltered
+			case 7:
+				p = sampler.Params{TopP: 0.5, Logprobs: true} // greedy, filters ignored
+			}
+			params[b] = p
+			// Drafts that follow Sample's draws for b%4 positions, then one that differs.
+			d := make([]int32, k)
+			for j := range k {
+				tok, _ := sampleAt(p, b*(k+1)+j, j)
+				d[j] = tok
+				if j == b%4 {
+					d[j] = (tok + 1) % vocab
+				}
+			}
+			drafts[b] = sampler.Draft{Tokens: d, Row: b * (k + 1)}
+		}
+		var res sampler.Verified
+		require.NoError(t, s.VerifyChain(lg, params, drafts, &res))
+		for b := range requests - 2 {
+			require.NoError(t, res.Errs[b])
+			assert.Equal(t, b%4, res.Accepted[b], "request %d accepts the drafts equal to the draws", b)
+			require.Len(t, res.Tokens[b], res.Accepted[b]+1)
+			for i, tok := range res.Tokens[b] {
+				want, rec := sampleAt(params[b], b*(k+1)+i, i)
+				assert.Equal(t, want, tok, "request %d token %d (switch %v)", b, i, gumbel)
+				assert.Equal(t, rec, res.Logprobs[b][i], "request %d record %d", b, i)
+			}
+		}
+		require.NoError(t, res.Errs[6])
+		require.NoError(t, res.Errs[7])
+
+		// The same request as a tree: node 0 has two children, the second holding the
+		// token drawn at node 0, which is followed; node 2's row draws the last token.
+		b := 2
+		p := params[b]
+		first, _ := sampleAt(p, b*(k+1), 0)
+		second, _ := sampleAt(p, b*(k+1)+1, 1) // node 0's row: its children's position
+		tree := sampler.DraftTree{Tokens: []int32{first, (second + 1) % vocab, second},
+			Parents: []int32{-1, 0, 0}, Row: b * (k + 1)}
+		var tr sampler.Verified
+		require.NoError(t, s.VerifyTree(lg, []sampler.Params{p}, []sampler.DraftTree{tree}, &tr))
+		require.NoError(t, tr.Errs[0])
+		assert.Equal(t, []int32{0, 2}, tr.Nodes[0], "the tree follows the drawn sibling")
+		third, _ := sampleAt(p, b*(k+1)+3, 2)
+		assert.Equal(t, []int32{first, second, third}, tr.Tokens[0])
+	}
 }
