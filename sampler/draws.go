@@ -46,7 +46,8 @@ func (s *Sampler) SampleNFloat32(logits []float32, vocab int, params []Params, n
 // draw without replacement). A row with fewer than n tokens of finite processed logit
 // gets ErrTooFewTokens. Tokens land at res.Tokens[i*n+j] (res.Draws = n). With
 // Params.Logprobs, res.Logprobs[i*n+j].Processed is each token's processed
-// log-probability; the other three fields are NaN. Params.TopLogprobs works as in
+// log-probability (NaN where the scaled logits overflow float32, as in Sample's
+// record); the other three fields are NaN. Params.TopLogprobs works as in
 // Sample. The draws are not counted for penalties: they are candidates, and the caller
 // decides which one the row keeps.
 func (s *Sampler) SampleDistinct(logits Logits, params []Params, n int, res *Result) error {

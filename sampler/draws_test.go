@@ -164,6 +164,52 @@ func TestSampleDistinct(t *testing.T) {
 	}
 }
 
+// TestSampleDistinctExactScores: rows whose |x/T| lies beyond what a float32 score
+// resolves (kernelsrc/ABI.md, "topn") draw without replacement exactly. A flat row of 1e7
+// shows every order of its four tokens and begins with Sample's token; a tie of two
+// logits at T = 1e-30 draws the tied pair first in both orders; ±MaxFloat32 at a
+// temperature where x/T overflows draws the positive pair first, its log-probabilities
+// NaN as in Sample's record, not an error.
+func TestSampleDistinctExactScores(t *testing.T) {
+	dev := openCPU(t)
+	const vocab, steps = 4, 300
+	maxF := float32(math.MaxFloat32)
+	for _, c := range []struct {
+		name   string
+		row    []float32
+		temp   float32
+		first  []int32 // the tokens the first two draws take, in either order
+		orders int     // distinct lists over the steps
+	}{
+		{"flat 1e7", []float32{1e7, 1e7, 1e7, 1e7}, 1, nil, 24},
+		{"tie at T = 1e-30", []float32{25, 3, 25, 1}, 1e-30, []int32{0, 2}, 2},
+		{"±MaxFloat32 at T = 0.5", []float32{-maxF, maxF, -maxF, maxF}, 0.5, []int32{1, 3}, 4},
+	} {
+		for _, opts := range []Options{{Seed: 5}, {Seed: 6, Policy: &forcedSplit, Split: On}} {
+			t.Run(fmt.Sprintf("%s/seed=%d", c.name, opts.Seed), func(t *testing.T) {
+				s := newSampler(t, dev, opts)
+				params := []Params{{Temperature: c.temp, Seed: 3, HasSeed: true, Logprobs: true}}
+				orders := map[string]bool{}
+				var res, single Result
+				for k := range steps {
+					params[0].Step = uint64(k)
+					require.NoError(t, s.SampleDistinctFloat32(c.row, vocab, params, vocab, &res))
+					require.NoError(t, res.Errs[0], "step %d", k)
+					require.NoError(t, s.SampleFloat32(c.row, vocab, params, &single))
+					require.NoError(t, single.Errs[0], "step %d", k)
+					require.Equal(t, single.Tokens[0], res.Tokens[0], "step %d: the first draw is Sample's token", k)
+					require.ElementsMatch(t, []int32{0, 1, 2, 3}, res.Tokens, "step %d", k)
+					if c.first != nil {
+						require.ElementsMatch(t, c.first, res.Tokens[:2], "step %d", k)
+					}
+					orders[fmt.Sprint(res.Tokens)] = true
+				}
+				assert.Len(t, orders, c.orders, "lists seen: %v", orders)
+			})
+		}
+	}
+}
+
 func TestSampleDistinctRowErrors(t *testing.T) {
 	dev := openCPU(t)
 	s := newSampler(t, dev, Options{Seed: 1})

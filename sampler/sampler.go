@@ -967,13 +967,14 @@ func rowResult(row int, token int32, status uint32, vocab int) (int32, error) {
 }
 
 // distinctResult turns entry j of a row's perturbed topn list into its token and error:
-// NaN marks a row with NaN or +Inf, or with token abi.TopNRefused one the kernel refused;
-// -1 a slot past the row's finite processed logits.
+// NaN with token -1 marks a row with NaN or +Inf, with token abi.TopNRefused one the
+// kernel refused; -1 otherwise a slot past the row's finite processed logits. A token
+// with a NaN value is a draw whose log-probability overflowed (x'/T beyond float32).
 func distinctResult(row, j int, token int32, value float32, vocab int) (int32, error) {
 	switch {
 	case value != value && token == abi.TopNRefused:
 		return -1, kernelRejected(row)
-	case value != value:
+	case value != value && token == -1:
 		return -1, fmt.Errorf("row %d: %w", row, ErrNonFiniteLogit)
 	case token == -1 && j == 0:
 		return -1, fmt.Errorf("row %d: %w", row, ErrNoFiniteLogit)

@@ -238,6 +238,20 @@ func newProbsFixture(t testing.TB, dev runtime.Device, requests, k, vocab int, t
 	return f
 }
 
+// sampleAt is the token Sample draws for request b at its chain's position pos: the
+// draft's row and step there.
+func (f probsFixture) sampleAt(t *testing.T, s *sampler.Sampler, b, pos int) int32 {
+	t.Helper()
+	vocab := f.lg.Vocab
+	p := f.params[b]
+	p.Step += uint64(pos)
+	row := f.drafts[b].Row + pos
+	var r sampler.Result
+	require.NoError(t, s.SampleFloat32(f.logits[row*vocab:(row+1)*vocab], vocab, []sampler.Params{p}, &r))
+	require.NoError(t, r.Errs[0])
+	return r.Tokens[0]
+}
+
 // cpuVerifier opens the CPU device and a sampler on it for one test.
 func cpuVerifier(t *testing.T) (runtime.Device, *sampler.Sampler) {
 	dev, err := cpu.Open()
@@ -289,15 +303,7 @@ func TestVerifyChainProbsEdges(t *testing.T) {
 	dev, s := cpuVerifier(t)
 	const requests, k, vocab = 4, 3, 40
 	f := newProbsFixture(t, dev, requests, k, vocab, 0.9)
-	sampleAt := func(b, pos int) int32 {
-		p := f.params[b]
-		p.Step += uint64(pos)
-		row := f.drafts[b].Row + pos
-		var r sampler.Result
-		require.NoError(t, s.SampleFloat32(f.logits[row*vocab:(row+1)*vocab], vocab, []sampler.Params{p}, &r))
-		require.NoError(t, r.Errs[0])
-		return r.Tokens[0]
-	}
+	sampleAt := func(b, pos int) int32 { return f.sampleAt(t, s, b, pos) }
 
 	zeros := upload(t, dev, make([]float32, requests*k*vocab), requests*k, vocab)
 	var res sampler.Verified
@@ -329,6 +335,41 @@ func TestVerifyChainProbsEdges(t *testing.T) {
 	require.NoError(t, s.VerifyChainProbs(f.lg, f.draft, greedy, f.drafts, &res))
 	assert.Equal(t, want.Tokens, res.Tokens)
 	assert.Equal(t, want.Accepted, res.Accepted)
+}
+
+// TestVerifyChainProbsExactScores: on rows whose |x/T| lies beyond what a float32 score
+// resolves (a flat row of 1e7 at T = 1, where only the noise decides), the draws from
+// the target are Sample's, which the exact comparison finishes (kernelsrc/ABI.md,
+// "residual"): the bonus token after every draft accepted, and the token of a rejected
+// position whose residual holds no mass. The noise, not the lowest index, picks them.
+func TestVerifyChainProbsExactScores(t *testing.T) {
+	dev, s := cpuVerifier(t)
+	const requests, k, vocab = 12, 2, 40
+	f := newProbsFixture(t, dev, requests, k, vocab, 1)
+	for i := range f.logits {
+		f.logits[i] = 1e7
+	}
+	f.lg = upload(t, dev, f.logits, requests*(k+1), vocab)
+	ones := make([]float32, requests*k*vocab)
+	for i := range ones {
+		ones[i] = 1
+	}
+	drawn := map[int32]bool{}
+	for _, c := range []struct {
+		name  string
+		draft []float32
+	}{{"every draft accepted", make([]float32, requests*k*vocab)}, {"empty residual", ones}} {
+		var res sampler.Verified
+		require.NoError(t, s.VerifyChainProbs(f.lg, upload(t, dev, c.draft, requests*k, vocab), f.params, f.drafts, &res))
+		for b := range requests {
+			require.NoError(t, res.Errs[b])
+			a := res.Accepted[b]
+			tok := res.Tokens[b][a]
+			assert.Equal(t, f.sampleAt(t, s, b, a), tok, "%s: request %d: the drawn token is Sample's", c.name, b)
+			drawn[tok] = true
+		}
+	}
+	assert.Greater(t, len(drawn), requests, "tokens drawn from flat rows of 1e7")
 }
 
 // TestVerifyChainProbsErrors: a draft matrix that does not fit is the call's error; a

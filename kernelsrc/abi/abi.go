@@ -236,9 +236,9 @@ const (
 	// ExactScale: an element whose fl(x'·invT) has at least this magnitude is valued
 	// x'·invT + g exactly, which a float32 score cannot hold (ABI.md, "Exact scores").
 	ExactScale float32 = 4096
-	// ExactLimit: a gumbel_argmax draw whose winning score has at least this magnitude
-	// (ExactScale less the noise's range and a margin) ends with StatusExact, greedy or
-	// not.
+	// ExactLimit: a draw whose winning score has at least this magnitude (ExactScale less
+	// the noise's range and a margin) needs the exact comparison: gumbel_argmax ends it
+	// with StatusExact, greedy or not; perturbed topn and residual finish it themselves.
 	ExactLimit float32 = 4032
 )
 

@@ -20,12 +20,19 @@ __device__ __forceinline__ gb_i32 gb_finish(gb_i32* tokens, gb_i32* status, gb_u
     return st;
 }
 
-// gb_exact_needed reports a gumbel_argmax draw of status 0 whose winning score reaches
-// GB_EXACT_LIMIT in magnitude (ABI.md, "Exact scores"): the caller then rewrites its
-// status to 5 (GB_STATUS_EXACT), after its token and record, for gumbel_exact. It reads
-// only the key, so that the finishing thread needs nothing it did not hold already.
+// gb_key_inexact reports a packed key whose score reaches GB_EXACT_LIMIT in magnitude,
+// where a float32 score may no longer hold the noise (ABI.md, "Exact scores"): its draw
+// needs the exact comparison.
+__device__ __forceinline__ bool gb_key_inexact(gb_u64 key) {
+    return !(fabsf(gb_orderkey_inverse((gb_u32)(key >> 32))) < GB_EXACT_LIMIT);
+}
+
+// gb_exact_needed reports a gumbel_argmax draw of status 0 whose winning key is inexact:
+// the caller then rewrites its status to 5 (GB_STATUS_EXACT), after its token and record,
+// for gumbel_exact. It reads only the key, so that the finishing thread needs nothing it
+// did not hold already.
 __device__ __forceinline__ bool gb_exact_needed(gb_i32 st, gb_u64 key) {
-    return st == GB_STATUS_OK && !(fabsf(gb_orderkey_inverse((gb_u32)(key >> 32))) < GB_EXACT_LIMIT);
+    return st == GB_STATUS_OK && gb_key_inexact(key);
 }
 
 // gb_shard_key is a FlagShard draw's shard key (ABI.md, "Vocabulary shards"): its

@@ -4,6 +4,8 @@
 // answer. gumbel_argmax leaves a draw whose winning score reaches GB_EXACT_LIMIT with
 // status 5; this kernel, one block per row taking its draws in turn, scans the row again
 // and finishes them. It is a kernel of its own so that the main scan keeps its registers.
+// topn and residual finish their rare rows with the same comparison, in their last block
+// (gb_exact_best).
 
 // gb_exact is an element's value: its float32 score s, or (exact) x' * invT + g.
 struct gb_exact {
@@ -128,10 +130,80 @@ __device__ __forceinline__ gb_exact gb_exact_warp(gb_exact v, float invT) {
     return v;
 }
 
-// gb_exact_draw finishes draw z of a row left with status 5 (output slot o): each thread
-// takes groups of four (one Philox block) across the whole row, keeping its best value by
-// the exact comparison and the record's two log-sum-exps, and the block merges them. The
-// block's threads all call it.
+// gb_exact_block returns to every thread the block's best value (s_win: a value per
+// warp). The block's threads all call it.
+__device__ __forceinline__ gb_exact gb_exact_block(gb_exact v, float invT, gb_exact* s_win) {
+    v = gb_exact_warp(v, invT);
+    if (gb_lane() == 0u) {
+        s_win[gb_warp()] = v;
+    }
+    __syncthreads();
+    v = s_win[0];
+    for (gb_u32 k = 1u; k < gb_num_warps(); ++k) {
+        if (gb_exact_above(s_win[k], v, invT)) {
+            v = s_win[k];
+        }
+    }
+    __syncthreads(); // s_win is read before a later call writes it
+    return v;
+}
+
+// gb_exact_scan is a thread's part of a pass over the whole row at the given step: groups
+// of four (one Philox block) 4 * blockDim.x elements apart, keeping the best value by the
+// exact comparison among the elements whose x' is finite and whose value lies below
+// bound's (none: no bound); with logp it also adds the elements to the record's raw and
+// processed log-sum-exps.
+template <int KIND>
+__device__ __forceinline__ gb_exact gb_exact_scan(const typename gb_io<KIND>::elem* row, const gb_row_params& p,
+                                                  const gb_processor& pc, gb_u32 vocab, float invT, gb_u32 step_lo,
+                                                  gb_u32 step_hi, const gb_exact& bound, bool logp, gb_lse& raw,
+                                                  gb_lse& proc) {
+    gb_exact best = gb_exact_none();
+    for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += 4u * blockDim.x) {
+        float x[4], y[4];
+        const gb_u32 n = gb_load_group<KIND>(row, g, vocab, false, x);
+        gb_u32 w[4], t[4] = {0u, 0u, 0u, 0u};
+        gb_philox(g >> 2, step_lo, step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
+        if (w[0] < GB_TAIL_THRESHOLD || w[1] < GB_TAIL_THRESHOLD || w[2] < GB_TAIL_THRESHOLD ||
+            w[3] < GB_TAIL_THRESHOLD) {
+            gb_philox(g >> 2, step_lo, step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi, t);
+        }
+#pragma unroll
+        for (gb_u32 j = 0; j < 4u; ++j) {
+            const float xp = j < n ? gb_processed(pc, x[j], g + j) : -gb_inf();
+            y[j] = __fmul_rn(xp, invT);
+            if (fabsf(xp) < gb_inf()) { // -Inf never wins; NaN and +Inf end the row with status 1
+                const gb_exact v = gb_exact_of(xp, invT, gb_gumbel(w[j], t[j]), g + j);
+                if (gb_exact_above(v, best, invT) &&
+                    (bound.idx == 0xFFFFFFFFu || gb_exact_above(bound, v, invT))) {
+                    best = v;
+                }
+            }
+        }
+        if (logp) {
+            gb_lse_add4(raw, x, gb_max4(x));
+            gb_lse_add4(proc, y, gb_max4(y));
+        }
+    }
+    return best;
+}
+
+// gb_exact_best returns to every thread the row's largest value at the row's own step
+// (draw 0) below bound (none: no bound), by the exact comparison; none where there is
+// no such element. topn and residual finish their rare rows with it. The block's threads
+// all call it.
+template <int KIND>
+__device__ __forceinline__ gb_exact gb_exact_best(const typename gb_io<KIND>::elem* row, const gb_row_params& p,
+                                                  const gb_processor& pc, gb_u32 vocab, float invT,
+                                                  const gb_exact& bound, gb_exact* s_win) {
+    gb_lse unused;
+    const gb_exact v = gb_exact_scan<KIND>(row, p, pc, vocab, invT, p.step_lo, p.step_hi, bound, false, unused, unused);
+    return gb_exact_block(v, invT, s_win);
+}
+
+// gb_exact_draw finishes draw z of a row left with status 5 (output slot o): the block
+// takes the row's best value and the record's two log-sum-exps in one pass. The block's
+// threads all call it.
 template <int KIND>
 __device__ __forceinline__ void gb_exact_draw(const typename gb_io<KIND>::elem* row, const gb_row_params& p,
                                               const gb_processor& pc, gb_u32 z, gb_u64 o, gb_i32* tokens,
@@ -147,61 +219,23 @@ __device__ __forceinline__ void gb_exact_draw(const typename gb_io<KIND>::elem* 
     }
     const float invT = 1.0f / p.temperature;
     const bool logp = (p.flags & GB_FLAG_LOGPROBS) != 0u;
-    gb_exact best = gb_exact_none();
     gb_lse raw, proc;
     gb_lse_init(raw);
     gb_lse_init(proc);
-    for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += 4u * blockDim.x) {
-        float x[4], xp[4], y[4];
-        const gb_u32 n = gb_load_group<KIND>(row, g, vocab, false, x);
-        gb_u32 w[4], t[4] = {0u, 0u, 0u, 0u};
-        gb_philox(g >> 2, step_lo, step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
-        if (w[0] < GB_TAIL_THRESHOLD || w[1] < GB_TAIL_THRESHOLD || w[2] < GB_TAIL_THRESHOLD ||
-            w[3] < GB_TAIL_THRESHOLD) {
-            gb_philox(g >> 2, step_lo, step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi, t);
-        }
-#pragma unroll
-        for (gb_u32 j = 0; j < 4u; ++j) {
-            xp[j] = j < n ? gb_processed(pc, x[j], g + j) : -gb_inf();
-            y[j] = __fmul_rn(xp[j], invT);
-            if (fabsf(xp[j]) < gb_inf()) { // -Inf never wins; NaN and +Inf ended the draw with status 1
-                const gb_exact v = gb_exact_of(xp[j], invT, gb_gumbel(w[j], t[j]), g + j);
-                if (gb_exact_above(v, best, invT)) {
-                    best = v;
-                }
-            }
-        }
-        if (logp) {
-            gb_lse_add4(raw, x, gb_max4(x));
-            gb_lse_add4(proc, y, gb_max4(y));
-        }
-    }
-    best = gb_exact_warp(best, invT);
-    if (gb_lane() == 0u) {
-        s_win[gb_warp()] = best;
-    }
+    gb_exact best = gb_exact_scan<KIND>(row, p, pc, vocab, invT, step_lo, step_hi, gb_exact_none(), logp, raw, proc);
+    best = gb_exact_block(best, invT, s_win);
     if (logp) {
-        gb_block_lse(raw, proc, true, s_pair); // its barriers publish s_win too
-    } else {
-        __syncthreads();
+        gb_block_lse(raw, proc, true, s_pair);
     }
-    if (threadIdx.x == 0u) {
-        for (gb_u32 k = 1u; k < gb_num_warps(); ++k) {
-            if (gb_exact_above(s_win[k], best, invT)) {
-                best = s_win[k];
-            }
-        }
-        if (best.idx != 0xFFFFFFFFu) { // status 5 holds a finite winner
-            tokens[o] = (gb_i32)best.idx;
-            status[o] = GB_STATUS_OK;
-            if (logp) {
-                const int nl = (pc.flags == 0u && invT == 1.0f) ? 1 : 2;
-                const float xr = gb_io<KIND>::load1(row + best.idx);
-                gb_write_record_sets(logprobs, o, true, nl, xr, __fmul_rn(best.x, invT), raw, proc);
-            }
+    if (threadIdx.x == 0u && best.idx != 0xFFFFFFFFu) { // status 5 holds a finite winner
+        tokens[o] = (gb_i32)best.idx;
+        status[o] = GB_STATUS_OK;
+        if (logp) {
+            const int nl = (pc.flags == 0u && invT == 1.0f) ? 1 : 2;
+            const float xr = gb_io<KIND>::load1(row + best.idx);
+            gb_write_record_sets(logprobs, o, true, nl, xr, __fmul_rn(best.x, invT), raw, proc);
         }
     }
-    __syncthreads(); // s_win and s_pair are read before the next draw writes them
 }
 
 // gb_gumbel_exact is the kernel: block (0, y, 0) finishes, one after the other, the draws
@@ -233,8 +267,8 @@ __device__ __forceinline__ void gb_gumbel_exact(const typename gb_io<KIND>::elem
     const gb_processor pc = gb_processor_of(p, bias, counts, mask, bitmask, vocab);
     bool pending = false;
     for (gb_u32 z = 0; z < D; ++z) {
-        // Read by every thread before thread 0 rewrites it (the barrier ending the last
-        // draw, or none was pending), so the branch is the same for the whole block.
+        // Read by every thread before thread 0 rewrites it (after the barriers of
+        // gb_exact_draw), so the branch is the same for the whole block.
         if (((const volatile gb_i32*)status)[first + z] != GB_STATUS_EXACT) {
             continue;
         }

@@ -2,7 +2,8 @@
 // files it includes). It maps the few CUDA built-ins that the edition uses and HIP spells
 // differently; the rest (__umulhi, __umul64hi, __float2ull_rz, __clz, __float_as_uint,
 // __uint_as_float, __threadfence, atomicAdd/Or/Exch/Max, warpSize, __align__,
-// __launch_bounds__, fmaxf, fabsf, logf, log1pf, expf) HIP provides under the CUDA name.
+// __launch_bounds__, __noinline__, fmaxf, fabsf, logf, log1pf, expf) HIP provides under
+// the CUDA name.
 // The edition uses sm_80's __reduce_max_sync only where __CUDA_ARCH__ says so, which HIP
 // never defines.
 

@@ -5,7 +5,8 @@
 // verdicts of the positions other than the stop, and the launch row's S >= 1 blocks scan
 // the stop's row: a Gumbel-max draw over the residual max(p - q, 0) at a rejected draft,
 // over p after the last one, with p's draw kept beside the residual's for a residual
-// without mass, merged as score merges them.
+// without mass, merged as score merges them. A draw from p whose winner reaches
+// GB_EXACT_LIMIT is drawn again by the exact comparison (gb_residual_exact).
 
 // The residual's skip rule is applied only to d below this: past it expf(d) may overflow
 // to +Inf, and logf(w) <= d + 1, on which the rule rests, no longer holds.
@@ -214,6 +215,26 @@ __device__ __forceinline__ void gb_residual_block(gb_residual_win& w, gb_u64* s_
     }
 }
 
+// gb_residual_exact draws from p at a stop whose float32 winner is inexact, and writes
+// the stop's token and status 0: the row's winner by the exact comparison at the stop's
+// step (a row of status 0 has one). The stop's last block calls it with all its
+// threads, for rare rows only, and returns after it. It is not inlined and takes the
+// stop's row and processors from its record and the kernel's arguments, so that nothing
+// of the scan lives across it.
+template <int KIND>
+__device__ __noinline__ void gb_residual_exact(const typename gb_io<KIND>::elem* logits, const gb_row_params* rec,
+                                               gb_i32* tokens, gb_i32* status, gb_u64 row_stride, gb_u32 vocab,
+                                               const float* bias, const gb_u32* counts, const gb_u32* mask,
+                                               const gb_u32* bitmask, gb_exact* s_win) {
+    const gb_row_params p = *rec;
+    const gb_processor pc = gb_processor_of(p, bias, counts, mask, bitmask, vocab);
+    const float invT = 1.0f / p.temperature;
+    const gb_exact v = gb_exact_best<KIND>(logits + (gb_u64)p.row * row_stride, p, pc, vocab, invT, gb_exact_none(), s_win);
+    if (threadIdx.x == 0u) {
+        gb_finish(tokens, status, p.row, gb_pack(v.s, v.idx), GB_SEEN_FINITE);
+    }
+}
+
 // gb_residual is the kernel: block (x, y) decides where launch row y's chain stops;
 // block 0 writes the verdicts of the chain's other positions, and the launch row's
 // blocks scan their chunks of the stop's row, the last to arrive merging the blocks' keys
@@ -232,6 +253,8 @@ __device__ __forceinline__ void gb_residual(const typename gb_io<KIND>::elem* __
     __shared__ gb_u32 s_bound[2]; // the order keys of the block's lower bounds: p, residual
     __shared__ gb_u32 s_chain[3]; // the chain's first record, its end and its stop
     __shared__ gb_u32 s_last;
+    __shared__ gb_u32 s_exact;               // the draw from p needs gb_residual_exact
+    __shared__ gb_exact s_win[GB_MAX_WARPS]; // gb_residual_exact's
 
     if (blockIdx.z != 0u) {
         return; // residual draws once: a deeper grid's extra blocks have no work
@@ -319,21 +342,35 @@ __device__ __forceinline__ void gb_residual(const typename gb_io<KIND>::elem* __
             s_last = prev == nblocks - 1u ? 1u : 0u;
         }
         __syncthreads();
-        if (s_last == 0u || threadIdx.x != 0u) {
+        if (s_last == 0u) {
             return;
         }
-        __threadfence();
-        const gb_u64* row_part = partials + (gb_u64)GB_RESIDUAL_STRIDE * y * nblocks;
-        w.key_r = w.key_p = 0ull;
-        for (gb_u32 i = 0; i < nblocks; ++i) {
-            w.key_r = gb_max_u64(w.key_r, gb_load_published(row_part + (gb_u64)GB_RESIDUAL_STRIDE * i));
-            w.key_p = gb_max_u64(w.key_p, gb_load_published(row_part + (gb_u64)GB_RESIDUAL_STRIDE * i + 1u));
+        if (threadIdx.x == 0u) {
+            __threadfence();
+            const gb_u64* row_part = partials + (gb_u64)GB_RESIDUAL_STRIDE * y * nblocks;
+            w.key_r = w.key_p = 0ull;
+            for (gb_u32 i = 0; i < nblocks; ++i) {
+                w.key_r = gb_max_u64(w.key_r, gb_load_published(row_part + (gb_u64)GB_RESIDUAL_STRIDE * i));
+                w.key_p = gb_max_u64(w.key_p, gb_load_published(row_part + (gb_u64)GB_RESIDUAL_STRIDE * i + 1u));
+            }
+            // Every block ORed its observations in before it arrived.
+            w.seen = atomicExch(&counters[2u * y + 1u], 0u);
+            atomicExch(&counters[2u * y], 0u);
         }
-        // Every block ORed its observations in before it arrived.
-        w.seen = atomicExch(&counters[2u * y + 1u], 0u);
-        atomicExch(&counters[2u * y], 0u);
-    } else if (threadIdx.x != 0u) {
+    }
+    // Thread 0 holds the row's keys. The draw from p is gumbel_argmax's, and a winner
+    // that reaches GB_EXACT_LIMIT is drawn again by the exact comparison, as gumbel_exact
+    // draws it; a residual score never does (ABI.md, "residual").
+    if (threadIdx.x == 0u) {
+        s_exact = gb_seen_status(w.seen) == GB_STATUS_OK && w.key_r == 0ull && gb_key_inexact(w.key_p) ? 1u : 0u;
+    }
+    __syncthreads();
+    if (s_exact != 0u) {
+        gb_residual_exact<KIND>(logits, params + s_chain[2], tokens, status, row_stride, vocab, bias, counts, mask, bitmask,
+                                s_win);
         return;
     }
-    gb_finish(tokens, status, o, w.key_r != 0ull ? w.key_r : w.key_p, w.seen);
+    if (threadIdx.x == 0u) {
+        gb_finish(tokens, status, o, w.key_r != 0ull ? w.key_r : w.key_p, w.seen);
+    }
 }

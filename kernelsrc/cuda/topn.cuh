@@ -3,7 +3,9 @@
 // top list in registers (a fixed-size, fully unrolled insertion, so nothing goes to local
 // memory) behind one comparison with its N-th key; a block merges its threads' lists
 // warp by warp (gb_topn_merge, as the filtered kernel's blocks do), and the last block of
-// the row merges the S lists the same way.
+// the row merges the S lists the same way. A perturbed list that may be inexact (a score
+// of GB_EXACT_LIMIT or more, or an empty entry) is made exact by the last block
+// (gb_topn_exact).
 
 // gb_topn_insert puts key into a thread's list (largest first, 0 = empty) and returns the
 // new N-th entry, the threshold a key must beat to enter.
@@ -203,6 +205,76 @@ __device__ __forceinline__ void gb_topn_write(const typename gb_io<KIND>::elem* 
     }
 }
 
+// gb_topn_state says whether a perturbed list in shared memory is the row's exact top N
+// (ABI.md, "topn"): GB_TOPN_EXACT when it is full and no key's score reaches
+// GB_EXACT_LIMIT in magnitude; GB_TOPN_SHORT when only an entry is empty (the list then
+// holds every element whose fl(x' * invT) is finite); GB_TOPN_INEXACT when a key
+// reaches the limit.
+#define GB_TOPN_EXACT 0u
+#define GB_TOPN_SHORT 1u
+#define GB_TOPN_INEXACT 2u
+__device__ __forceinline__ gb_u32 gb_topn_state(const gb_u64* s_top, gb_u32 N) {
+    gb_u32 state = GB_TOPN_EXACT;
+    for (gb_u32 j = 0; j < N; ++j) {
+        if (s_top[j] == 0ull) {
+            state = state == GB_TOPN_EXACT ? GB_TOPN_SHORT : state;
+        } else if (gb_key_inexact(s_top[j])) {
+            state = GB_TOPN_INEXACT;
+        }
+    }
+    return state;
+}
+
+// gb_topn_exact finishes a perturbed row whose list gb_topn_state does not vouch for.
+// A short list stands unless a pass over the row finds an element whose x' is finite and
+// whose fl(x' * invT) overflowed to -Inf (its float32 key never enters). Otherwise the
+// row is ranked again by the exact comparison: N passes, each taking the largest value
+// below the last one taken, whose keys gb_pack(s, i) replace the list in s_top (0 past
+// the row's finite elements). Then it writes the row's entries. The finishing block's
+// threads all call it, for rare rows only, and return after it; it is not inlined and
+// takes the row, its processors and outputs from params and the kernel's arguments, so
+// that nothing of the scans lives across it.
+template <int KIND>
+__device__ __noinline__ void gb_topn_exact(const typename gb_io<KIND>::elem* logits, const gb_row_params* params,
+                                           gb_i32* out_tokens, float* out_values, gb_u64 row_stride, gb_u32 vocab,
+                                           const float* bias, const gb_u32* counts, const gb_u32* mask,
+                                           const gb_u32* bitmask, bool rank, gb_u64* s_top, const gb_lse* s_lse,
+                                           gb_exact* s_win, gb_u64* s_red, gb_u64* s_bcast) {
+    const gb_row_params p = params[blockIdx.y];
+    const typename gb_io<KIND>::elem* row = logits + (gb_u64)p.row * row_stride;
+    const gb_processor pc = gb_processor_of(p, bias, counts, mask, bitmask, vocab);
+    const float invT = 1.0f / p.temperature;
+    if (!rank) {
+        gb_u32 under = 0u;
+        for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += 4u * blockDim.x) {
+            float x[4];
+            const gb_u32 n = gb_load_group<KIND>(row, g, vocab, false, x);
+            for (gb_u32 j = 0; j < n; ++j) {
+                const float xp = gb_processed(pc, x[j], g + j);
+                under |= xp > -gb_inf() && __fmul_rn(xp, invT) == -gb_inf() ? 1u : 0u;
+            }
+        }
+        gb_u32 none = 0u;
+        gb_block_max_or(none, under, s_red, s_bcast);
+        rank = under != 0u;
+    }
+    if (rank) {
+        gb_exact last = gb_exact_none();
+        for (gb_u32 j = 0; j < p.topn; ++j) {
+            // After a pass that found nothing, last is none again: the entries stay empty.
+            if (j == 0u || last.idx != 0xFFFFFFFFu) {
+                last = gb_exact_best<KIND>(row, p, pc, vocab, invT, last, s_win);
+            }
+            if (threadIdx.x == 0u) {
+                s_top[j] = last.idx != 0xFFFFFFFFu ? gb_pack(last.s, last.idx) : 0ull;
+            }
+        }
+        __syncthreads(); // s_top is written before gb_topn_write reads it
+    }
+    const gb_u64 out = (gb_u64)p.row * GB_MAX_TOPN;
+    gb_topn_write<KIND>(row, out_tokens + out, out_values + out, p.topn, 0u, pc, invT, s_top, *s_lse);
+}
+
 template <int KIND>
 __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __restrict__ logits,
                                         const gb_row_params* __restrict__ params, gb_i32* out_tokens,
@@ -215,6 +287,8 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
     __shared__ gb_u32 s_last;
     __shared__ gb_lse s_lse; // the row's merged log-sum-exp
+    __shared__ gb_u32 s_state;               // gb_topn_state of a perturbed list
+    __shared__ gb_exact s_win[GB_MAX_WARPS]; // gb_topn_exact's
 
     if (blockIdx.z != 0u) {
         return; // topn draws nothing: a deeper grid's extra blocks have no work
@@ -282,7 +356,13 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     }
     if (threadIdx.x == 0u) {
         s_lse = lse;
+        s_state = perturbed && !greedy && !(seen & GB_SEEN_NONFINITE) ? gb_topn_state(s_top, N) : GB_TOPN_EXACT;
     }
     __syncthreads();
+    if (s_state != GB_TOPN_EXACT) {
+        gb_topn_exact<KIND>(logits, params, out_tokens, out_values, row_stride, vocab, bias, counts, mask, bitmask,
+                            s_state == GB_TOPN_INEXACT, s_top, &s_lse, s_win, s_red, s_bcast);
+        return;
+    }
     gb_topn_write<KIND>(row, otok, oval, N, seen, pc, invT, s_top, s_lse);
 }

@@ -303,6 +303,7 @@ inline float expf_ref(float x) { return static_cast<float>(std::exp(static_cast<
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __noinline__ // empty: it also spells GCC's attribute, which later headers may use
 #define __shared__ static
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)

@@ -342,7 +342,7 @@ func TestGPUResidualMatchesGoEdition(t *testing.T) {
 	for dt := range 3 {
 		for _, s := range []int{1, 16, 37} {
 			v := []int{32000, 151936}[r.IntN(2)]
-			l, m := newResidual(t, r, dt, s, v, 1024, 32, []int{5, 4, 3, 2, 1}, r.IntN(2) == 0, false)
+			l, m := newResidual(t, r, ordinaryResidualRows, dt, s, v, 1024, 32, []int{5, 4, 3, 2, 1}, r.IntN(2) == 0, false)
 			ls, metas = append(ls, l), append(metas, m)
 		}
 	}
@@ -381,8 +381,9 @@ func TestGPUShardsMatchGoEdition(t *testing.T) {
 	t.Logf("%d launches on %s; shard slots %v", len(ls), dev.Info().Name, cov)
 }
 
-// TestGPUExactScoresMatchGoEdition is TestCUDAExactScoresMatchGoEdition on the GPU, with
-// full-width blocks and Qwen's vocabulary split over up to 132 blocks per row.
+// TestGPUExactScoresMatchGoEdition is TestCUDAExactScoresMatchGoEdition and
+// TestCUDAExactResidualMatchesGoEdition on the GPU, with full-width blocks and Qwen's
+// vocabulary split over up to 132 blocks per row.
 func TestGPUExactScoresMatchGoEdition(t *testing.T) {
 	dev, mod := openCUDA(t)
 	r := rand.New(rand.NewPCG(20261201, 22))
@@ -390,29 +391,54 @@ func TestGPUExactScoresMatchGoEdition(t *testing.T) {
 	for dt := range 3 {
 		for _, s := range []int{1, 37, 132} {
 			const v = 151936
-			l := &launch{kernel: kernelGumbel, dtype: dt, gridX: s, gridZ: 2, block: 1024, warp: 32, vocab: v, stride: v,
-				slots: 5, logprobs: true, name: fmt.Sprintf("GPU exact dtype=%d S=%d", dt, s)}
-			l.fill(r)
-			for row := range l.slots {
-				vals := exactRows[r.IntN(len(exactRows))](r, v)
-				for i, x := range vals {
-					l.store(row*l.stride+i, x)
+			for _, kernel := range []int{kernelGumbel, kernelTopN} {
+				l := &launch{kernel: kernel, dtype: dt, gridX: s, gridZ: 2, block: 1024, warp: 32, vocab: v, stride: v,
+					slots: 5, logprobs: kernel == kernelGumbel, name: fmt.Sprintf("GPU exact %s dtype=%d S=%d", kernelNames[kernel], dt, s)}
+				if kernel == kernelTopN {
+					l.gridZ = 1
 				}
+				l.fill(r)
+				for row := range l.slots {
+					vals := exactRows[r.IntN(len(exactRows))](r, v)
+					for i, x := range vals {
+						l.store(row*l.stride+i, x)
+					}
+				}
+				l.rows(r, func(p *rowParams) {
+					p.Temperature = exactTemperatures[r.IntN(len(exactTemperatures))]
+					if kernel == kernelTopN {
+						p.Flags |= abi.FlagPerturbed
+						p.TopN = []uint32{1, 5, 20}[r.IntN(3)]
+					} else if r.IntN(2) == 0 {
+						p.Flags |= abi.FlagLogprobs
+					}
+				})
+				ls = append(ls, l)
 			}
-			l.rows(r, func(p *rowParams) {
-				p.Temperature = exactTemperatures[r.IntN(len(exactTemperatures))]
-				if r.IntN(2) == 0 {
-					p.Flags |= abi.FlagLogprobs
-				}
-			})
-			ls = append(ls, l)
 		}
 	}
 	got := make([]outcome, len(ls))
 	for i, l := range ls {
 		got[i] = runDevice(t, dev, mod, l)
 	}
-	seen, _ := matchGo(t, ls, got)
-	t.Logf("%d launches on %s; slots by status %v; %d launch rows need the exact comparison", len(ls),
-		dev.Info().Name, seen, exactCoverage(ls))
+	seen, kinds := matchGo(t, ls, got)
+	t.Logf("%d launches on %s; slots by status %v; entries %v; %d launch rows need the exact comparison", len(ls),
+		dev.Info().Name, seen, kinds, exactCoverage(ls))
+
+	var rls []*launch
+	var metas [][]residualMeta
+	for dt := range 3 {
+		for _, s := range []int{1, 2, 5, 37} {
+			v := []int{130, 1001, 151936}[r.IntN(3)]
+			l, m := newResidual(t, r, exactResidualRows, dt, s, v, 1024, 32, []int{1, 2, 3, 1, 2, 1}, r.IntN(2) == 0, false)
+			rls, metas = append(rls, l), append(metas, m)
+		}
+	}
+	got = make([]outcome, len(rls))
+	for i, l := range rls {
+		got[i] = runDevice(t, dev, mod, l)
+	}
+	cov := checkResidual(t, rls, metas, got)
+	t.Logf("%d residual launches; coverage %v", len(rls), cov)
+	require.Positive(t, cov["stop: drawn from p by the exact comparison"], "no draw from p needed the exact comparison")
 }

@@ -102,6 +102,10 @@ func cmp32(a, b float32) int {
 	return 0
 }
 
+// inexact reports a packed key whose score reaches ExactLimit in magnitude, where a
+// float32 score may no longer hold the noise: the key's draw needs the exact comparison.
+func inexact(key uint64) bool { return !(abs32(orderKeyInverse(uint32(key>>32))) < abi.ExactLimit) }
+
 func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
 
 // gumbelExact is block (0, y, 0) of gumbel_exact: it finishes the draws of launch row y
@@ -154,31 +158,19 @@ func (l *launchRow) exactDraw() {
 		step -= uint64(l.shape.Draws) // gumbel_argmax has advanced the row already
 	}
 	invT := float32(1 / l.p.Temperature)
-	key := philox.Key(l.p.Seed)
-	best := exactValue{idx: -1}
 	raw, processed := emptyLSE, emptyLSE
-	var buf, proc [convertChunk]float32
-	for i := 0; i < l.vocab; i += convertChunk {
-		xs := l.logits.load(&buf, i, min(convertChunk, l.vocab-i))
-		raw.add(xs)
-		if l.proc.active {
-			l.proc.processGroup(xs, i, proc[:])
-			xs = proc[:len(xs)]
-		}
-		processed.addScaled(xs, invT)
-		for j, x := range xs {
-			if !(abs32(x) <= math.MaxFloat32) {
-				continue // -Inf never wins; NaN and +Inf ended the draw with status 1
-			}
-			v := exactValueOf(x, invT, elementGumbel(key, step, uint32(i+j)), i+j)
-			if best.idx < 0 || v.above(best, invT) {
-				best = v
-			}
+	var sets func(xs, ps []float32)
+	if l.logprobs != nil {
+		sets = func(xs, ps []float32) {
+			raw.add(xs)
+			processed.addScaled(ps, invT)
 		}
 	}
-	if best.idx < 0 {
+	var top [1]exactValue
+	if l.exactTop(step, invT, top[:], sets) == 0 {
 		return // status 5 holds a finite winner; nothing else reaches here
 	}
+	best := top[0]
 	l.finish(int32(best.idx), abi.StatusOK)
 	if l.logprobs != nil {
 		if !l.proc.active && invT == 1 {
@@ -186,6 +178,43 @@ func (l *launchRow) exactDraw() {
 		}
 		l.writeRecord(recordOf(l.logits.at(best.idx), float32(best.x*invT), raw, processed))
 	}
+}
+
+// exactTop fills top with the row's largest values at step by the exact comparison,
+// largest first, over the elements whose x' is finite, and returns how many it holds
+// (fewer than len(top) only where the row has fewer such elements). sets, when not nil,
+// is given each chunk's raw and processed logits.
+func (l *launchRow) exactTop(step uint64, invT float32, top []exactValue, sets func(xs, ps []float32)) int {
+	key := philox.Key(l.p.Seed)
+	n := 0
+	var buf, proc [convertChunk]float32
+	for i := 0; i < l.vocab; i += convertChunk {
+		xs := l.logits.load(&buf, i, min(convertChunk, l.vocab-i))
+		ps := xs
+		if l.proc.active {
+			l.proc.processGroup(xs, i, proc[:])
+			ps = proc[:len(xs)]
+		}
+		if sets != nil {
+			sets(xs, ps)
+		}
+		for j, x := range ps {
+			if !(abs32(x) <= math.MaxFloat32) {
+				continue // -Inf never wins; NaN and +Inf end the row with status 1
+			}
+			v := exactValueOf(x, invT, elementGumbel(key, step, uint32(i+j)), i+j)
+			if n == len(top) && !v.above(top[n-1], invT) {
+				continue
+			}
+			k := min(n, len(top)-1)
+			for ; k > 0 && v.above(top[k-1], invT); k-- {
+				top[k] = top[k-1]
+			}
+			top[k] = v
+			n = min(n+1, len(top))
+		}
+	}
+	return n
 }
 
 // elementGumbel is philox.ElementGumbel with the key already expanded.

@@ -357,25 +357,30 @@ func refRecord(categorical bool, row []float32, p abi.RowParams, in refInputs, z
 }
 
 // refTopN is the top-N list of a row: tokens and values, sorted by key, largest first,
-// ties to the lowest index, -Inf keys left out; N entries, padded with -1 and -Inf.
+// ties to the lowest index, -Inf keys left out; N entries, padded with -1 and -Inf. The
+// keys of a perturbed Gumbel row are the exact values of its finite x' (ABI.md, "Exact
+// scores").
 func refTopN(row []float32, p abi.RowParams, in refInputs) ([]int32, []float64) {
 	n := int(p.TopN)
 	keys := make([]float32, len(row))
 	vals := make([]float32, len(row))
+	var exact []*big.Float
 	perturbed := p.Flags&abi.FlagPerturbed != 0
 	if !perturbed {
 		copy(keys, row)
 		copy(vals, row)
 	} else {
 		xp, _ := refProcessed(row, p, in)
-		for i, x := range xp {
-			keys[i], vals[i] = x, x
-			if p.Temperature != 0 && !math.IsInf(float64(x), -1) {
-				invT := float32(1 / p.Temperature)
-				vals[i] = rnd(float64(x) * float64(invT))
-				keys[i] = philox.Score(x, invT, philox.ElementGumbel(p.Seed, p.Step, uint32(i)))
-			} else if p.Temperature != 0 {
-				vals[i] = x
+		copy(keys, xp)
+		copy(vals, xp)
+		if p.Temperature != 0 {
+			invT := float32(1 / p.Temperature)
+			exact = make([]*big.Float, len(row))
+			for i, x := range xp {
+				if !math.IsInf(float64(x), -1) {
+					vals[i] = rnd(float64(x) * float64(invT))
+					exact[i] = refExactValue(x, invT, philox.ElementGumbel(p.Seed, p.Step, uint32(i)))
+				}
 			}
 		}
 	}
@@ -385,7 +390,12 @@ func refTopN(row []float32, p abi.RowParams, in refInputs) ([]int32, []float64) 
 			order = append(order, i)
 		}
 	}
-	sort.SliceStable(order, func(a, b int) bool { return keys[order[a]] > keys[order[b]] })
+	sort.SliceStable(order, func(a, b int) bool {
+		if exact != nil {
+			return exact[order[a]].Cmp(exact[order[b]]) > 0
+		}
+		return keys[order[a]] > keys[order[b]]
+	})
 	set := refSetOf(vals)
 	toks, values := make([]int32, n), make([]float64, n)
 	for j := range n {

@@ -221,6 +221,13 @@ func (l *launchRow) residualEnd(sc *residualScan) {
 	best := bestR
 	if best == 0 {
 		best = bestP
+		if inexact(best) {
+			// p's draw is gumbel_argmax's, which a score this large leaves to the exact
+			// comparison (ABI.md, "Exact scores"); a residual score never gets here.
+			var top [1]exactValue
+			l.exactTop(l.p.Step, float32(1/l.p.Temperature), top[:], nil)
+			best = pack(top[0].s, top[0].idx)
+		}
 	}
 	l.finish(int32(^uint32(best)), abi.StatusOK)
 }

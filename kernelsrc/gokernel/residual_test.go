@@ -29,6 +29,8 @@ type chainCase struct {
 	apart bool
 	// temp is the rows' temperature (0: 0.9).
 	temp float32
+	// row makes the target logits at a position (nil: llmRow).
+	row func(r *rand.Rand, v int) []float32
 	// bad spoils launch row y's parameters (nil: none).
 	bad func(y int, p *abi.RowParams)
 }
@@ -54,23 +56,23 @@ func chainWant(rows [][]float32, params []abi.RowParams, draft []float32, record
 			continue
 		}
 		invT := float32(1 / p.Temperature)
-		var bestR, bestP uint64
+		var bestR uint64
 		for i, x := range rows[p.Row] {
-			s := float32(x * invT)
-			g := philox.ElementGumbel(p.Seed, p.Step, uint32(i))
-			bestP = max(bestP, pack(float32(s+g), i))
 			if p.Flags&abi.FlagChainEnd == 0 {
+				s := float32(x * invT)
 				w := float32(exp32(float32(s-records[4*p.Row+3])) - draft[int(p.TopN)*vocab+i])
 				if w > 0 {
-					bestR = max(bestR, pack(float32(logf32(w)+g), i))
+					bestR = max(bestR, pack(float32(logf32(w)+philox.ElementGumbel(p.Seed, p.Step, uint32(i))), i))
 				}
 			}
 		}
-		if bestR == 0 {
-			bestR = bestP
+		// The draw from p is gumbel_argmax's, exact at any scale.
+		tok, _ := refGumbelArgmax(rows[p.Row], p)
+		if bestR != 0 {
+			apart = int32(^uint32(bestR)) != tok
+			tok = int32(^uint32(bestR))
 		}
-		apart = uint32(bestR) != uint32(bestP) // the low words: the winners' indices
-		tokens, status = append(tokens, int32(^uint32(bestR))), append(status, abi.StatusOK)
+		tokens, status = append(tokens, tok), append(status, abi.StatusOK)
 	}
 	return tokens, status, apart
 }
@@ -120,21 +122,32 @@ func TestResidualChains(t *testing.T) {
 		q[firstIndexOf(row, slices.Max(row))] = 1
 		return q
 	}
+	ones := func(row []float32, _ *rand.Rand) []float32 {
+		q := make([]float32, len(row))
+		for i := range q {
+			q[i] = 1
+		}
+		return q
+	}
+	zeros := func(row []float32, _ *rand.Rand) []float32 { return make([]float32, len(row)) }
+	// Rows whose scores reach ExactLimit, where the draws from p are exact: a flat row of
+	// 1e7 at T = 1 (the noise alone decides), and two tied logits at T = 1e-30.
+	flat := func(_ *rand.Rand, v int) []float32 { return slices.Repeat([]float32{1e7}, v) }
+	tie := func(r *rand.Rand, v int) []float32 {
+		row := slices.Repeat([]float32{1}, v)
+		row[r.IntN(v)], row[r.IntN(v)] = 25, 25
+		return row
+	}
 	cases := []chainCase{
 		{name: "mixed chains", chains: [][]uint32{{3, 7, 5}, {14}, {}, {0, 21}}, q: dist},
 		{name: "drafter near the target", chains: [][]uint32{{0, 0, 0, 0}, {0, 0}, {0, 0, 0}, {0}, {0, 0}}, q: near, drawn: true},
 		{name: "draft of the favourite", chains: make([][]uint32, 48),
 			q: favourite, drawn: true, apart: true, temp: 4},
-		{name: "zero draft probability accepts", chains: [][]uint32{{1, 2, 3, 4}},
-			q: func(row []float32, _ *rand.Rand) []float32 { return make([]float32, len(row)) }},
-		{name: "empty residual", chains: [][]uint32{{8, 9}, {10}},
-			q: func(row []float32, _ *rand.Rand) []float32 {
-				q := make([]float32, len(row))
-				for i := range q {
-					q[i] = 1
-				}
-				return q
-			}},
+		{name: "zero draft probability accepts", chains: [][]uint32{{1, 2, 3, 4}}, q: zeros},
+		{name: "empty residual", chains: [][]uint32{{8, 9}, {10}}, q: ones},
+		{name: "huge flat rows, every draft accepted", chains: [][]uint32{{1, 2}, {3}, {4}, {5}}, q: zeros, temp: 1, row: flat},
+		{name: "huge flat rows, empty residual", chains: [][]uint32{{8, 9}, {10}, {11}, {12}}, q: ones, temp: 1, row: flat},
+		{name: "tie at T = 1e-30, empty residual", chains: [][]uint32{{8}, {10}, {11}, {12}}, q: ones, temp: 1e-30, row: tie},
 		{name: "bad rows", chains: [][]uint32{{5, 6, 7}, {9, 10}, {11}}, q: dist,
 			bad: func(y int, p *abi.RowParams) {
 				switch y {
@@ -163,7 +176,11 @@ func TestResidualChains(t *testing.T) {
 					starts = append(starts, uint32(len(p.params)))
 					for k := range len(toks) + 1 {
 						row := uint32(len(p.rows))
-						p.rows = append(p.rows, llmRow(rng, v))
+						if c.row != nil {
+							p.rows = append(p.rows, c.row(rng, v))
+						} else {
+							p.rows = append(p.rows, llmRow(rng, v))
+						}
 						rp := abi.RowParams{Row: row, Temperature: cmp.Or(c.temp, 0.9), Seed: uint64(40 + ci), Step: uint64(3 + k)}
 						if k == len(toks) {
 							rp.Flags = abi.FlagChainEnd

@@ -181,6 +181,9 @@ func (l *launchRow) topnEnd(ns *topnScan) {
 		return
 	}
 	perturbed := l.p.Flags&abi.FlagPerturbed != 0
+	if perturbed && l.p.Temperature != 0 {
+		l.topnExact(list)
+	}
 	for j := range list.n {
 		k := list.k[j]
 		if k == 0 {
@@ -197,6 +200,50 @@ func (l *launchRow) topnEnd(ns *topnScan) {
 		}
 		l.topnPut(j, int32(tok), float32(set.logprob(float64(v))))
 	}
+}
+
+// topnExact makes a perturbed row's list exact (ABI.md, "topn"). It is already when no
+// key's score reaches ExactLimit in magnitude and the list is full, or holds every
+// element whose fl(x'·invT) is finite: only an element whose product overflowed to -Inf
+// can be missing, for its float32 key never enters. Otherwise the row is ranked again by
+// the exact comparison: the list gets the keys pack(s, i) of the row's N largest values
+// in their order, 0 past its finite elements.
+func (l *launchRow) topnExact(list *topnList) {
+	invT := float32(1 / l.p.Temperature)
+	full, exact := true, true
+	for _, k := range list.k[:list.n] {
+		full = full && k != 0
+		exact = exact && (k == 0 || !inexact(k))
+	}
+	if exact && (full || !l.underflows(invT)) {
+		return
+	}
+	var top [abi.MaxTopN]exactValue
+	n := l.exactTop(l.p.Step, invT, top[:list.n], nil)
+	for j := range list.n {
+		list.k[j] = 0
+		if j < n {
+			list.k[j] = pack(top[j].s, top[j].idx)
+		}
+	}
+}
+
+// underflows reports an element whose x' is finite and whose fl(x'·invT) is -Inf.
+func (l *launchRow) underflows(invT float32) bool {
+	var buf, proc [convertChunk]float32
+	for i := 0; i < l.vocab; i += convertChunk {
+		xs := l.logits.load(&buf, i, min(convertChunk, l.vocab-i))
+		if l.proc.active {
+			l.proc.processGroup(xs, i, proc[:])
+			xs = proc[:len(xs)]
+		}
+		for _, x := range xs {
+			if x > negInf && float32(x*invT) == negInf {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // topnFail gives the row's N entries (all abi.MaxTopN when N itself is bad) the token

@@ -252,3 +252,75 @@ func TestTopNHandCases(t *testing.T) {
 		requireClose(t, want, b.outValues[j], "entry %d", j)
 	}
 }
+
+// TestTopNPerturbedExact: with PERTURBED, rows whose |x'/T| lies beyond what a float32
+// score resolves are ranked by their exact values (ABI.md, "topn"), with known answers:
+// a flat row of 1e7 at T = 1 draws every order of its four tokens; a tie of two logits
+// at T = 1e-30 puts the tied pair first, in either order, then the rest by logit; the
+// logits ±MaxFloat32 rank the positive pair first at T = 1 and where x'/T overflows
+// (their values then follow IEEE arithmetic: NaN and -Inf); a row whose scaled logits
+// underflow to -Inf still draws those tokens, after any finite one and never the masked
+// ones. Entry 0 is gumbel_argmax's token
+// (finished by gumbel_exact), the lists equal the exact reference, and they do not
+// depend on the split.
+func TestTopNPerturbedExact(t *testing.T) {
+	const draws = 400
+	inf, maxF := math.Inf(1), float32(math.MaxFloat32)
+	nan := math.NaN()
+	lnq := -math.Log(4)
+	cases := []struct {
+		name   string
+		row    []float32
+		temp   float32
+		groups [][]int32 // the entries hold these sets in turn, each in any order
+		orders int       // distinct lists every run must show
+		values []float64 // per entry (nil: not pinned)
+	}{
+		{"flat 1e7", []float32{1e7, 1e7, 1e7, 1e7}, 1, [][]int32{{0, 1, 2, 3}}, 24, []float64{lnq, lnq, lnq, lnq}},
+		{"tie at T = 1e-30", []float32{3, 25, 1, 25}, 1e-30, [][]int32{{1, 3}, {0}, {2}}, 2, nil},
+		{"±MaxFloat32", []float32{maxF, -maxF, maxF, -maxF}, 1, [][]int32{{0, 2}, {1, 3}}, 4, nil},
+		{"±MaxFloat32 overflowing", []float32{maxF, -maxF, maxF, -maxF}, 0.5, [][]int32{{0, 2}, {1, 3}}, 4,
+			[]float64{nan, nan, -inf, -inf}},
+		{"-MaxFloat32 underflowing", []float32{-maxF, -maxF, -maxF, -maxF}, 0.25, [][]int32{{0, 1, 2, 3}}, 24,
+			[]float64{nan, nan, nan, nan}},
+		{"underflows beside a finite value", []float32{-maxF, 1, -maxF, float32(-inf)}, 0.25, [][]int32{{1}, {0, 2}, {-1}}, 2,
+			[]float64{0, -inf, -inf, -inf}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(23, uint64(len(c.name))))
+			p := &problem{d: abi.F32, vocab: len(c.row), stride: len(c.row)}
+			for y := range draws {
+				p.rows = append(p.rows, slices.Clone(c.row))
+				p.params = append(p.params, abi.RowParams{Row: uint32(y), Temperature: c.temp, Seed: r.Uint64(),
+					Step: r.Uint64(), TopN: uint32(len(c.row)), Flags: abi.FlagPerturbed})
+			}
+			sampled := p.run(t, gumbelArgmaxKernel(abi.F32, true), 1, onDevice, r)
+			var first *topnBuffers
+			for _, s := range []int{1, 3} {
+				b := p.runTopN(t, abi.F32, s, 256, onDevice, r)
+				p.checkTopN(t, b, fmt.Sprintf("S=%d", s))
+				if first != nil {
+					require.Equal(t, first.outTokens, b.outTokens, "S=%d", s)
+					continue
+				}
+				first = b
+				orders := map[string]bool{}
+				for y := range draws {
+					list := b.outTokens[y*abi.MaxTopN : y*abi.MaxTopN+len(c.row)]
+					require.Equal(t, sampled.tokens[y], list[0], "row %d: entry 0 is the sample", y)
+					at := 0
+					for _, g := range c.groups {
+						require.ElementsMatch(t, g, list[at:at+len(g)], "row %d: %v", y, list)
+						at += len(g)
+					}
+					orders[fmt.Sprint(list)] = true
+					for j, want := range c.values {
+						requireClose(t, want, b.outValues[y*abi.MaxTopN+j], "row %d entry %d", y, j)
+					}
+				}
+				require.Len(t, orders, c.orders, "the lists seen: %v", orders)
+			}
+		})
+	}
+}

@@ -3,7 +3,9 @@
 // itself, compared with the float32 operations below (the CUDA and Go editions make the
 // same ones). gumbel_argmax leaves a draw whose winning score reaches GB_EXACT_LIMIT with
 // status 5; this kernel, one threadgroup per row taking its draws in turn, scans the row
-// again and finishes them. Each operation is its own statement, unfused.
+// again and finishes them; topn and residual finish their rare rows with the same
+// comparison, in their last threadgroup (gb_exact_best). Each operation is its own
+// statement, unfused.
 
 // An element's value: its float32 score s, or (exact) x' * invT + g.
 struct gb_exact {
@@ -80,6 +82,10 @@ inline int gb_exact_sign(gb_exact a, gb_exact b, float invT) {
     return a.exact != 0u ? -sign : sign;
 }
 
+// Whether a packed key's score reaches GB_EXACT_LIMIT in magnitude, where a float32 score
+// may no longer hold the noise: its draw needs the exact comparison.
+inline bool gb_key_inexact(ulong key) { return !(abs(gb_orderkey_inverse(uint(key >> 32))) < GB_EXACT_LIMIT); }
+
 // Whether a's value exceeds b's, ties to the lower index; none is below every value.
 inline bool gb_exact_above(gb_exact a, gb_exact b, float invT) {
     if (a.idx == 0xFFFFFFFFu || b.idx == 0xFFFFFFFFu) {
@@ -125,9 +131,53 @@ struct gb_exact_scratch {
     threadgroup float4* lse;    // [GB_MAX_SIMDGROUPS]
 };
 
-// Finishes draw z of a row left with status 5 (output slot o): each thread takes groups of
-// four across the whole row, keeping its best value by the exact comparison and the
-// record's two log-sum-exps, and the threadgroup merges them. Every thread calls it.
+// One thread's part of a pass over the whole row at stream st: groups of four, T groups
+// apart, keeping the best value by the exact comparison among the elements whose x' is
+// finite and whose value lies below bound's (none: no bound); with want_lp it also adds
+// the elements to the record's raw and processed log-sum-exps.
+template <int KIND>
+inline gb_exact gb_exact_scan(device const typename gb_io<KIND>::elem* row, gb_processor P, uint vocab, gb_stream st,
+                              float invT, gb_exact bound, bool want_lp, gb_thread_ids L, thread float2& raw,
+                              thread float2& proc) {
+    gb_exact best = gb_exact_none();
+    for (uint g = 4u * L.tid; g < vocab; g += 4u * L.T) {
+        uint count = min(4u, vocab - g);
+        gb_group_words words = gb_group_words_empty();
+        for (uint j = 0u; j < count; ++j) {
+            float x0 = gb_io<KIND>::load1(row + g + j);
+            float x = gb_processed(x0, g + j, P);
+            if (want_lp) {
+                gb_lse_add(raw, x0);
+                if (x != -INFINITY) {
+                    float xs = x * invT;
+                    gb_lse_add(proc, xs);
+                }
+            }
+            if (abs(x) < INFINITY) {  // -Inf never wins; NaN and +Inf end the row with status 1
+                float gn = gb_group_gumbel(words, st, g >> 2, j);
+                gb_exact v = gb_exact_of(x, invT, gn, g + j);
+                if (gb_exact_above(v, best, invT) && (bound.idx == 0xFFFFFFFFu || gb_exact_above(bound, v, invT))) {
+                    best = v;
+                }
+            }
+        }
+    }
+    return best;
+}
+
+// The row's largest value at stream st below bound (none: no bound) by the exact
+// comparison, in every thread; none where there is no such element. topn and residual
+// finish their rare rows with it. Every thread of the threadgroup calls it.
+template <int KIND>
+inline gb_exact gb_exact_best(device const typename gb_io<KIND>::elem* row, gb_processor P, uint vocab, gb_stream st,
+                              float invT, gb_exact bound, gb_thread_ids L, threadgroup gb_exact* win) {
+    float2 unused = gb_lse_empty();
+    gb_exact v = gb_exact_scan<KIND>(row, P, vocab, st, invT, bound, false, L, unused, unused);
+    return gb_exact_threadgroup(v, invT, L, win);
+}
+
+// Finishes draw z of a row left with status 5 (output slot o): the threadgroup takes the
+// row's best value and the record's two log-sum-exps in one pass. Every thread calls it.
 template <int KIND>
 inline void gb_exact_draw(device const typename gb_io<KIND>::elem* row, gb_buffers B, thread const gb_row_params& p,
                           gb_processor P, uint z, uint draws, ulong o, gb_thread_ids L, gb_exact_scratch tg) {
@@ -141,31 +191,9 @@ inline void gb_exact_draw(device const typename gb_io<KIND>::elem* row, gb_buffe
     const float invT = gb_recip_rn(p.temperature);
     const bool want_lp = (p.flags & GB_FLAG_LOGPROBS) != 0u;
     const bool proc_is_raw = (p.flags & GB_FLAGS_PROCESSORS) == 0u && invT == 1.0f;
-    gb_exact best = gb_exact_none();
     float2 raw = gb_lse_empty();
     float2 proc = gb_lse_empty();
-    for (uint g = 4u * L.tid; g < B.vocab; g += 4u * L.T) {
-        uint count = min(4u, B.vocab - g);
-        gb_group_words words = gb_group_words_empty();
-        for (uint j = 0u; j < count; ++j) {
-            float x0 = gb_io<KIND>::load1(row + g + j);
-            float x = gb_processed(x0, g + j, P);
-            if (want_lp) {
-                gb_lse_add(raw, x0);
-                if (x != -INFINITY) {
-                    float xs = x * invT;
-                    gb_lse_add(proc, xs);
-                }
-            }
-            if (abs(x) < INFINITY) {  // -Inf never wins; NaN and +Inf ended the draw with status 1
-                float gn = gb_group_gumbel(words, st, g >> 2, j);
-                gb_exact v = gb_exact_of(x, invT, gn, g + j);
-                if (gb_exact_above(v, best, invT)) {
-                    best = v;
-                }
-            }
-        }
-    }
+    gb_exact best = gb_exact_scan<KIND>(row, P, B.vocab, st, invT, gb_exact_none(), want_lp, L, raw, proc);
     best = gb_exact_threadgroup(best, invT, L, tg.win);
     if (want_lp) {
         gb_block_lse(raw, proc, L, tg.lse);

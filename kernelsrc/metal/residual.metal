@@ -8,7 +8,8 @@
 // positions before the stop and past it; all S threadgroups draw the stop's token with
 // two Gumbel-max keys per element (over the residual max(p - q, 0) and over p), and with
 // S > 1 the last threadgroup of the row to arrive merges the S pairs of keys, with the
-// split phase of gumbel_argmax.
+// split phase of gumbel_argmax. A draw from p whose winner reaches GB_EXACT_LIMIT is
+// drawn again by the exact comparison (gb_exact_best).
 
 // Threadgroup scratch of residual.
 struct gb_residual_scratch {
@@ -16,6 +17,7 @@ struct gb_residual_scratch {
     threadgroup uint* seen;   // [GB_MAX_SIMDGROUPS]
     threadgroup uint* last;   // [1]
     threadgroup uint* chain;  // [3] the chain's first record, its CHAIN_END record and its stop, from thread 0
+    threadgroup gb_exact* win;  // [GB_MAX_SIMDGROUPS] for a draw from p by the exact comparison
 };
 
 // Whether a chain row's own parameters can be verified: a good and positive
@@ -170,9 +172,10 @@ inline void gb_residual_end(gb_buffers B, ulong o, gb_residual_acc a) {
 
 // The split phase (S > 1): publishes the threadgroup's two keys at partials words
 // GB_RESIDUAL_STRIDE*(by*S + bx) and + 1 and its observations in the row's flags counter;
-// the last threadgroup of the row merges the S pairs and writes the stop's slot.
-inline void gb_residual_split(gb_buffers B, ulong o, uint3 group, uint S, gb_thread_ids L, gb_residual_scratch tg,
-                              gb_residual_acc a) {
+// the last threadgroup of the row merges the S pairs into a (in every thread) and returns
+// true.
+inline bool gb_residual_split(gb_buffers B, uint3 group, uint S, gb_thread_ids L, gb_residual_scratch tg,
+                              thread gb_residual_acc& a) {
     const uint by = group.y;
     const ulong stride = ulong(GB_RESIDUAL_STRIDE);
     const ulong slot = (ulong(by) * ulong(S) + ulong(group.x)) * stride;
@@ -184,7 +187,7 @@ inline void gb_residual_split(gb_buffers B, ulong o, uint3 group, uint S, gb_thr
         }
     }
     if (!gb_arrive(&B.counters[2u * by], S, L, tg.last)) {
-        return;
+        return false;
     }
     gb_residual_acc all = {0ul, -INFINITY, 0ul, -INFINITY, 0u};
     const ulong row_base = ulong(by) * ulong(S) * stride;
@@ -203,8 +206,9 @@ inline void gb_residual_split(gb_buffers B, ulong o, uint3 group, uint S, gb_thr
         // Leave the row's counters as the launch found them: zero.
         atomic_store_explicit(&B.counters[2u * by], 0u, memory_order_relaxed);
         atomic_store_explicit(&B.counters[2u * by + 1u], 0u, memory_order_relaxed);
-        gb_residual_end(B, o, all);
     }
+    a = all;
+    return true;
 }
 
 // gb_residual is the kernel: threadgroup (bx, by) finds where launch row by's chain
@@ -271,9 +275,17 @@ inline void gb_residual(device const typename gb_io<KIND>::elem* logits, gb_buff
     uint unused_seen = 0u;
     gb_block_max_or(a.best_r, a.seen, L, tg.key, tg.seen);
     gb_block_max_or(a.best_p, unused_seen, L, tg.key, tg.seen);
-    if (S > 1u) {
-        gb_residual_split(B, o, group, S, L, tg, a);
-    } else if (L.tid == 0u) {
+    if (S > 1u && !gb_residual_split(B, group, S, L, tg, a)) {
+        return;
+    }
+    // The draw from p is gumbel_argmax's: a winner that reaches GB_EXACT_LIMIT is drawn
+    // again by the exact comparison, as gumbel_exact draws it; a residual score never
+    // does (ABI.md, "residual"). Every thread holds the row's keys.
+    if (gb_seen_status(a.seen) == GB_STATUS_OK && a.best_r == 0ul && gb_key_inexact(a.best_p)) {
+        gb_exact v = gb_exact_best<KIND>(R.logits, R.P, B.vocab, R.st, R.invT, gb_exact_none(), L, tg.win);
+        a.best_p = gb_pack(v.s, v.idx);
+    }
+    if (L.tid == 0u) {
         gb_residual_end(B, o, a);
     }
 }

@@ -179,7 +179,8 @@ kernel void topn_f32(device const float* logits [[buffer(0)]], GB_TOPN_ARGS, GB_
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup ulong list[GB_MAX_TOPN];
     threadgroup uint last[1];
-    gb_topn_scratch tg = {scratch_key, scratch_seen, scratch_lse, list, last};
+    threadgroup gb_exact win[GB_MAX_SIMDGROUPS];
+    gb_topn_scratch tg = {scratch_key, scratch_seen, scratch_lse, list, last, win};
     gb_topn<GB_F32>(logits, GB_TOPN_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -189,7 +190,8 @@ kernel void topn_f16(device const ushort* logits [[buffer(0)]], GB_TOPN_ARGS, GB
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup ulong list[GB_MAX_TOPN];
     threadgroup uint last[1];
-    gb_topn_scratch tg = {scratch_key, scratch_seen, scratch_lse, list, last};
+    threadgroup gb_exact win[GB_MAX_SIMDGROUPS];
+    gb_topn_scratch tg = {scratch_key, scratch_seen, scratch_lse, list, last, win};
     gb_topn<GB_F16>(logits, GB_TOPN_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -199,7 +201,8 @@ kernel void topn_bf16(device const ushort* logits [[buffer(0)]], GB_TOPN_ARGS, G
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
     threadgroup ulong list[GB_MAX_TOPN];
     threadgroup uint last[1];
-    gb_topn_scratch tg = {scratch_key, scratch_seen, scratch_lse, list, last};
+    threadgroup gb_exact win[GB_MAX_SIMDGROUPS];
+    gb_topn_scratch tg = {scratch_key, scratch_seen, scratch_lse, list, last, win};
     gb_topn<GB_BF16>(logits, GB_TOPN_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -283,7 +286,8 @@ kernel void residual_f32(device const float* logits [[buffer(0)]], GB_SAMPLING_A
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
     threadgroup uint chain[3];
-    gb_residual_scratch tg = {scratch_key, scratch_seen, last, chain};
+    threadgroup gb_exact win[GB_MAX_SIMDGROUPS];
+    gb_residual_scratch tg = {scratch_key, scratch_seen, last, chain, win};
     gb_residual<GB_F32>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -292,7 +296,8 @@ kernel void residual_f16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
     threadgroup uint chain[3];
-    gb_residual_scratch tg = {scratch_key, scratch_seen, last, chain};
+    threadgroup gb_exact win[GB_MAX_SIMDGROUPS];
+    gb_residual_scratch tg = {scratch_key, scratch_seen, last, chain, win};
     gb_residual<GB_F16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -301,7 +306,8 @@ kernel void residual_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING
     threadgroup uint scratch_seen[GB_MAX_SIMDGROUPS];
     threadgroup uint last[1];
     threadgroup uint chain[3];
-    gb_residual_scratch tg = {scratch_key, scratch_seen, last, chain};
+    threadgroup gb_exact win[GB_MAX_SIMDGROUPS];
+    gb_residual_scratch tg = {scratch_key, scratch_seen, last, chain, win};
     gb_residual<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 

@@ -2,7 +2,9 @@
 // or (GB_FLAG_PERTURBED) the N largest Gumbel scores, N draws without replacement (ABI.md,
 // "topn"). Threadgroup (bx, by) of an (S, n) grid keeps the top N keys of its chunk of
 // row params[by].row and the chunk's log-sum-exp; with S > 1 the last threadgroup of the
-// row to arrive merges the S lists, with the split phase of gumbel_argmax.
+// row to arrive merges the S lists, with the split phase of gumbel_argmax. A perturbed
+// list that may be inexact (a score of GB_EXACT_LIMIT or more, or an empty entry) is made
+// exact by the last threadgroup (gb_topn_exact).
 
 // Arguments of the topn kernels: argument 8 is not used, 9-12 are bias, counts, mask and
 // bitmask at the positions they have in the other kernels.
@@ -27,6 +29,7 @@ struct gb_topn_scratch {
     threadgroup float4* lse;  // [GB_MAX_SIMDGROUPS]
     threadgroup ulong* list;  // [GB_MAX_TOPN] the threadgroup's top keys, largest first, 0 = empty
     threadgroup uint* last;   // [1]
+    threadgroup gb_exact* win;  // [GB_MAX_SIMDGROUPS] gb_topn_exact's
 };
 
 // A threadgroup's row, the same in every thread.
@@ -161,13 +164,70 @@ inline void gb_topn_write(gb_topn_row<KIND> R, gb_topn_buffers A, ulong out, uin
     }
 }
 
+// Whether a perturbed list in tg.list is the row's exact top N (ABI.md, "topn"):
+// GB_TOPN_EXACT when it is full and no key's score reaches GB_EXACT_LIMIT in magnitude;
+// GB_TOPN_SHORT when only an entry is empty (the list then holds every element whose
+// fl(x' * invT) is finite); GB_TOPN_INEXACT when a key reaches the limit.
+#define GB_TOPN_EXACT 0u
+#define GB_TOPN_SHORT 1u
+#define GB_TOPN_INEXACT 2u
+inline uint gb_topn_state(threadgroup const ulong* list, uint N) {
+    uint state = GB_TOPN_EXACT;
+    for (uint j = 0u; j < N; ++j) {
+        if (list[j] == 0ul) {
+            state = state == GB_TOPN_EXACT ? GB_TOPN_SHORT : state;
+        } else if (gb_key_inexact(list[j])) {
+            state = GB_TOPN_INEXACT;
+        }
+    }
+    return state;
+}
+
+// Makes a perturbed list that gb_topn_state does not vouch for exact. A short list
+// stands unless a pass over the row finds an element whose x' is finite and whose
+// fl(x' * invT) overflowed to -Inf (its float32 key never enters). Otherwise (rank) the
+// row is ranked again by the exact comparison: N passes, each taking the largest value
+// below the last one taken, whose keys gb_pack(s, i) replace tg.list (0 past the row's
+// finite elements), for thread 0 to write. Every thread of the finishing threadgroup
+// calls it, for rare rows only.
+template <int KIND>
+inline void gb_topn_exact(gb_topn_row<KIND> R, uint vocab, bool rank, gb_thread_ids L, gb_topn_scratch tg) {
+    if (!rank) {
+        uint under = 0u;
+        for (uint i = L.tid; i < vocab; i += L.T) {
+            float x = gb_processed(gb_io<KIND>::load1(R.logits + i), i, R.P);
+            float y = x * R.invT;
+            if (x > -INFINITY && y == -INFINITY) {
+                under = 1u;
+            }
+        }
+        ulong unused_key = 0ul;
+        gb_block_max_or(unused_key, under, L, tg.key, tg.seen);
+        rank = under != 0u;
+    }
+    if (!rank) {
+        return;
+    }
+    gb_exact last = gb_exact_none();
+    for (uint j = 0u; j < R.N; ++j) {
+        // After a pass that found nothing, last is none again: the entries stay empty.
+        if (j == 0u || last.idx != 0xFFFFFFFFu) {
+            last = gb_exact_best<KIND>(R.logits, R.P, vocab, R.st, R.invT, last, L, tg.win);
+        }
+        if (L.tid == 0u) {
+            tg.list[j] = last.idx != 0xFFFFFFFFu ? gb_pack(last.s, last.idx) : 0ul;
+        }
+    }
+}
+
 // The split phase (S > 1): publishes the threadgroup's list at partials words
 // GB_TOPN_STRIDE*(by*S + bx) .. + N - 1, its log-sum-exp pair at + GB_MAX_TOPN and its
 // observations in the row's flags counter; the last threadgroup of the row merges the S
-// lists and writes the row.
+// lists into tg.list, the sets into lse and the observations into seen (in every thread)
+// and returns true.
 template <int KIND>
-inline void gb_topn_split(gb_topn_row<KIND> R, gb_topn_buffers A, ulong out, uint3 group, uint S, gb_thread_ids L,
-                          gb_topn_scratch tg, thread ulong* top, uint seen, float2 lse) {
+inline bool gb_topn_split(gb_topn_row<KIND> R, gb_topn_buffers A, uint3 group, uint S, gb_thread_ids L,
+                          gb_topn_scratch tg, thread ulong* top, thread uint& seen, thread float2& lse) {
     const uint by = group.y;
     const uint N = R.N;
     const ulong stride = ulong(GB_TOPN_STRIDE);
@@ -182,7 +242,7 @@ inline void gb_topn_split(gb_topn_row<KIND> R, gb_topn_buffers A, ulong out, uin
         }
     }
     if (!gb_arrive(&A.counters[2u * by], S, L, tg.last)) {
-        return;
+        return false;
     }
     gb_topn_clear(top);
     lse = gb_lse_empty();
@@ -211,8 +271,9 @@ inline void gb_topn_split(gb_topn_row<KIND> R, gb_topn_buffers A, ulong out, uin
         // Leave the row's counters as the launch found them: zero.
         atomic_store_explicit(&A.counters[2u * by], 0u, memory_order_relaxed);
         atomic_store_explicit(&A.counters[2u * by + 1u], 0u, memory_order_relaxed);
-        gb_topn_write<KIND>(R, A, out, row_seen, lse, tg);
     }
+    seen = row_seen;
+    return true;
 }
 
 template <int KIND>
@@ -264,9 +325,16 @@ inline void gb_topn(device const typename gb_io<KIND>::elem* logits, gb_topn_buf
     float2 unused_lse = gb_lse_empty();
     gb_block_lse(lse, unused_lse, L, tg.lse);
     gb_topn_merge(top, N, L, tg);
-    if (S > 1u) {
-        gb_topn_split<KIND>(R, A, out, group, S, L, tg, top, seen, lse);
-    } else if (L.tid == 0u) {
+    if (S > 1u && !gb_topn_split<KIND>(R, A, group, S, L, tg, top, seen, lse)) {
+        return;
+    }
+    if (R.perturbed && !R.greedy && gb_seen_status(seen) != GB_STATUS_NONFINITE) {
+        uint state = gb_topn_state(tg.list, N);
+        if (state != GB_TOPN_EXACT) {
+            gb_topn_exact<KIND>(R, A.vocab, state == GB_TOPN_INEXACT, L, tg);
+        }
+    }
+    if (L.tid == 0u) {
         gb_topn_write<KIND>(R, A, out, seen, lse, tg);
     }
 }

@@ -56,6 +56,9 @@ type residualWorkload struct {
 	q      int
 	// procs are processors every row applies (the bitmask from mask rows 1 to 3).
 	procs abi.Flags
+	// exact gives the rows exactShapes at exactTemperatures, where the draws from p need
+	// the exact comparison.
+	exact bool
 }
 
 var residualWorkloads = []residualWorkload{
@@ -72,6 +75,7 @@ var residualWorkloads = []residualWorkload{
 	{name: "bias and bitmask", chains: []string{"aE", "arE", "raE", "aaaE"}, procs: abi.FlagBias | abi.FlagBitmask},
 	{name: "mask and penalties", chains: []string{"aE", "rE", "aarE", "mE"}, procs: abi.FlagMask | abi.FlagPenalties},
 	{name: "non-finite rows", chains: []string{"pE", "aP", "dE", "aD", "H", "aH", "pzE"}},
+	{name: "exact scores", chains: []string{"E", "rE", "E", "rE", "E"}, q: qCover, exact: true},
 }
 
 // residualVocabs are small odd vocabularies, so that S = 5 leaves some threadgroups
@@ -86,6 +90,9 @@ type chainPlan struct {
 	stop   int       // the position where the chain stops
 	q      int       // its draft row's mode
 	p      []float64 // its target distribution as computed here (nil: not finite)
+	// exact: its row is one of exactShapes, whose status is whatever the Go edition says
+	// (in float16 the huge ones are +Inf)
+	exact bool
 }
 
 // residualCase is a residual launch with what it was built to show.
@@ -270,7 +277,7 @@ func newResidualCase(t *testing.T, r *rand.Rand, kernels map[string]runtime.GoKe
 			chainEnds)
 		for i := range len(ch) {
 			l := ch[i]
-			plans[y+i] = chainPlan{letter: l, chain: ci, pos: i, stop: stop, q: w.q}
+			plans[y+i] = chainPlan{letter: l, chain: ci, pos: i, stop: stop, q: w.q, exact: w.exact}
 			if w.q == qMix {
 				plans[y+i].q = 1 + r.IntN(numQModes-1)
 			}
@@ -282,7 +289,11 @@ func newResidualCase(t *testing.T, r *rand.Rand, kernels map[string]runtime.GoKe
 				shape = "huge"
 			}
 			row := rows[y+i]
-			encodeRow(dtype, shapes[shape].make(r, vocab), c.logits[row*c.stride*esize:])
+			vals := shapes[shape].make(r, vocab)
+			if w.exact {
+				vals = exactShapes[r.IntN(len(exactShapes))](r, vocab)
+			}
+			encodeRow(dtype, vals, c.logits[row*c.stride*esize:])
 			if row < c.outRows-1 {
 				encodeRow(dtype, []float32{nan}, c.logits[(row*c.stride+vocab)*esize:])
 			}
@@ -291,6 +302,9 @@ func newResidualCase(t *testing.T, r *rand.Rand, kernels map[string]runtime.GoKe
 				Flags: w.procs, BitmaskRow: uint32(1 + r.IntN(3)), RepetitionPenalty: pick[float32](r, 1, 1.3, 0.8),
 				FrequencyPenalty: pick[float32](r, 0, 0.5, -0.25), PresencePenalty: pick[float32](r, 0, 0.2, -1),
 				TopK: pick[uint32](r, 0, 1, 5), TopP: pick[float32](r, 0, 0.5, 1), MinP: pick[float32](r, 0, 0.1),
+			}
+			if w.exact {
+				p.Temperature = pick(r, exactTemperatures...)
 			}
 			// Flags residual has no use for, which must change nothing.
 			for _, f := range []abi.Flags{abi.FlagLogprobs, abi.FlagAdvance, abi.FlagRecord, abi.FlagPerturbed,
@@ -385,7 +399,7 @@ func newResidualCase(t *testing.T, r *rand.Rand, kernels map[string]runtime.GoKe
 		pl.p = targetProbs(c, *p)
 		// A row meant to be finite that its shape, mask or bitmask left without a finite
 		// logit (likely at small V) is drawn again.
-		for try := 0; pl.p == nil && !strings.ContainsRune("pPdDH", rune(pl.letter)); try++ {
+		for try := 0; pl.p == nil && !w.exact && !strings.ContainsRune("pPdDH", rune(pl.letter)); try++ {
 			require.Less(t, try, 100, "%s: record %d: no finite row", name, y)
 			encodeRow(dtype, shapes[pick(r, finite...)].make(r, vocab), c.logits[row*c.stride*esize:])
 			pl.p = targetProbs(c, *p)
@@ -577,7 +591,8 @@ func argmax(p []float64) int {
 // stop and past it, processors and NaN, +Inf, all-masked and huge rows. Tokens and
 // statuses of every slot must equal the Go edition's, which must follow each chain's
 // plan; records, params and counts stay as they were, and counters return to zero. A
-// bonus draw and a fallback draw must also be the token gumbel_argmax draws at that row.
+// bonus draw and a fallback draw must also be the token gumbel_argmax draws at that row,
+// finished by gumbel_exact where its scores need the exact comparison (the last workload).
 func TestResidualMatchesGoEdition(t *testing.T) {
 	bin := buildDriver(t)
 	r := rand.New(rand.NewPCG(2026, 12))
@@ -609,7 +624,7 @@ func TestResidualMatchesGoEdition(t *testing.T) {
 
 	// What the stops drew: by status, and the kinds of draws among status 0.
 	var stops [5]int
-	var bonus, residualDraws, fallback, before, past int
+	var bonus, residualDraws, fallback, exactDraws, before, past int
 	for i, rc := range cases {
 		c := rc.launchCase
 		want := runGoEdition(t, c, kernels, r)
@@ -645,7 +660,7 @@ func TestResidualMatchesGoEdition(t *testing.T) {
 					assert.Equal(t, abi.StatusNonFinite, st, "%s: a NaN stop", where)
 				case strings.ContainsRune("dD", rune(pl.letter)):
 					assert.Equal(t, abi.StatusNoFinite, st, "%s: a stop with nothing allowed", where)
-				case pl.letter != 'H':
+				case pl.letter != 'H' && !pl.exact:
 					assert.Equal(t, abi.StatusOK, st, "%s: the stop's status", where)
 				}
 				if st != abi.StatusOK {
@@ -665,18 +680,18 @@ func TestResidualMatchesGoEdition(t *testing.T) {
 					residualDraws++
 				}
 				if end || cover {
-					// Where gumbel_argmax needs the exact comparison (status 5), residual
-					// keeps its float32 scores (ABI.md, "Exact scores").
-					if want, st := gumbelArgmaxToken(t, c, p, kernels, r); st == abi.StatusOK {
-						assert.Equal(t, want, tok, "%s: a draw from p must be gumbel_argmax's at the row", where)
+					want, exact := gumbelArgmaxToken(t, c, p, kernels, r)
+					assert.Equal(t, want, tok, "%s: a draw from p must be gumbel_argmax's at the row", where)
+					if exact {
+						exactDraws++
 					}
 				}
 			}
 		}
 	}
 	t.Logf("%d launches: %d accepted drafts, %d positions not reached; stops by status 0/1/2/3/4 %v; among status 0: "+
-		"%d bonus draws, %d from the residual, %d fallbacks to p", len(cases), before, past, stops, bonus,
-		residualDraws, fallback)
+		"%d bonus draws, %d from the residual, %d fallbacks to p; %d draws from p by the exact comparison", len(cases),
+		before, past, stops, bonus, residualDraws, fallback, exactDraws)
 	for st, n := range stops[:4] {
 		assert.Positive(t, n, "no stop ended with status %d", st)
 	}
@@ -684,20 +699,22 @@ func TestResidualMatchesGoEdition(t *testing.T) {
 	assert.Positive(t, bonus, "no bonus draw")
 	assert.Positive(t, residualDraws, "no draw from the residual")
 	assert.Positive(t, fallback, "no fallback to p")
+	assert.Greater(t, exactDraws, 10, "too few draws from p need the exact comparison")
 }
 
 // gumbelArgmaxToken is the token the Go edition's gumbel_argmax draws for launch row p of
-// c alone, with the processors and nothing else.
+// c alone, with the processors and nothing else, and whether gumbel_exact finished it.
 func gumbelArgmaxToken(t *testing.T, c *launchCase, p abi.RowParams, kernels map[string]runtime.GoKernel,
-	r *rand.Rand) (int32, abi.Status) {
+	r *rand.Rand) (token int32, exact bool) {
 	t.Helper()
 	g := *c
 	g.kernel, g.S, g.draws, g.draft, g.records0, g.argmaxOnly = gumbelArgmax, 1, 1, nil, nil, true
 	p.Flags &= abi.FlagsProcessors
 	g.params = make([]byte, abi.RowParamsSize)
 	g.setRowParams(0, p)
+	exact = runGoEdition(t, &g, kernels, r).status[p.Row] == int32(abi.StatusExact)
+	g.argmaxOnly = false
 	res := runGoEdition(t, &g, kernels, r)
-	st := abi.Status(res.status[p.Row])
-	require.Contains(t, []abi.Status{abi.StatusOK, abi.StatusExact}, st, "%s: gumbel_argmax's status", c.name)
-	return res.tokens[p.Row], st
+	require.Equal(t, int32(abi.StatusOK), res.status[p.Row], "%s: gumbel_argmax's status", c.name)
+	return res.tokens[p.Row], exact
 }

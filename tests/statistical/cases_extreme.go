@@ -7,11 +7,12 @@ import (
 	"github.com/gumbel-go/gumbel/philox"
 )
 
-// extremeCases are the Extreme rows, each on the Gumbel route and behind the kill
-// switch: constant rows of huge logits at T = 1, where only the noise decides (each
-// token 1/4), and a tie of two logits above two small ones at temperatures from 1e-3 to
-// 1e-30, where the tied tokens take 1/2 each. A float32 score fl(x/T) + g loses the
-// noise here and hands the ties to the lowest index.
+// extremeCases are the Extreme rows, each on the Gumbel route, behind the kill switch and
+// drawn twice without replacement (SampleDistinct, the topn kernel): constant rows of
+// huge logits at T = 1, where only the noise decides (each token 1/4, each ordered pair
+// 1/12), and a tie of two logits above two small ones at temperatures from 1e-3 to
+// 1e-30, where the tied tokens take 1/2 each (and the pairs of them). A float32 score
+// fl(x/T) + g loses the noise here and hands the ties to the lowest index.
 func extremeCases(cfg Config, seed uint64, alpha float64, draws func(int) int) []Case {
 	n := CIExtremeDraws
 	if cfg.Size == SizeFull {
@@ -25,22 +26,31 @@ func extremeCases(cfg Config, seed uint64, alpha float64, draws func(int) int) [
 				ties++
 			}
 		}
-		for _, p := range []path{pathGumbel, pathCategorical} {
-			full := fmt.Sprintf("%s/%s/T%g/%s", Extreme, name, t, p.label)
+		for _, c := range []struct {
+			p    path
+			mode Mode
+		}{{pathGumbel, ModeSample}, {pathCategorical, ModeSample}, {pathGumbel, ModeDistinct}} {
+			full := fmt.Sprintf("%s/%s/T%g/%s", Extreme, name, t, c.p.label)
+			outcomes := ties // the equally likely tokens, or ordered pairs of them
+			if c.mode == ModeDistinct {
+				full += "/" + c.mode.String()
+				outcomes = ties * (ties - 1)
+			}
 			out = append(out, Case{
 				Name:        full,
 				Shape:       Extreme,
-				Route:       p.route,
-				Gumbel:      p.gumbel,
+				Route:       c.p.route,
+				Gumbel:      c.p.gumbel,
 				Temperature: t,
 				Binning:     BinTokens,
 				Draws:       draws(n),
 				Seed:        philox.SplitMix64(seed ^ hashName(full)),
 				Logits:      logits,
 				Alpha:       alpha,
+				Mode:        c.mode,
 			})
 			if cfg.Size != SizeFull {
-				out[len(out)-1].Detects = detectsTies(draws(n), ties, alpha)
+				out[len(out)-1].Detects = detectsTies(draws(n), outcomes, alpha)
 			}
 		}
 	}
@@ -53,12 +63,12 @@ func extremeCases(cfg Config, seed uint64, alpha float64, draws func(int) int) [
 	return out
 }
 
-// detectsTies states the share of the mass moved from one of k equally likely tokens to
-// another that n draws catch with probability 1/2 at alpha: that shift's non-centrality
-// is n·2δ²/(1/k), against k - 1 degrees of freedom.
+// detectsTies states the share of the mass moved from one of k equally likely outcomes
+// (tokens, or ordered pairs) to another that n draws catch with probability 1/2 at
+// alpha: that shift's non-centrality is n·2δ²/(1/k), against k - 1 degrees of freedom.
 func detectsTies(n, k int, alpha float64) string {
 	lambda := DetectableNoncentrality(k-1, alpha, 0.5)
 	delta := math.Sqrt(lambda / (2 * float64(k) * float64(n)))
-	return fmt.Sprintf("%d draws catch (with probability 1/2) a shift of %.2g of the mass between two of the %d tied tokens "+
+	return fmt.Sprintf("%d draws catch (with probability 1/2) a shift of %.2g of the mass between two of the %d equally likely outcomes "+
 		"(float32 scores moved several percent)", n, delta, k)
 }
