@@ -238,7 +238,7 @@ const (
 	ExactScale float32 = 4096
 	// ExactLimit: a gumbel_argmax draw whose winning score has at least this magnitude
 	// (ExactScale less the noise's range and a margin) ends with StatusExact, greedy or
-	// not.
+	// not; a filtered draw's is taken again by the exact comparison.
 	ExactLimit float32 = 4032
 )
 

@@ -128,6 +128,24 @@ __device__ __forceinline__ gb_exact gb_exact_warp(gb_exact v, float invT) {
     return v;
 }
 
+// gb_exact_block leaves in thread 0 the block's best value (s_win: one entry per warp).
+// The block's threads all call it.
+__device__ __forceinline__ gb_exact gb_exact_block(gb_exact v, float invT, gb_exact* s_win) {
+    v = gb_exact_warp(v, invT);
+    if (gb_lane() == 0u) {
+        s_win[gb_warp()] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0u) {
+        for (gb_u32 k = 1u; k < gb_num_warps(); ++k) {
+            if (gb_exact_above(s_win[k], v, invT)) {
+                v = s_win[k];
+            }
+        }
+    }
+    return v;
+}
+
 // gb_exact_draw finishes draw z of a row left with status 5 (output slot o): each thread
 // takes groups of four (one Philox block) across the whole row, keeping its best value by
 // the exact comparison and the record's two log-sum-exps, and the block merges them. The
@@ -176,21 +194,11 @@ __device__ __forceinline__ void gb_exact_draw(const typename gb_io<KIND>::elem* 
             gb_lse_add4(proc, y, gb_max4(y));
         }
     }
-    best = gb_exact_warp(best, invT);
-    if (gb_lane() == 0u) {
-        s_win[gb_warp()] = best;
-    }
+    best = gb_exact_block(best, invT, s_win);
     if (logp) {
-        gb_block_lse(raw, proc, true, s_pair); // its barriers publish s_win too
-    } else {
-        __syncthreads();
+        gb_block_lse(raw, proc, true, s_pair);
     }
     if (threadIdx.x == 0u) {
-        for (gb_u32 k = 1u; k < gb_num_warps(); ++k) {
-            if (gb_exact_above(s_win[k], best, invT)) {
-                best = s_win[k];
-            }
-        }
         if (best.idx != 0xFFFFFFFFu) { // status 5 holds a finite winner
             tokens[o] = (gb_i32)best.idx;
             status[o] = GB_STATUS_OK;

@@ -23,6 +23,12 @@ func exactValueOf(x, invT, g float32, idx int) exactValue {
 	return exactValue{x: x, g: g, s: float32(y + g), exact: !(abs32(y) < abi.ExactScale), idx: idx}
 }
 
+// exactNeeded reports a winner's packed key whose score reaches ExactLimit in magnitude:
+// only then can an element valued exactly win or be misordered (ABI.md, "Exact scores").
+func exactNeeded(best uint64) bool {
+	return !(abs32(orderKeyInverse(uint32(best>>32))) < abi.ExactLimit)
+}
+
 // above reports whether v's value exceeds w's, ties to the lower index.
 func (v exactValue) above(w exactValue, invT float32) bool {
 	if d := exactSign(v, w, invT); d != 0 {

@@ -316,7 +316,7 @@ func (l *launchRow) argmaxEnd(best uint64, seen abi.Seen, raw, processed lse) {
 			l.writeRecord(l.argmaxRecord(tok, raw, processed))
 		}
 		st := abi.StatusOK
-		if !(abs32(orderKeyInverse(uint32(best>>32))) < abi.ExactLimit) {
+		if exactNeeded(best) {
 			// A score this large may have lost the noise to float32 rounding:
 			// gumbel_exact finishes the draw (ABI.md, "Exact scores"). The winner's key
 			// alone decides, so greedy rows of such logits take that path too.

@@ -5,6 +5,10 @@
 // status 5; this kernel, one threadgroup per row taking its draws in turn, scans the row
 // again and finishes them. Each operation is its own statement, unfused.
 
+// Whether a winner's packed key has a score of at least GB_EXACT_LIMIT in magnitude: only
+// then can an element valued exactly win or be misordered (ABI.md, "Exact scores").
+inline bool gb_exact_needed(ulong key) { return !(abs(gb_orderkey_inverse(uint(key >> 32))) < GB_EXACT_LIMIT); }
+
 // An element's value: its float32 score s, or (exact) x' * invT + g.
 struct gb_exact {
     float x;

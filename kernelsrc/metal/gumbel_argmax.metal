@@ -124,7 +124,7 @@ inline void gb_argmax_end(gb_buffers B, thread const gb_row_params& p, gb_argmax
         rec = gb_argmax_record<KIND>(R, tok, a.raw, a.proc);
     }
     gb_finish(B, p.flags, o, int(tok), st, rec);
-    if (st == GB_STATUS_OK && !(abs(gb_orderkey_inverse(uint(a.best >> 32))) < GB_EXACT_LIMIT)) {
+    if (st == GB_STATUS_OK && gb_exact_needed(a.best)) {
         // A score this large may have lost the noise to float32 rounding: gumbel_exact
         // finishes the draw (ABI.md, "Exact scores"); the token and record stay until then.
         st = GB_STATUS_EXACT;

@@ -5,27 +5,37 @@ import (
 	"math"
 
 	"github.com/gumbel-go/gumbel/philox"
+	"github.com/gumbel-go/gumbel/sampler"
 )
 
-// extremeCases are the Extreme rows, each on the Gumbel route and behind the kill
-// switch: constant rows of huge logits at T = 1, where only the noise decides (each
-// token 1/4), and a tie of two logits above two small ones at temperatures from 1e-3 to
-// 1e-30, where the tied tokens take 1/2 each. A float32 score fl(x/T) + g loses the
-// noise here and hands the ties to the lowest index.
+// The filtered paths of the Extreme rows: top-k 2 keeps a flat row whole (ties at the
+// k-th value are kept), top-p 0.9 and min-p 0.05 keep the two tied 25s, and top-k 3 with
+// top-p 0.9 keeps them too, after top-k has cut one token.
+var (
+	pathTopK2     = path{label: "topk2", gumbel: true, route: sampler.RouteFiltered, topK: 2}
+	pathTopP      = path{label: "topp0.9", gumbel: true, route: sampler.RouteFiltered, topP: 0.9}
+	pathTopK3TopP = path{label: "topk3-topp0.9", gumbel: true, route: sampler.RouteFiltered, topK: 3, topP: 0.9}
+)
+
+// extremeCases are the Extreme rows, each on the Gumbel route, behind the kill switch
+// and on the filtered route: constant rows of huge logits at T = 1, where only the noise
+// decides (each token 1/4), and a tie of two logits above two small ones at
+// temperatures from 1e-3 to 1e-30, where the tied tokens take 1/2 each. A float32 score
+// fl(x/T) + g loses the noise here and hands the ties to the lowest index.
 func extremeCases(cfg Config, seed uint64, alpha float64, draws func(int) int) []Case {
 	n := CIExtremeDraws
 	if cfg.Size == SizeFull {
 		n = FullDraws
 	}
 	var out []Case
-	add := func(name string, logits []float32, t float32) {
+	add := func(name string, logits []float32, t float32, paths ...path) {
 		ties := 0
 		for _, x := range logits {
 			if x == logits[0] {
 				ties++
 			}
 		}
-		for _, p := range []path{pathGumbel, pathCategorical} {
+		for _, p := range append([]path{pathGumbel, pathCategorical}, paths...) {
 			full := fmt.Sprintf("%s/%s/T%g/%s", Extreme, name, t, p.label)
 			out = append(out, Case{
 				Name:        full,
@@ -33,6 +43,9 @@ func extremeCases(cfg Config, seed uint64, alpha float64, draws func(int) int) [
 				Route:       p.route,
 				Gumbel:      p.gumbel,
 				Temperature: t,
+				TopK:        p.topK,
+				TopP:        p.topP,
+				MinP:        p.minP,
 				Binning:     BinTokens,
 				Draws:       draws(n),
 				Seed:        philox.SplitMix64(seed ^ hashName(full)),
@@ -45,10 +58,10 @@ func extremeCases(cfg Config, seed uint64, alpha float64, draws func(int) int) [
 		}
 	}
 	for _, c := range []float32{1e7, 1e9, -1e9, math.MaxFloat32, -math.MaxFloat32} {
-		add(fmt.Sprintf("flat%g", c), []float32{c, c, c, c}, 1)
+		add(fmt.Sprintf("flat%g", c), []float32{c, c, c, c}, 1, pathTopK2)
 	}
 	for _, t := range []float32{1e-3, 1e-5, 1e-7, 1e-30} {
-		add("tie25", []float32{25, 25, 3, 1}, t)
+		add("tie25", []float32{25, 25, 3, 1}, t, pathTopP, pathMinP, pathTopK3TopP)
 	}
 	return out
 }
