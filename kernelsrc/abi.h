@@ -48,7 +48,7 @@
 #define GB_TAIL_THRESHOLD 16777216u // Main words below it take the tail word.
 #define GB_MAX_GUMBEL 45.1f // Bounds the Gumbel noise from above.
 #define GB_EXACT_SCALE 4096.0f // An element whose fl(x'·invT) has at least this magnitude is valued x'·invT + g exactly, which a float32 score cannot hold (ABI.md, "Exact scores").
-#define GB_EXACT_LIMIT 4032.0f // A draw whose winning score has at least this magnitude (ExactScale less the noise's range and a margin) needs the exact comparison: gumbel_argmax ends it with StatusExact, greedy or not; perturbed topn and residual finish it themselves.
+#define GB_EXACT_LIMIT 4032.0f // A draw whose winning score has at least this magnitude (ExactScale less the noise's range and a margin) needs the exact comparison: gumbel_argmax ends it with StatusExact, greedy or not; filtered, perturbed topn and residual finish it themselves.
 
 // Limits.
 #define GB_MAX_VOCAB 2147483647 // The largest V.

@@ -238,7 +238,8 @@ const (
 	ExactScale float32 = 4096
 	// ExactLimit: a draw whose winning score has at least this magnitude (ExactScale less
 	// the noise's range and a margin) needs the exact comparison: gumbel_argmax ends it
-	// with StatusExact, greedy or not; perturbed topn and residual finish it themselves.
+	// with StatusExact, greedy or not; filtered, perturbed topn and residual finish it
+	// themselves.
 	ExactLimit float32 = 4032
 )
 

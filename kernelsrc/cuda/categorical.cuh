@@ -30,16 +30,27 @@ struct gb_row_state {
     gb_u32 bitlen; // bitlen(V): F = 63 - bitlen
 };
 
+// gb_kept_entry reports whether an element of order key k and weight w is kept: its key
+// at least threshold and, with min-p, w >= min_p.
+__device__ __forceinline__ bool gb_kept_entry(gb_u32 k, float w, const gb_row_state& st) {
+    return k >= st.threshold && !(st.minp_on && !(w >= st.min_p));
+}
+
+// gb_row_kept reports whether the element of processed logit x is kept, with its weight
+// in w, computed only when its key reaches the threshold.
+__device__ __forceinline__ bool gb_row_kept(float x, const gb_row_state& st, float& w) {
+    w = 0.0f;
+    if (gb_orderkey(x) < st.threshold) {
+        return false;
+    }
+    w = gb_weight(x, st.m, st.invT, st.cutoff);
+    return !(st.minp_on && !(w >= st.min_p));
+}
+
 // gb_kept_q returns an element's fixed-point weight if it is kept, else 0.
 __device__ __forceinline__ gb_u64 gb_kept_q(float x, const gb_row_state& st) {
-    if (gb_orderkey(x) < st.threshold) {
-        return 0ull;
-    }
-    float w = gb_weight(x, st.m, st.invT, st.cutoff);
-    if (st.minp_on && !(w >= st.min_p)) {
-        return 0ull;
-    }
-    return gb_fixed(w, st.two_pow_f);
+    float w;
+    return gb_row_kept(x, st, w) ? gb_fixed(w, st.two_pow_f) : 0ull;
 }
 
 // GB_CAT_CAP is the capacity of the categorical kernel's shared-memory list of candidates
@@ -199,18 +210,10 @@ __device__ __forceinline__ gb_u32 gb_cat_select_level(const gb_u32* s_cnt, gb_u3
     return in_bin;
 }
 
-// gb_list_q is the fixed-point weight of list entry e if it is kept (key at least
-// threshold and, with min-p, w >= min_p), else 0.
+// gb_list_q is the fixed-point weight of list entry e if it is kept, else 0.
 __device__ __forceinline__ gb_u64 gb_list_q(const gb_u32* s_key, const float* s_w, gb_u32 e,
                                             const gb_row_state& st) {
-    if (s_key[e] < st.threshold) {
-        return 0ull;
-    }
-    const float w = s_w[e];
-    if (st.minp_on && !(w >= st.min_p)) {
-        return 0ull;
-    }
-    return gb_fixed(w, st.two_pow_f);
+    return gb_kept_entry(s_key[e], s_w[e], st) ? gb_fixed(s_w[e], st.two_pow_f) : 0ull;
 }
 
 // gb_cat_shared is the categorical block's shared memory, one object that every phase
@@ -220,7 +223,10 @@ struct gb_cat_shared {
     gb_u64 mass[GB_BINS];         // a radix level's masses
     gb_u64 red[GB_MAX_WARPS];     // the block reductions' per-warp words
     gb_u64 bcast[2];              // the block reductions' results
-    gb_u64 tile[GB_MAX_TILES];    // the kept mass of each tile of the row
+    union {
+        gb_u64 tile[GB_MAX_TILES]; // the inverse CDF: the kept mass of each tile of the row
+        gb_exact win[GB_MAX_WARPS]; // the Gumbel draw's exact redraw: each warp's winner
+    };
     gb_u64 pair[2 * GB_MAX_WARPS]; // gb_block_lse's per-warp pairs
     gb_u64 wc[2 * GB_MAX_WARPS];  // gb_cat_compact's per-warp counts
     gb_i32 token;                 // the drawn token
@@ -706,9 +712,10 @@ __device__ __forceinline__ gb_u64 gb_noisy_key(float x, gb_u32 i, float invT, gb
 }
 
 // gb_gumbel_kept ends a Gumbel-max draw over the kept set in one round of shared memory:
-// thread 0 gets the block's best key and kept mass S from each thread's, puts the token
-// in sh.token and returns S (which only gb_cat_finish's thread 0 reads).
-__device__ __forceinline__ gb_u64 gb_gumbel_kept(gb_u64 best, gb_u64 mass, gb_cat_shared& sh) {
+// every thread gets the block's best key (returned), so that the exact redraw's decision
+// is the block's; thread 0 also sums the kept mass S into mass (which only
+// gb_cat_finish's thread 0 reads) and puts the token in sh.token.
+__device__ __forceinline__ gb_u64 gb_gumbel_kept(gb_u64 best, gb_u64& mass, gb_cat_shared& sh) {
     best = gb_warp_max_u64_all(best);
     for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
         mass += gb_shfl_down_u64(mass, d); // lane 0's sum is exact
@@ -718,35 +725,74 @@ __device__ __forceinline__ gb_u64 gb_gumbel_kept(gb_u64 best, gb_u64 mass, gb_ca
         sh.wc[GB_MAX_WARPS + gb_warp()] = mass;
     }
     __syncthreads();
+    best = gb_warp_max_u64_all(gb_lane() < gb_num_warps() ? sh.wc[gb_lane()] : 0ull);
     if (threadIdx.x == 0u) {
         for (gb_u32 i = 1u; i < gb_num_warps(); ++i) {
-            best = gb_max_u64(best, sh.wc[i]);
             mass += sh.wc[GB_MAX_WARPS + i];
         }
         sh.token = best != 0ull ? (gb_i32)(0xFFFFFFFFu - (gb_u32)best) : -1;
     }
-    return mass;
+    return best;
+}
+
+// gb_exact_kept redraws a Gumbel-max draw over the kept set whose float32 winner reached
+// GB_EXACT_LIMIT, by the exact comparison (ABI.md, "filtered"): over the kept entries of
+// the candidate list (listed: n_list entries in sh) or else the kept elements of the row,
+// which the categorical one-block path and a min-p row whose blocks drew for themselves
+// read again. Thread 0 puts the token in sh.token. Only the finishing block of such a
+// draw runs it. Inlined: as a call (__noinline__), the call's ABI raised the kernel's
+// stack and spills and slowed every filtered step on the H200.
+template <int KIND>
+__device__ __forceinline__ void gb_exact_kept(const gb_cat_row<KIND>& r, const gb_row_state& st, bool listed,
+                                              gb_u32 n_list, gb_u32 lo, gb_u32 hi, gb_cat_shared& sh) {
+    gb_exact best = gb_exact_none();
+    const gb_u32 n = listed ? n_list : r.vocab;
+    for (gb_u32 e = threadIdx.x; e < n; e += blockDim.x) {
+        gb_u32 i = e;
+        float x, w;
+        bool kept;
+        if (listed) {
+            i = sh.idx[e];
+            x = gb_orderkey_inverse(sh.key[e]);
+            kept = gb_kept_entry(sh.key[e], sh.w[e], st);
+        } else {
+            x = gb_processed(r.pc, gb_io<KIND>::load1(r.row + e), e);
+            kept = gb_row_kept(x, st, w);
+        }
+        if (kept) {
+            const gb_exact v = gb_exact_of(x, st.invT, gb_element_gumbel(r.p, lo, hi, i), i);
+            if (gb_exact_above(v, best, st.invT)) {
+                best = v;
+            }
+        }
+    }
+    best = gb_exact_block(best, st.invT, sh.win);
+    if (threadIdx.x == 0u) {
+        sh.token = (gb_i32)best.idx;
+    }
 }
 
 // gb_gumbel_listed draws by Gumbel-max over the kept entries of the candidate list
-// (index, key and weight in sh) and returns S, their fixed-point mass.
-__device__ __forceinline__ gb_u64 gb_gumbel_listed(const gb_row_state& st, gb_u32 n_list, const gb_row_params& p,
+// (index, key and weight in sh) and returns S, their fixed-point mass. A float32 winner
+// whose score reaches GB_EXACT_LIMIT is redrawn by the exact comparison: below it, no
+// element valued exactly can win or be misordered (ABI.md, "Exact scores").
+template <int KIND>
+__device__ __forceinline__ gb_u64 gb_gumbel_listed(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u32 n_list,
                                                    gb_u32 lo, gb_u32 hi, gb_cat_shared& sh) {
     gb_u64 best = 0ull, mass = 0ull;
     for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
-        const gb_u32 k = sh.key[e];
-        const float w = sh.w[e];
-        if (k < st.threshold || (st.minp_on && !(w >= st.min_p))) {
-            continue;
+        if (gb_kept_entry(sh.key[e], sh.w[e], st)) {
+            mass += gb_fixed(sh.w[e], st.two_pow_f);
+            best = gb_max_u64(best, gb_noisy_key(gb_orderkey_inverse(sh.key[e]), sh.idx[e], st.invT, lo, hi, r.p));
         }
-        mass += gb_fixed(w, st.two_pow_f);
-        best = gb_max_u64(best, gb_noisy_key(gb_orderkey_inverse(k), sh.idx[e], st.invT, lo, hi, p));
     }
-    return gb_gumbel_kept(best, mass, sh);
+    if (gb_exact_needed(GB_STATUS_OK, gb_gumbel_kept(best, mass, sh))) {
+        gb_exact_kept<KIND>(r, st, true, n_list, lo, hi, sh);
+    }
+    return mass;
 }
 
-// gb_gumbel_row draws by Gumbel-max over the kept elements of the whole row and returns
-// S, their fixed-point mass.
+// gb_gumbel_row is gb_gumbel_listed over the kept elements of the whole row.
 template <int KIND>
 __device__ __forceinline__ gb_u64 gb_gumbel_row(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u32 lo,
                                                 gb_u32 hi, gb_cat_shared& sh) {
@@ -755,18 +801,17 @@ __device__ __forceinline__ gb_u64 gb_gumbel_row(const gb_cat_row<KIND>& r, const
         float x[4];
         const gb_u32 n = gb_load_processed<KIND>(r.row, g, r.vocab, r.vec, r.pc, x);
         for (gb_u32 j = 0; j < n; ++j) {
-            if (gb_orderkey(x[j]) < st.threshold) {
-                continue;
+            float w;
+            if (gb_row_kept(x[j], st, w)) {
+                mass += gb_fixed(w, st.two_pow_f);
+                best = gb_max_u64(best, gb_noisy_key(x[j], g + j, st.invT, lo, hi, r.p));
             }
-            const float w = gb_weight(x[j], st.m, st.invT, st.cutoff);
-            if (st.minp_on && !(w >= st.min_p)) {
-                continue;
-            }
-            mass += gb_fixed(w, st.two_pow_f);
-            best = gb_max_u64(best, gb_noisy_key(x[j], g + j, st.invT, lo, hi, r.p));
         }
     }
-    return gb_gumbel_kept(best, mass, sh);
+    if (gb_exact_needed(GB_STATUS_OK, gb_gumbel_kept(best, mass, sh))) {
+        gb_exact_kept<KIND>(r, st, false, 0u, lo, hi, sh);
+    }
+    return mass;
 }
 
 // gb_cat_finish writes the draw's token, status and record (thread 0) and does the row's
@@ -919,7 +964,7 @@ __device__ __forceinline__ void gb_categorical_row(gb_cat_row<KIND>& r, gb_cat_s
     if (listed) {
         const gb_u32 kp = topp_on ? gb_topp_threshold<KIND, true>(r, st, kk, n_list, 0ull, reached, sh) : 0u;
         st.threshold = gb_max_u32(kk, kp);
-        s_kept = GUMBEL ? gb_gumbel_listed(st, n_list, r.p, step_lo, step_hi, sh) : gb_cat_draw_listed(st, n_list, u, sh);
+        s_kept = GUMBEL ? gb_gumbel_listed<KIND>(r, st, n_list, step_lo, step_hi, sh) : gb_cat_draw_listed(st, n_list, u, sh);
     } else {
         const gb_u32 kp = topp_on ? gb_topp_threshold<KIND, false>(r, st, kk, 0u, 0ull, reached, sh) : 0u;
         st.threshold = gb_max_u32(kk, kp);

@@ -13,6 +13,8 @@
 // the kept set lies above Kcov (and the list fits GB_FILTER_RANKED), and draws over it;
 // otherwise it runs the categorical kernel's one-block path with a Gumbel-max draw over
 // the row. On LLM logits the kept set is a few tokens near the top and the list serves.
+// A draw whose float32 winner reaches GB_EXACT_LIMIT is taken again by the exact
+// comparison in the last block (gb_exact_kept), over the same kept set.
 
 // GB_FILTER_THREAD is the candidates a thread keeps while it scans, GB_FILTER_WARP those
 // a warp hands on to its block's merge, and GB_FILTER_RANKED the longest list the last
@@ -378,7 +380,7 @@ __device__ __forceinline__ bool gb_filter_finish_list(gb_cat_row<KIND>& r, const
         kp = sh.word;
     }
     st.threshold = gb_max_u32(kk, kp);
-    const gb_u64 s_kept = gb_gumbel_listed(st, n_list, r.p, lo, hi, sh);
+    const gb_u64 s_kept = gb_gumbel_listed<KIND>(r, st, n_list, lo, hi, sh);
     gb_cat_finish<KIND>(r, st, s_kept, sh);
     return true;
 }
@@ -566,7 +568,11 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
     st.m = gb_orderkey_inverse((gb_u32)(sh.red[0] >> 32));
     __syncthreads(); // sh.bcast and sh.red are the reductions' words
     if (s.minp_only) {
-        if (threadIdx.x == 0u) {
+        if (gb_exact_needed(GB_STATUS_OK, win)) {
+            // The blocks' float32 winner may be wrong (ABI.md, "filtered"): this block
+            // redraws over the row's kept elements by the exact comparison.
+            gb_exact_kept<KIND>(r, st, false, 0u, lo, hi, sh);
+        } else if (threadIdx.x == 0u) {
             sh.token = (gb_i32)(0xFFFFFFFFu - (gb_u32)win);
         }
         __syncthreads();

@@ -464,3 +464,102 @@ func requireProbePaths(t *testing.T, ls []*launch, got []outcome, want func(*pro
 	require.Positive(t, taken[pathList], "no probe was drawn on the list")
 	require.Positive(t, taken[pathRow], "no probe fell back to the row")
 }
+
+// exactFilterConfigs are the filters of exact filtered rows: filterConfigs with min-p
+// alone, whose blocks draw for themselves, three times as often.
+var exactFilterConfigs = append(slices.Clone(filterConfigs), filterConfig{0, 0, 0.05}, filterConfig{0, 0, 0.5},
+	filterConfig{0, 0, 1}, filterConfig{0, 0, 0.05}, filterConfig{0, 0, 0.5}, filterConfig{0, 0, 1})
+
+// newExactFiltered is a filtered-route launch (newFiltered) of rows whose scores need the
+// exact comparison: exactRows at exactTemperatures (ABI.md, "filtered").
+func newExactFiltered(r *rand.Rand, dt, v int, sh filteredShape, d, slots int) *launch {
+	l := newFiltered(r, dt, v, sh, d, slots, exactRows, exactFilterConfigs, r.IntN(2) == 0)
+	l.name = "exact " + l.name
+	for y := range l.params {
+		if p := &l.params[y]; slices.Contains(temperatures[1:], p.Temperature) {
+			p.Temperature = exactTemperatures[r.IntN(len(exactTemperatures))]
+		}
+	}
+	return l
+}
+
+// filteredExactLaunches is newExactFiltered over every dtype, one block and splits, one
+// and several draws, blocks shaped by sh.
+func filteredExactLaunches(r *rand.Rand, sh func(s int) filteredShape) []*launch {
+	var ls []*launch
+	for i := range 6 {
+		for _, c := range []struct{ v, s int }{{4, 1}, {37, 1}, {37, 3}, {257, 2}, {1000, 1}, {1000, 5}} {
+			ls = append(ls, newExactFiltered(r, i%3, c.v, sh(c.s), 1+2*r.IntN(2), 8))
+		}
+	}
+	return ls
+}
+
+// emuFilteredShape is a block shape of filteredBlocks for s blocks per row.
+func emuFilteredShape(r *rand.Rand) func(s int) filteredShape {
+	return func(s int) filteredShape {
+		b := filteredBlocks[r.IntN(len(filteredBlocks))]
+		return filteredShape{s, b[0], b[1]}
+	}
+}
+
+// filteredExactCoverage counts the sampled slots whose row's largest |x/T| reaches
+// ExactLimit (rows without processors, so x' = x), where the largest logit, which is
+// always kept, scores beyond it: the draws that take the exact redraw, by the path they
+// took.
+func filteredExactCoverage(ls []*launch, got []outcome) map[string]int {
+	c := map[string]int{}
+	for i, l := range ls {
+		n, d := len(l.params), l.draws()
+		for y, p := range l.params {
+			if p.Temperature == 0 || p.Flags&abi.FlagsProcessors != 0 || p.Flags&abi.FlagRouted != 0 && p.Flags&abi.FlagFiltered == 0 {
+				continue
+			}
+			top := float32(0)
+			for _, x := range l.rowValues(int(p.Row)) {
+				top = max(top, float32(math.Abs(float64(x))))
+			}
+			if !(float32(top*float32(1/p.Temperature)) >= abi.ExactLimit) {
+				continue
+			}
+			for z := range d {
+				if got[i].status[int(p.Row)*d+z] != 0 {
+					continue
+				}
+				switch got[i].paths[z*n+y] {
+				case pathList:
+					c["list"]++
+				case pathRow:
+					c["row"]++
+				default:
+					if rowKind(l, p) == "min-p" {
+						c["min-p alone"]++
+					}
+				}
+			}
+		}
+	}
+	return c
+}
+
+// TestCUDAFilteredExactMatchesGoEdition runs the filtered route on rows whose float32
+// scores lose the noise, with the ABI's candidate lists and with short ones (most rows
+// then take the one-block path), and requires the Go edition's tokens, statuses,
+// records, counts and steps, with the exact redraw reached on the list, on the row and
+// by min-p rows whose blocks drew themselves.
+func TestCUDAFilteredExactMatchesGoEdition(t *testing.T) {
+	r := rand.New(rand.NewPCG(20261201, 24))
+	ls := filteredExactLaunches(r, emuFilteredShape(r))
+	wants := goEdition(t, ls)
+	got, seen, _ := runFiltered(t, ls, wants)
+	cov := filteredExactCoverage(ls, got)
+	for _, l := range ls {
+		l.filterList, l.filterMinCands = 16, 4
+	}
+	got, _, _ = runFiltered(t, ls, wants)
+	short := filteredExactCoverage(ls, got)
+	t.Logf("%d launches; slots by status %v; exact redraws by path: ABI lists %v, short lists %v", len(ls), seen, cov, short)
+	for _, k := range []string{"list", "row", "min-p alone"} {
+		require.Greater(t, cov[k]+short[k], 30, "too few exact redraws on the %s path", k)
+	}
+}

@@ -381,13 +381,22 @@ func TestGPUShardsMatchGoEdition(t *testing.T) {
 	t.Logf("%d launches on %s; shard slots %v", len(ls), dev.Info().Name, cov)
 }
 
-// TestGPUExactScoresMatchGoEdition is TestCUDAExactScoresMatchGoEdition and
-// TestCUDAExactResidualMatchesGoEdition on the GPU, with full-width blocks and Qwen's
-// vocabulary split over up to 132 blocks per row.
+// TestGPUExactScoresMatchGoEdition is TestCUDAExactScoresMatchGoEdition,
+// TestCUDAFilteredExactMatchesGoEdition and TestCUDAExactResidualMatchesGoEdition on the
+// GPU, with full-width blocks and Qwen's vocabulary split over up to 132 blocks per row.
 func TestGPUExactScoresMatchGoEdition(t *testing.T) {
 	dev, mod := openCUDA(t)
 	r := rand.New(rand.NewPCG(20261201, 22))
 	ls := exactLaunches(r)
+	ls = append(ls, filteredExactLaunches(r, func(s int) filteredShape {
+		block, warp := gpuShape(r, s)
+		return filteredShape{s, block, warp}
+	})...)
+	for dt := range 3 {
+		for _, s := range []int{1, 37, 132} {
+			ls = append(ls, newExactFiltered(r, dt, 151936, filteredShape{s, 1024, 32}, 2, 5))
+		}
+	}
 	for dt := range 3 {
 		for _, s := range []int{1, 37, 132} {
 			const v = 151936

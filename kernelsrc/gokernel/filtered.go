@@ -16,22 +16,31 @@ func filterMax(*runtime.BlockContext, abi.DType) {}
 // by Gumbel-max over the kept set.
 func filtered(b *runtime.BlockContext, d abi.DType) { oneBlockRow(b, d, abi.Filtered) }
 
-// gumbelKept is the Gumbel-max draw over the kept set: the kept element with the largest
-// score fl(fl(x'·invT) + g), g its gumbel_argmax noise at step, ties to the lowest index.
+// gumbelKept is the Gumbel-max draw over the kept set: the kept element of largest value
+// (ABI.md, "Exact scores") with its gumbel_argmax noise at step, ties to the lowest index.
+// The float32 scores decide unless the winning one reaches ExactLimit in magnitude; then
+// the kept set is scanned again with the exact comparison, which only such rows pay for.
 // The kept set always holds the row's largest logit, so a token is always found.
 func gumbelKept(ks *keptSet, row []float32, seed, step uint64) int {
 	key := philox.Key(seed)
 	var best uint64
 	for j, i := range ks.idx {
+		if ks.kept(j) {
+			best = max(best, pack(philox.Score(row[i], ks.invT, elementGumbel(key, step, i)), int(i)))
+		}
+	}
+	if !inexact(best) {
+		return int(^uint32(best))
+	}
+	win := exactValue{idx: -1}
+	for j, i := range ks.idx {
 		if !ks.kept(j) {
 			continue
 		}
-		w := philox.Block(philox.Counter(i, step, philox.PurposeGumbel), key)[i&3]
-		var tail uint32
-		if w < abi.TailThreshold {
-			tail = philox.Block(philox.Counter(i, step, philox.PurposeGumbelTail), key)[i&3]
+		v := exactValueOf(row[i], ks.invT, elementGumbel(key, step, i), int(i))
+		if win.idx < 0 || v.above(win, ks.invT) {
+			win = v
 		}
-		best = max(best, pack(philox.Score(row[i], ks.invT, philox.Gumbel(w, tail)), int(i)))
 	}
-	return int(^uint32(best))
+	return win.idx
 }

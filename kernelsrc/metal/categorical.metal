@@ -52,16 +52,21 @@ struct gb_filters {
     float min_p;
 };
 
+// Whether the filters keep an element, with its weight in w (computed only when its key
+// reaches the cut).
+inline bool gb_is_kept(float x, gb_weights W, gb_filters f, thread float& w) {
+    w = 0.0f;
+    if (gb_orderkey(x) < f.cut) {
+        return false;
+    }
+    w = gb_weight(x, W);
+    return !(f.min_p_on && !(w >= f.min_p));
+}
+
 // The kept weight of one element (0 when the filters drop it).
 inline ulong gb_kept_weight(float x, gb_weights W, gb_filters f) {
-    if (gb_orderkey(x) < f.cut) {
-        return 0ul;
-    }
-    float w = gb_weight(x, W);
-    if (f.min_p_on && !(w >= f.min_p)) {
-        return 0ul;
-    }
-    return gb_fixed(w, W.F);
+    float w;
+    return gb_is_kept(x, W, f, w) ? gb_fixed(w, W.F) : 0ul;
 }
 
 // Threadgroup scratch of the categorical kernel.
@@ -70,6 +75,9 @@ struct gb_categorical_scratch {
     threadgroup ulong* u64s;  // [GB_MAX_SIMDGROUPS] one per SIMD-group
     threadgroup uint* u32s;   // [GB_MAX_SIMDGROUPS] one per SIMD-group
     threadgroup float4* lse;  // [GB_MAX_SIMDGROUPS] one per SIMD-group
+    // [GB_MAX_SIMDGROUPS] the filtered kernel's exact redraw (gb_exact_kept), one per
+    // SIMD-group; the categorical kernel, which has none, leaves it null.
+    threadgroup gb_exact* win;
 };
 
 // The k-th largest key of the row, counting repeats: radix select on 8-bit digits from
@@ -332,11 +340,8 @@ inline ulong gb_gumbel_row(device const typename gb_io<KIND>::elem* row, uint vo
         for (uint j = 0u; j < count; ++j) {
             uint i = base + j;
             float x = gb_processed(gb_io<KIND>::load1(row + i), i, P);
-            if (gb_orderkey(x) < f.cut) {
-                continue;
-            }
-            float w = gb_weight(x, W);
-            if (f.min_p_on && !(w >= f.min_p)) {
+            float w;
+            if (!gb_is_kept(x, W, f, w)) {
                 continue;
             }
             mass += gb_fixed(w, W.F);
@@ -358,6 +363,27 @@ inline ulong gb_gumbel_row(device const typename gb_io<KIND>::elem* row, uint vo
     gb_block_max_or(best, unused, L, tg.u64s, tg.u32s);
     total = gb_block_sum_u64(mass, L, tg.u64s);
     return best;
+}
+
+// gb_exact_kept redraws a Gumbel-max draw over the kept elements of the row whose float32
+// winner reached GB_EXACT_LIMIT in magnitude, by the exact comparison (ABI.md,
+// "filtered"), and returns the token to every thread. Only such rows pay for it.
+template <int KIND>
+inline uint gb_exact_kept(device const typename gb_io<KIND>::elem* row, uint vocab, gb_processor P, gb_weights W,
+                          gb_filters f, gb_stream st, gb_thread_ids L, threadgroup gb_exact* win) {
+    gb_exact best = gb_exact_none();
+    for (uint i = L.tid; i < vocab; i += L.T) {
+        float x = gb_processed(gb_io<KIND>::load1(row + i), i, P);
+        float w;
+        if (gb_is_kept(x, W, f, w)) {
+            gb_group_words words = gb_group_words_empty();
+            gb_exact v = gb_exact_of(x, W.invT, gb_group_gumbel(words, st, i >> 2, i & 3u), i);
+            if (gb_exact_above(v, best, W.invT)) {
+                best = v;
+            }
+        }
+    }
+    return gb_exact_threadgroup(best, W.invT, L, win).idx;
 }
 
 // gb_categorical_row is the one-threadgroup path of a row's draw, after the routing
@@ -447,8 +473,13 @@ inline void gb_categorical_row(device const typename gb_io<KIND>::elem* logits, 
             }
             return;
         }
+        uint tok = 0xFFFFFFFFu - uint(best);
+        if (gb_key_inexact(best)) {
+            // A score this large may have lost the noise to float32 rounding (ABI.md,
+            // "Exact scores"): the same kept set again, by the exact comparison.
+            tok = gb_exact_kept<KIND>(row, vocab, P, W, f, gb_stream_of(p, bz), L, tg.win);
+        }
         if (L.tid == 0u) {
-            uint tok = 0xFFFFFFFFu - uint(best);
             float4 rec = float4(0.0f);
             if (want_lp) {
                 float x0 = gb_io<KIND>::load1(row + tok);

@@ -226,7 +226,9 @@ kernel void filtered_f32(device const float* logits [[buffer(0)]], GB_SAMPLING_A
     threadgroup ulong scratch_u64[GB_MAX_SIMDGROUPS];
     threadgroup uint scratch_u32[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
-    gb_categorical_scratch tg = {{hist_lo, hist_hi, sel_bin, sel_above}, scratch_u64, scratch_u32, scratch_lse};
+    threadgroup gb_exact scratch_win[GB_MAX_SIMDGROUPS];
+    gb_categorical_scratch tg = {{hist_lo, hist_hi, sel_bin, sel_above}, scratch_u64, scratch_u32, scratch_lse,
+                                 scratch_win};
     gb_filtered<GB_F32>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -238,7 +240,9 @@ kernel void filtered_f16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_
     threadgroup ulong scratch_u64[GB_MAX_SIMDGROUPS];
     threadgroup uint scratch_u32[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
-    gb_categorical_scratch tg = {{hist_lo, hist_hi, sel_bin, sel_above}, scratch_u64, scratch_u32, scratch_lse};
+    threadgroup gb_exact scratch_win[GB_MAX_SIMDGROUPS];
+    gb_categorical_scratch tg = {{hist_lo, hist_hi, sel_bin, sel_above}, scratch_u64, scratch_u32, scratch_lse,
+                                 scratch_win};
     gb_filtered<GB_F16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 
@@ -250,7 +254,9 @@ kernel void filtered_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING
     threadgroup ulong scratch_u64[GB_MAX_SIMDGROUPS];
     threadgroup uint scratch_u32[GB_MAX_SIMDGROUPS];
     threadgroup float4 scratch_lse[GB_MAX_SIMDGROUPS];
-    gb_categorical_scratch tg = {{hist_lo, hist_hi, sel_bin, sel_above}, scratch_u64, scratch_u32, scratch_lse};
+    threadgroup gb_exact scratch_win[GB_MAX_SIMDGROUPS];
+    gb_categorical_scratch tg = {{hist_lo, hist_hi, sel_bin, sel_above}, scratch_u64, scratch_u32, scratch_lse,
+                                 scratch_win};
     gb_filtered<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }
 

@@ -1,10 +1,12 @@
 package mslemu
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
@@ -137,4 +139,74 @@ func TestFilteredMatchesGoEdition(t *testing.T) {
 	}
 	assert.Positive(t, greedy, "no greedy draw")
 	assert.Greater(t, records, 150, "too few log-probability records compared")
+}
+
+// TestFilteredExactMatchesGoEdition runs the filtered route in the emulator on the rows of
+// TestExactScoresMatchGoEdition (exactShapes) at temperatures down to 1e-30, every
+// combination of filters and the row features, where the float32 scores lose the noise
+// and the draw is redrawn by the exact comparison (ABI.md, "filtered"): tokens, status,
+// counts and params must equal the Go edition's, records agree within recordTolerance.
+func TestFilteredExactMatchesGoEdition(t *testing.T) {
+	bin := buildDriver(t)
+	r := rand.New(rand.NewPCG(2026, 1203))
+	var cases []*launchCase
+	var tops [][]float32 // per case, the largest |x| of each row given an exact shape (0: none)
+	for i := range 36 {
+		dtype := i % len(abi.Suffixes)
+		S := pick(r, 1, 3, 16)
+		v := pick(r, 4, 37, 257, 1001)
+		D := 1 + r.IntN(3)
+		T := pick(r, 32, 256)
+		c := newFeatureCase(r, "exact "+featureCaseName(filtered, dtype, T, S, D, v, 0), filtered, dtype, T, S, D,
+			numCombos, v)
+		esize := 4
+		if dtype != 0 {
+			esize = 2
+		}
+		top := make([]float32, c.outRows)
+		for row := range c.outRows {
+			if r.IntN(5) != 0 {
+				vals := exactShapes[r.IntN(len(exactShapes))](r, v)
+				encodeRow(dtype, vals, c.logits[row*c.stride*esize:])
+				for _, x := range vals {
+					top[row] = max(top[row], float32(math.Abs(float64(x))))
+				}
+			}
+		}
+		for y := range c.launchRows() {
+			p := c.rowParams(y)
+			setFilters(r, &p, (y+i)%numCombos, v)
+			if y%2 == 0 {
+				p.Flags &^= abi.FlagsProcessors // half the rows as they come, for the count below
+			}
+			if p.Temperature > 0 && !math.IsInf(float64(p.Temperature), 0) {
+				p.Temperature = pick[float32](r, 1, 0.3, 1e-3, 1e-5, 1e-7, 1e-30)
+			}
+			c.setRowParams(y, p)
+		}
+		cases = append(cases, c)
+		tops = append(tops, top)
+	}
+	got := runDriver(t, bin, cases)
+	kernels := gokernel.Kernels()
+	exact := 0
+	for i, c := range cases {
+		want := runGoEdition(t, c, kernels, r)
+		compareOutputs(t, c, want, got[i])
+		for y := range c.launchRows() {
+			p := c.rowParams(y)
+			if p.Temperature == 0 || p.Flags&abi.FlagsProcessors != 0 {
+				continue
+			}
+			for z := range c.numDraws() {
+				// The largest logit is always kept: beyond ExactLimit its score takes the
+				// draw to the exact comparison.
+				if want.status[int(p.Row)*c.numDraws()+z] == 0 && float32(tops[i][p.Row]/p.Temperature) >= abi.ExactLimit {
+					exact++
+				}
+			}
+		}
+	}
+	t.Logf("%d launches, %d draws redrawn by the exact comparison", len(cases), exact)
+	require.Greater(t, exact, 50, "too few draws need the exact comparison")
 }

@@ -90,7 +90,9 @@ func TestCasesAreWellFormed(t *testing.T) {
 func TestFilteredCasesCut(t *testing.T) {
 	filteredCases, oneToken := 0, 0
 	for _, c := range Cases(Config{Size: SizeFull}) {
-		if c.TopK == 0 && c.TopP == 0 && c.MinP == 0 {
+		if c.TopK == 0 && c.TopP == 0 && c.MinP == 0 || c.Shape == Extreme {
+			// The Extreme rows' filters keep every token of real mass: those cases test
+			// the draw among huge tied values, not the cut.
 			continue
 		}
 		filtered, err := Expected(&c)
