@@ -48,7 +48,7 @@ func randomFeatures(r *rand.Rand, k kernelKind, p *abi.RowParams) {
 		}
 	}
 	if chance(3) {
-		p.Flags |= 1 << 13 // reserved: status 3
+		p.Flags |= 1 << 14 // reserved: status 3
 	}
 	p.RepetitionPenalty = pick[float32](r, 1, 1.1, 1.3, 0.8, 2)
 	p.FrequencyPenalty = pick[float32](r, 0, 0.5, -0.25, 1)
