@@ -805,10 +805,11 @@ func (v *verifyCall) keptRecordRound() error {
 	if !v.probs {
 		return nil
 	}
+	kept := func(b int, p Params) bool { return res.Errs[b] == nil && p.Logprobs && drawnRequest(p, vocab) }
 	var groups [numGroups]int
 	maxRows := 0
 	for b, p := range v.params {
-		if res.Errs[b] != nil || !p.Logprobs || !drawnRequest(p, vocab) {
+		if !kept(b, p) {
 			continue
 		}
 		groups[groupFiltered] += len(res.Tokens[b])
@@ -826,7 +827,7 @@ func (v *verifyCall) keptRecordRound() error {
 	masks := s.hostMasks[:0]
 	next := 0
 	for b, p := range v.params {
-		if res.Errs[b] != nil || !p.Logprobs || !drawnRequest(p, vocab) {
+		if !kept(b, p) {
 			continue
 		}
 		for i, tok := range res.Tokens[b] {
@@ -850,7 +851,7 @@ func (v *verifyCall) keptRecordRound() error {
 	f32 := func(off int) float32 { return math.Float32frombits(le.Uint32(results[off:])) }
 	out := outLayout{rows: v.lg.Rows, draws: 1}
 	for b, p := range v.params {
-		if res.Errs[b] != nil || !p.Logprobs || !drawnRequest(p, vocab) {
+		if !kept(b, p) {
 			continue
 		}
 		invT := float64(float32(1 / p.Temperature))
