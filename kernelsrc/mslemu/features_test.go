@@ -172,6 +172,11 @@ func newFeatureCase(r *rand.Rand, name string, kernel kernelKind, dtype, T, S, d
 			p.MinP = pick[float32](r, 0, 0, 0, 0.05, 0.5, 1)
 		}
 		randomFeatures(r, kernel, p)
+		if kernel == categorical && r.IntN(4) == 0 {
+			// The kept set's descriptor in place of the record.
+			p.Flags |= abi.FlagLogprobs | abi.FlagKeptSet
+			p.Token = uint32(r.IntN(vocab + 1))
+		}
 		c.setRowParams(y, *p)
 	}
 	featureBuffers(r, c, params)

@@ -70,6 +70,7 @@ func compareOutputs(t *testing.T, c *launchCase, want, got result) (records int,
 				assert.True(t, closeEnough(w[k], g[k], max(1, float32(math.Abs(float64(w[3]))))),
 					"%s: slot %d: descriptor's word %d: Go %v, MSL %v", c.name, o, k, w, g)
 			}
+			records++
 			continue
 		}
 		scale := float32(1)
