@@ -25,8 +25,9 @@
 #define GB_FLAG_BITMASK 1024u // Apply mask row BitmaskRow of the bitmask argument (a grammar's allowed tokens), on top of FlagMask.
 #define GB_FLAG_SHARD 2048u // The row is a vocabulary shard (gumbel_argmax only; status 3 elsewhere): element i is global token vocab_offset + i, noised there, and the draw also writes its shard key.
 #define GB_FLAG_CHAIN_END 4096u // The row is the last position of its chain (residual): it has no draft token, and draws from p when every draft before it is accepted.
+#define GB_FLAG_KEPT_SET 8192u // With FlagLogprobs, a categorical or filtered row writes its kept set's descriptor in place of the record, and a residual row takes its target law from the descriptor at its slot (ABI.md, "The kept-set descriptor").
 #define GB_FLAGS_PROCESSORS 1248u // The flags of the logit processors.
-#define GB_FLAGS_RESERVED 0xFFFFE000u // The bits a row must leave clear.
+#define GB_FLAGS_RESERVED 0xFFFFC000u // The bits a row must leave clear.
 
 // Status codes.
 #define GB_STATUS_OK 0 // The token is the sampled index.

@@ -10,11 +10,6 @@ import (
 	"github.com/gumbel-go/gumbel/philox"
 )
 
-// ErrVerifyFiltered: VerifyChainProbs was asked for a request with top-k, top-p or
-// min-p; its acceptance rule needs the target's filtered probabilities, which it does
-// not compute yet. VerifyChain and VerifyTree take filters.
-var ErrVerifyFiltered = errors.New("gumbel/sampler: VerifyChainProbs needs a request without top-k, top-p or min-p")
-
 // ErrDraft: a draft that does not fit the call: its logits rows outside the matrix or
 // shared with another draft, a draft token outside the vocabulary, or a bitmask list of
 // the wrong length.
@@ -182,7 +177,7 @@ func (s *Sampler) verify(logits Logits, params []Params, trees []DraftTree, res 
 
 // startVerify checks a verification call and every request in it (a bad request gets
 // its error in res.Errs) and lays out the call's state.
-// probs says the call is VerifyChainProbs, which does not take filters.
+// probs says the call is VerifyChainProbs.
 func (s *Sampler) startVerify(logits Logits, params []Params, trees []DraftTree, res *Verified, probs bool) (*verifyCall, error) {
 	if s.closed {
 		return nil, ErrClosed
@@ -294,8 +289,6 @@ func (v *verifyCall) check() {
 		err := checkParams(b, p)
 		switch {
 		case err != nil:
-		case v.probs && drawnRequest(p, vocab):
-			err = fmt.Errorf("request %d: %w", b, ErrVerifyFiltered)
 		case len(tr.Parents) != nodes:
 			err = fmt.Errorf("request %d: %d parents for %d draft tokens: %w", b, len(tr.Parents), nodes, ErrDraft)
 		case tr.Row < 0 || tr.Row+nodes >= v.lg.Rows || tr.Row+nodes < tr.Row:
@@ -721,7 +714,9 @@ func (v *verifyCall) drawRound() error {
 
 // recordRound scores every emitted token of the requests that ask for log-probabilities
 // (Params.Logprobs) at its position's row: one more round, only when asked. A filtered
-// request's tokens are its nodes' draws, whose records the draws wrote already.
+// request's tokens are its nodes' draws, whose records the draws wrote already; in
+// VerifyChainProbs they are scored too, and keptRecordRound puts them under the filtered
+// law.
 func (v *verifyCall) recordRound() error {
 	s, res, vocab := v.s, v.res, v.lg.Vocab
 	var groups [numGroups]int
@@ -731,7 +726,7 @@ func (v *verifyCall) recordRound() error {
 			continue
 		}
 		records += len(res.Tokens[b])
-		if !drawnRequest(p, vocab) {
+		if v.scored(p) {
 			groups[groupScore] += len(res.Tokens[b])
 		}
 	}
@@ -747,7 +742,7 @@ func (v *verifyCall) recordRound() error {
 		masks := s.hostMasks[:0]
 		next := 0
 		for b, p := range v.params {
-			if res.Errs[b] != nil || !p.Logprobs || drawnRequest(p, vocab) {
+			if res.Errs[b] != nil || !p.Logprobs || !v.scored(p) {
 				continue
 			}
 			for i, tok := range res.Tokens[b] {
@@ -778,7 +773,7 @@ func (v *verifyCall) recordRound() error {
 		start := len(res.flatLogprobs)
 		for i := range res.Tokens[b] {
 			n := v.emitter(b, i)
-			if drawnRequest(p, vocab) {
+			if !v.scored(p) {
 				res.flatLogprobs = append(res.flatLogprobs, v.rec[v.first[b]+n])
 				continue
 			}
@@ -791,6 +786,86 @@ func (v *verifyCall) recordRound() error {
 			res.flatLogprobs = append(res.flatLogprobs, lp)
 		}
 		res.Logprobs[b] = res.flatLogprobs[start:len(res.flatLogprobs):len(res.flatLogprobs)]
+	}
+	return v.keptRecordRound()
+}
+
+// scored reports whether recordRound scores request p's emitted tokens: every request
+// but VerifyChain's filtered ones, whose draws wrote their records.
+func (v *verifyCall) scored(p Params) bool { return v.probs || !drawnRequest(p, v.lg.Vocab) }
+
+// keptRecordRound gives the emitted tokens of VerifyChainProbs's filtered requests that
+// ask for log-probabilities the processed words Sample's record has on the filtered
+// route: the filtered kernel's kept-set descriptor of each token (FlagKeptSet with the
+// token) holds word 1 as that record computes it, and m and ln(S·2^-F), from which
+// word 3 is m·invT + ln(S·2^-F); the raw words stay score's. One more round, only when
+// asked.
+func (v *verifyCall) keptRecordRound() error {
+	s, res, vocab := v.s, v.res, v.lg.Vocab
+	if !v.probs {
+		return nil
+	}
+	kept := func(b int, p Params) bool { return res.Errs[b] == nil && p.Logprobs && drawnRequest(p, vocab) }
+	var groups [numGroups]int
+	maxRows := 0
+	for b, p := range v.params {
+		if !kept(b, p) {
+			continue
+		}
+		groups[groupFiltered] += len(res.Tokens[b])
+		if needsRowMax(p, vocab) {
+			maxRows += len(res.Tokens[b])
+		}
+	}
+	if groups[groupFiltered] == 0 {
+		return nil
+	}
+	host, err := s.scratch.paramsHost.bytes(s.dev, groups[groupFiltered]*RowParamsSize)
+	if err != nil {
+		return err
+	}
+	masks := s.hostMasks[:0]
+	next := 0
+	for b, p := range v.params {
+		if !kept(b, p) {
+			continue
+		}
+		for i, tok := range res.Tokens[b] {
+			q, row := v.nodeParams(b, v.emitter(b, i)), v.nodeRow(b, v.emitter(b, i))
+			m := v.maskRow(q, row, &masks)
+			rec := host[next*RowParamsSize:]
+			flags := s.procs.flags(row, q)&^abi.FlagRecord | abi.FlagLogprobs | abi.FlagKeptSet
+			putRowParams(rec, row, RouteFiltered, q, vocab, q.Seed, flags, 0, m)
+			binary.LittleEndian.PutUint32(rec[abi.TokenOffset:], uint32(tok))
+			next++
+		}
+	}
+	s.hostMasks = masks[:0]
+	pl := plan{logits: v.lg, stride: v.stride, draws: 1, groups: groups, maxRows: maxRows,
+		out: outLayout{rows: v.lg.Rows, draws: 1}}
+	results, err := v.launchPlan(&pl, host, masks)
+	if err != nil {
+		return err
+	}
+	le := binary.LittleEndian
+	f32 := func(off int) float32 { return math.Float32frombits(le.Uint32(results[off:])) }
+	out := outLayout{rows: v.lg.Rows, draws: 1}
+	for b, p := range v.params {
+		if !kept(b, p) {
+			continue
+		}
+		invT := float64(float32(1 / p.Temperature))
+		for i := range res.Tokens[b] {
+			row := v.nodeRow(b, v.emitter(b, i))
+			lp := &res.Logprobs[b][i]
+			if _, err := rowResult(row, 0, le.Uint32(results[out.status()+4*row:]), vocab); err != nil {
+				*lp = nanLogprob
+				continue
+			}
+			d := out.logprobs() + 16*row
+			lp.Processed = f32(d + 4)
+			lp.ProcessedLSE = float32(float64(f32(d+8))*invT + float64(f32(d+12)))
+		}
 	}
 	return nil
 }

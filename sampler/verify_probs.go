@@ -10,9 +10,10 @@ import (
 // VerifyChainProbs verifies chains of draft tokens that a drafter sampled from its own
 // distributions (a draft model, EAGLE or MTP heads sampling at a temperature), exactly:
 // the emitted tokens of every request follow the target distribution (temperature,
-// logit processors and token bitmasks of params[b] and of its logits rows) as if each
-// had been sampled one step at a time, and the accepted length has the law of the
-// standard rejection rule.
+// top-k, top-p, min-p, logit processors and token bitmasks of params[b] and of its logits
+// rows) as if each had been sampled one step at a time, and the accepted length has the
+// law of the standard rejection rule. With filters the target at each position is the
+// filtered law Sample draws from there: its kept set renormalised.
 //
 // draft holds the drafter's probabilities, float32, Vocab columns, rows of Vocab
 // elements (RowStride 0 or Vocab, no Bitmask): row drafts[b].ProbsRow+k is the
@@ -21,14 +22,16 @@ import (
 // is accepted when u·q(t) < p(t), p the target's processed probability there and u
 // philox.DraftUniform(seed, Step+k); at the first rejection the token is drawn from the
 // residual max(p - q, 0), normalised, by Gumbel-max with the position's noise; when all
-// K are accepted, the bonus token is the one Sample draws at position K. Every uniform
-// and every noise word is keyed by the request's seed and the decode position, never by
-// its place in the batch.
+// K are accepted, the bonus token is the one Sample draws at position K (on the filtered
+// route, for a request with filters). Every uniform and every noise word is keyed by the
+// request's seed and the decode position, never by its place in the batch.
 //
 // Greedy requests (temperature 0, or top-k 1) verify by arg-max, as in VerifyChain,
 // and ignore their draft probabilities. The call runs one round on the device (a
-// scoring pass over the draft positions and the draws, queued back to back) and, when a
-// request asks for log-probabilities (Params.Logprobs), one more; it waits after each.
+// scoring pass over the draft positions, or for a filtered request its kept sets, and
+// the draws, queued back to back) and, when a request asks for log-probabilities
+// (Params.Logprobs), one more, and a third when a filtered one does (its records are
+// Sample's, under the filtered law); it waits after each.
 // Penalties read the token counts as they are at the call; nothing is recorded or
 // advanced. Errors are as for VerifyChain; a draft row outside draft is ErrDraft, a
 // draft matrix of the wrong shape ErrShape.
@@ -94,38 +97,48 @@ func checkDraftProbs(draft Logits, vocab int) error {
 }
 
 // probsRound queues, in one round, the arg-max of every position of the greedy
-// requests, the score of every draft token of the sampled ones under its position's
-// distribution and the residual kernel over their chains (a launch row per chain, a
-// RowParams record per position), which decides each chain and draws its last token;
-// then it reads the verdicts.
+// requests, the score of every draft token of the unfiltered sampled ones under its
+// position's distribution, the kept-set descriptor of every position of the filtered ones
+// (the filtered kernel with FlagKeptSet, the draft token's log-probability under the
+// filtered law among its words) and the residual kernel over their chains (a launch row
+// per chain, a RowParams record per position), which decides each chain and draws its
+// last token; then it reads the verdicts.
 func (v *verifyCall) probsRound(draft Logits, drafts []Draft) error {
 	s, res, vocab := v.s, v.res, v.lg.Vocab
 	var groups [numGroups]int
 	records := 0 // the residual group's records: every position of every chain
+	maxRows := 0
 	for b, p := range v.params {
 		if res.Errs[b] != nil {
 			continue
 		}
 		k := len(v.trees[b].Tokens)
-		if greedyRequest(p, vocab) {
+		switch {
+		case greedyRequest(p, vocab):
 			groups[groupGumbel] += k + 1
 			continue
+		case filtered(p, vocab):
+			groups[groupFiltered] += k + 1
+			if needsRowMax(p, vocab) {
+				maxRows += k + 1
+			}
+		default:
+			groups[groupScore] += k
 		}
-		groups[groupScore] += k
 		groups[groupResidual]++
 		records += k + 1
 	}
-	if groups[groupGumbel]+groups[groupScore]+records == 0 {
+	slots := groups[groupGumbel] + groups[groupFiltered] + groups[groupScore] + records
+	if slots == 0 {
 		return nil
 	}
-	host, err := s.scratch.paramsHost.bytes(s.dev, (groups[groupGumbel]+groups[groupScore]+records)*RowParamsSize)
+	host, err := s.scratch.paramsHost.bytes(s.dev, slots*RowParamsSize)
 	if err != nil {
 		return err
 	}
-	next := [numGroups]int{
-		groupGumbel:   0,
-		groupScore:    groups[groupGumbel],
-		groupResidual: groups[groupGumbel] + groups[groupScore],
+	var next [numGroups]int
+	for g := 1; g < numGroups; g++ {
+		next[g] = next[g-1] + groups[g-1]
 	}
 	chains := host[next[groupResidual]*RowParamsSize:]
 	put := func(g int) []byte {
@@ -150,16 +163,27 @@ func (v *verifyCall) probsRound(draft Logits, drafts []Draft) error {
 				continue
 			}
 			last := k == len(tr.Tokens)
-			if !last {
+			// A filtered request's target is its filtered law: its residual records
+			// read the descriptor at their slot and carry their min-p.
+			r := RouteGumbel
+			switch {
+			case filtered(p, vocab):
+				r, flags = RouteFiltered, flags|abi.FlagKeptSet
+				rec := put(groupFiltered)
+				putRowParams(rec, row, r, q, vocab, q.Seed, flags|abi.FlagLogprobs, 0, m)
+				if !last {
+					le.PutUint32(rec[abi.TokenOffset:], uint32(tr.Tokens[k]))
+				}
+			case !last:
 				rec := put(groupScore)
-				putRowParams(rec, row, RouteGumbel, q, vocab, q.Seed, flags, 0, m)
+				putRowParams(rec, row, r, q, vocab, q.Seed, flags, 0, m)
 				le.PutUint32(rec[abi.TokenOffset:], uint32(tr.Tokens[k]))
 			}
 			rec := put(groupResidual)
 			if last {
-				putRowParams(rec, row, RouteGumbel, q, vocab, q.Seed, flags|abi.FlagChainEnd, 0, m)
+				putRowParams(rec, row, r, q, vocab, q.Seed, flags|abi.FlagChainEnd, 0, m)
 			} else {
-				putRowParams(rec, row, RouteGumbel, q, vocab, q.Seed, flags, uint32(drafts[b].ProbsRow+k), m)
+				putRowParams(rec, row, r, q, vocab, q.Seed, flags, uint32(drafts[b].ProbsRow+k), m)
 				le.PutUint32(rec[abi.TokenOffset:], uint32(tr.Tokens[k]))
 			}
 		}
@@ -176,8 +200,8 @@ func (v *verifyCall) probsRound(draft Logits, drafts []Draft) error {
 		first += len(v.trees[b].Tokens) + 1
 	}
 	s.hostMasks = masks[:0]
-	pl := plan{logits: v.lg, stride: v.stride, draws: 1, groups: groups, out: outLayout{rows: v.lg.Rows, draws: 1},
-		draft: draft.Data, draftOff: draft.Offset, chainRecords: records}
+	pl := plan{logits: v.lg, stride: v.stride, draws: 1, groups: groups, maxRows: maxRows,
+		out: outLayout{rows: v.lg.Rows, draws: 1}, draft: draft.Data, draftOff: draft.Offset, chainRecords: records}
 	results, err := v.launchPlan(&pl, host, masks)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/runtime/cpu"
 	"github.com/gumbel-go/gumbel/sampler"
+	"github.com/gumbel-go/gumbel/tests/statistical"
 )
 
 // probsLawCase is one target/drafter pair of the verification law with draft
@@ -25,6 +26,9 @@ type probsLawCase struct {
 	q     [][]float32
 	t     float32
 	mask0 []int32
+	// filter is the request's top-k, top-p and min-p: the target at every position is
+	// then the filtered law Sample draws from.
+	filter statistical.Filter
 }
 
 func probsLawCases() []probsLawCase {
@@ -51,6 +55,17 @@ func probsLawCases() []probsLawCase {
 		{name: "masked target", t: 1, rows: target, mask0: []int32{1, 2, 3, 4},
 			q: [][]float32{row(0.4, 0.1, 0.1, 0.1, 0.1, 0.2), row(0.2, 0.2, 0.2, 0.2, 0.1, 0.1)}},
 		{name: "no draft", t: 1, rows: target[:1]},
+		{name: "top-k target, draft of the unfiltered target", t: 0.8, rows: target, filter: statistical.Filter{TopK: 3},
+			q: [][]float32{asF32(softmaxMasked(target[0], 0.8, nil)), asF32(softmaxMasked(target[1], 0.8, nil))}},
+		{name: "top-p target, draft too flat", t: 0.6, rows: target, filter: statistical.Filter{TopP: 0.7},
+			q: [][]float32{row(1, 1, 1, 1, 1, 1), row(1, 1, 1, 1, 1, 1)}},
+		{name: "min-p target, draft too peaked", t: 1, rows: target, filter: statistical.Filter{MinP: 0.3},
+			q: [][]float32{row(0.02, 0.9, 0.02, 0.02, 0.02, 0.02), row(0.01, 0.01, 0.01, 0.95, 0.01, 0.01)}},
+		{name: "every filter", t: 1.2, rows: target, filter: statistical.Filter{TopK: 4, TopP: 0.9, MinP: 0.1},
+			q: [][]float32{row(0.3, 0.1, 0.1, 0.2, 0.1, 0.2), row(0.1, 0.1, 0.3, 0.3, 0.1, 0.1)}},
+		{name: "top-k with ties at the k-th value", t: 1, filter: statistical.Filter{TopK: 2},
+			rows: [][]float32{row(2, 1, 1, 1, 0, -1), row(0, 1, 1, 0.5, 1, -2), row(1, 1, 1, 0, 0, 0)},
+			q:    [][]float32{row(0.1, 0.1, 0.1, 0.1, 0.3, 0.3), row(0.2, 0.2, 0.2, 0.2, 0.1, 0.1)}},
 	}
 }
 
@@ -95,8 +110,13 @@ func checkProbsLaw(t *testing.T, dev runtime.Device, lc probsLawCase, dt sampler
 			allowed = lc.mask0
 		}
 		targets[j] = softmaxMasked(lc.rows[j], lc.t, allowed)
+		if lc.filter != (statistical.Filter{}) {
+			targets[j], err = statistical.Probabilities(lc.rows[j], lc.t, lc.filter)
+			require.NoError(t, err)
+		}
 	}
-	beta := make([]float64, k) // the acceptance rate at each position
+	// The acceptance rate at each position: a_j = Σ min(p_j, q_j) = E_q[min(1, p_j/q)].
+	beta := make([]float64, k)
 	for j := range k {
 		for i, q := range normalised(lc.q[j]) {
 			beta[j] += math.Min(q, targets[j][i])
@@ -113,7 +133,8 @@ func checkProbsLaw(t *testing.T, dev runtime.Device, lc probsLawCase, dt sampler
 	var res sampler.Verified
 	for call := 0; call*perCall < n; call++ {
 		for b := range params {
-			params[b] = sampler.Params{Temperature: lc.t, Seed: uint64(1 + call*perCall + b), Step: 40}
+			params[b] = sampler.Params{Temperature: lc.t, Seed: uint64(1 + call*perCall + b), Step: 40,
+				TopK: lc.filter.TopK, TopP: lc.filter.TopP, MinP: lc.filter.MinP}
 			toks := tokens[b*k : (b+1)*k]
 			for j := range toks {
 				toks[j] = drawFrom(rng, normalised(lc.q[j]))
@@ -267,8 +288,11 @@ func cpuVerifier(t *testing.T) (runtime.Device, *sampler.Sampler) {
 // batch, and in a batch laid out in another order around it.
 func TestVerifyChainProbsBatchInvariant(t *testing.T) {
 	dev, s := cpuVerifier(t)
-	const requests, k, vocab = 6, 3, 50
+	const requests, k, vocab = 8, 3, 50
 	f := newProbsFixture(t, dev, requests, k, vocab, 1)
+	for b := 1; b < requests; b += 2 {
+		filterFor(b/2, &f.params[b]) // filtered requests among unfiltered ones
+	}
 	var all sampler.Verified
 	require.NoError(t, s.VerifyChainProbs(f.lg, f.draft, f.params, f.drafts, &all))
 	accepted := 0
@@ -337,6 +361,106 @@ func TestVerifyChainProbsEdges(t *testing.T) {
 	assert.Equal(t, want.Accepted, res.Accepted)
 }
 
+// filterFor gives request b one of the filters and their combinations.
+func filterFor(b int, p *sampler.Params) {
+	switch b % 4 {
+	case 0:
+		p.TopK = 5
+	case 1:
+		p.TopP = 0.8
+	case 2:
+		p.MinP = 0.1
+	case 3:
+		p.TopK, p.TopP, p.MinP = 12, 0.9, 0.05
+	}
+}
+
+// TestVerifyChainProbsFiltered: with top-k, top-p and min-p the draws from the target are
+// Sample's on the filtered route. Drafting Sample's own token at every position with
+// q = 0 there accepts every draft, and the bonus token is Sample's at Step+K; with q = 1
+// everywhere (q > p_f) a rejected position's residual holds no mass, and its token is
+// Sample's there. The log-probability records of the emitted tokens are
+// Sample's for the same tokens (within ABI.md's tolerance of records); and a token the
+// filters drop (p_f = 0) is never accepted.
+func TestVerifyChainProbsFiltered(t *testing.T) {
+	dev, s := cpuVerifier(t)
+	const requests, k, vocab = 8, 3, 60
+	f := newProbsFixture(t, dev, requests, k, vocab, 0.9)
+	samples := make([][]sampler.Result, requests) // Sample at each position, with records
+	for b := range requests {
+		filterFor(b, &f.params[b])
+		f.params[b].Logprobs = true
+		samples[b] = make([]sampler.Result, k+1)
+		for pos := range k + 1 {
+			p := f.params[b]
+			p.Step += uint64(pos)
+			row := f.drafts[b].Row + pos
+			r := &samples[b][pos]
+			require.NoError(t, s.SampleFloat32(f.logits[row*vocab:(row+1)*vocab], vocab, []sampler.Params{p}, r))
+			require.NoError(t, r.Errs[0])
+			if pos < k {
+				f.drafts[b].Tokens[pos] = r.Tokens[0]
+			}
+		}
+	}
+	zeros := upload(t, dev, make([]float32, requests*k*vocab), requests*k, vocab)
+	var res sampler.Verified
+	require.NoError(t, s.VerifyChainProbs(f.lg, zeros, f.params, f.drafts, &res))
+	for b := range requests {
+		require.NoError(t, res.Errs[b])
+		require.Equal(t, k, res.Accepted[b], "request %d: Sample's tokens with q = 0 are accepted", b)
+		for i, tok := range res.Tokens[b] {
+			want := samples[b][i]
+			require.Equal(t, want.Tokens[0], tok, "request %d: token %d is Sample's", b, i)
+			got, lp := res.Logprobs[b][i], want.Logprobs[0]
+			for _, w := range [][2]float32{{lp.Raw, got.Raw}, {lp.Processed, got.Processed}, {lp.RawLSE, got.RawLSE},
+				{lp.ProcessedLSE, got.ProcessedLSE}} {
+				assert.InDelta(t, w[0], w[1], 1e-5*max(1, math.Abs(float64(w[0]))), "request %d token %d: record %+v, Sample's %+v", b, i, got, lp)
+			}
+		}
+	}
+
+	ones := make([]float32, requests*k*vocab)
+	for i := range ones {
+		ones[i] = 1
+	}
+	require.NoError(t, s.VerifyChainProbs(f.lg, upload(t, dev, ones, requests*k, vocab), f.params, f.drafts, &res))
+	rejected := 0
+	for b := range requests {
+		require.NoError(t, res.Errs[b])
+		a := res.Accepted[b]
+		if a < k {
+			rejected++
+		}
+		assert.Equal(t, samples[b][a].Tokens[0], res.Tokens[b][a], "request %d: an empty residual draws Sample's token", b)
+	}
+	assert.Positive(t, rejected, "q = 1 rejects some draft")
+
+	// Draft tokens the filters drop: never accepted, whatever u (q = 0 at them).
+	for b := range requests {
+		for pos := range k {
+			row := f.drafts[b].Row + pos
+			f.drafts[b].Tokens[pos] = int32(slicesMinIndex(f.logits[row*vocab : (row+1)*vocab]))
+		}
+	}
+	require.NoError(t, s.VerifyChainProbs(f.lg, zeros, f.params, f.drafts, &res))
+	for b := range requests {
+		require.NoError(t, res.Errs[b])
+		assert.Zero(t, res.Accepted[b], "request %d: a dropped token is rejected", b)
+	}
+}
+
+// slicesMinIndex is the index of xs's smallest value.
+func slicesMinIndex(xs []float32) int {
+	best := 0
+	for i, x := range xs {
+		if x < xs[best] {
+			best = i
+		}
+	}
+	return best
+}
+
 // TestVerifyChainProbsExactScores: on rows whose |x/T| lies beyond what a float32 score
 // resolves (a flat row of 1e7 at T = 1, where only the noise decides), the draws from
 // the target are Sample's, which the exact comparison finishes (kernelsrc/ABI.md,
@@ -401,9 +525,10 @@ func TestVerifyChainProbsErrors(t *testing.T) {
 	require.NoError(t, s.VerifyChainProbs(f.lg, f.draft, params, drafts, &res))
 	assert.NoError(t, res.Errs[0])
 	assert.ErrorIs(t, res.Errs[1], sampler.ErrDraft)
-	assert.ErrorIs(t, res.Errs[2], sampler.ErrVerifyFiltered)
+	assert.NoError(t, res.Errs[2], "a filtered request beside a bad one")
 	assert.Nil(t, res.Tokens[1])
 	assert.Len(t, res.Tokens[0], res.Accepted[0]+1)
+	assert.Len(t, res.Tokens[2], res.Accepted[2]+1)
 }
 
 // noTopN is a device whose programs have no topn kernels, as an edition without them.

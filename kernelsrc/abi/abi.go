@@ -179,10 +179,14 @@ const (
 	// FlagChainEnd: the row is the last position of its chain (residual): it has no
 	// draft token, and draws from p when every draft before it is accepted.
 	FlagChainEnd Flags = 1 << 12
+	// FlagKeptSet: with FlagLogprobs, a categorical or filtered row writes its kept set's
+	// descriptor in place of the record, and a residual row takes its target law from the
+	// descriptor at its slot (ABI.md, "The kept-set descriptor").
+	FlagKeptSet Flags = 1 << 13
 	// FlagsProcessors are the flags of the logit processors.
 	FlagsProcessors = FlagBias | FlagMask | FlagPenalties | FlagBitmask
 	// FlagsReserved are the bits a row must leave clear.
-	FlagsReserved Flags = ^Flags(1<<13 - 1)
+	FlagsReserved Flags = ^Flags(1<<14 - 1)
 )
 
 // Status is what a kernel reports for an output slot.

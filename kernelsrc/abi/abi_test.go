@@ -57,7 +57,7 @@ func TestKernelNames(t *testing.T) {
 
 func TestFlagsAreDistinctBitsBelowTheReserved(t *testing.T) {
 	all := []Flags{FlagLogprobs, FlagAdvance, FlagRecord, FlagRouted, FlagCategorical, FlagBias, FlagMask,
-		FlagPenalties, FlagPerturbed, FlagFiltered, FlagBitmask, FlagShard, FlagChainEnd}
+		FlagPenalties, FlagPerturbed, FlagFiltered, FlagBitmask, FlagShard, FlagChainEnd, FlagKeptSet}
 	var seen Flags
 	for _, f := range all {
 		assert.Equal(t, 1, bitsSet(uint32(f)), "flag %#x", f)

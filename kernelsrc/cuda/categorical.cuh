@@ -18,6 +18,11 @@ __device__ __forceinline__ float gb_weight(float x, float m, float invT, float c
 // gb_fixed is q = uint64(w * 2^F): exact scaling, truncation.
 __device__ __forceinline__ gb_u64 gb_fixed(float w, float two_pow_f) { return __float2ull_rz(__fmul_rn(w, two_pow_f)); }
 
+// gb_weight_cutoff is -(F ln 2 + 1) for bitlen(V): weights below it have q = 0.
+__device__ __forceinline__ float gb_weight_cutoff(gb_u32 bitlen) {
+    return -__fadd_rn(__fmul_rn((float)(63u - bitlen), 0.6931472f), 1.0f);
+}
+
 // gb_row_state is what every pass of the categorical kernel knows about its row.
 struct gb_row_state {
     float m;          // the row's largest logit
@@ -814,9 +819,37 @@ __device__ __forceinline__ gb_u64 gb_gumbel_row(const gb_cat_row<KIND>& r, const
     return mass;
 }
 
+// gb_ln_kept is ln(S_kept · 2^-F), the kept set's log-normaliser relative to
+// exp(fl((x' - m) · invT)).
+__device__ __forceinline__ float gb_ln_kept(gb_u64 s_kept, const gb_row_state& st) {
+    return logf(__fmul_rn((float)s_kept, __uint_as_float((127u - (63u - st.bitlen)) << 23)));
+}
+
+// gb_write_kept_set writes, in place of the record, the kept set's descriptor (ABI.md,
+// "The kept-set descriptor"): the key threshold, the processed log-probability of the
+// row's token under the kept law (-Inf when it is not kept, NaN when it is no token), m
+// and ln(S_kept · 2^-F). Not inlined: only FlagKeptSet rows call it, at their end.
+template <int KIND>
+__device__ __noinline__ void gb_write_kept_set(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u64 s_kept) {
+    const float ln_s = gb_ln_kept(s_kept, st);
+    float lp = __uint_as_float(0x7FC00000u);
+    const gb_u32 t = r.p.token;
+    if (t < r.vocab) {
+        const float x = gb_processed(r.pc, gb_io<KIND>::load1(r.row + t), t);
+        float w;
+        lp = gb_row_kept(x, st, w) ? __fadd_rn(__fmul_rn(__fadd_rn(x, -st.m), st.invT), -ln_s) : -gb_inf();
+    }
+    float* rec = r.logprobs + 4u * r.o;
+    rec[0] = __uint_as_float(st.threshold);
+    rec[1] = lp;
+    rec[2] = st.m;
+    rec[3] = ln_s;
+}
+
 // gb_cat_finish writes the draw's token, status and record (thread 0) and does the row's
 // end-of-draws work. The record's processed distribution is the kept set renormalised:
-// ln(S_kept · 2^-F) is its log-normaliser relative to exp(fl((x' - m) · invT)).
+// ln(S_kept · 2^-F) is its log-normaliser relative to exp(fl((x' - m) · invT)). With
+// FlagKeptSet the slot gets the kept set's descriptor instead.
 template <int KIND>
 __device__ __forceinline__ void gb_cat_finish(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u64 s_kept,
                                               gb_cat_shared& sh) {
@@ -827,12 +860,14 @@ __device__ __forceinline__ void gb_cat_finish(const gb_cat_row<KIND>& r, const g
     const gb_i32 tok = sh.token;
     r.tokens[r.o] = tok;
     r.status[r.o] = tok >= 0 ? GB_STATUS_OK : GB_STATUS_NO_FINITE;
-    if (r.lp) {
+    if (r.lp && tok >= 0 && (r.p.flags & GB_FLAG_KEPT_SET) != 0u) {
+        gb_write_kept_set<KIND>(r, st, s_kept);
+    } else if (r.lp) {
         float x = 0.0f, d = 0.0f, ln_s = 0.0f;
         if (tok >= 0) {
             x = gb_io<KIND>::load1(r.row + tok);
             d = __fmul_rn(__fadd_rn(gb_processed(r.pc, x, (gb_u32)tok), -st.m), st.invT);
-            ln_s = logf(__fmul_rn((float)s_kept, __uint_as_float((127u - (63u - st.bitlen)) << 23)));
+            ln_s = gb_ln_kept(s_kept, st);
         }
         const float lse_proc = __fadd_rn(__fmul_rn(st.m, st.invT), ln_s);
         float* rec = r.logprobs + 4u * r.o;
@@ -922,7 +957,7 @@ __device__ __forceinline__ void gb_categorical_row(gb_cat_row<KIND>& r, gb_cat_s
     // F = 63 - bitlen(V): sums of q stay below 2^63.
     st.bitlen = 32u - (gb_u32)__clz((int)vocab);
     st.two_pow_f = __uint_as_float((127u + 63u - st.bitlen) << 23);
-    st.cutoff = -__fadd_rn(__fmul_rn((float)(63u - st.bitlen), 0.6931472f), 1.0f);
+    st.cutoff = gb_weight_cutoff(st.bitlen);
     st.threshold = 0u;
     st.minp_on = r.p.min_p > 0.0f && r.p.min_p <= 1.0f;
     st.min_p = r.p.min_p;

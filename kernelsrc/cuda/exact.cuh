@@ -148,16 +148,21 @@ __device__ __forceinline__ gb_exact gb_exact_block(gb_exact v, float invT, gb_ex
     return v;
 }
 
+// gb_keep_all is gb_exact_scan's default filter: every element takes part.
+struct gb_keep_all {
+    __device__ __forceinline__ bool operator()(float) const { return true; }
+};
+
 // gb_exact_scan is a thread's part of a pass over the whole row at the given step: groups
 // of four (one Philox block) 4 * blockDim.x elements apart, keeping the best value by the
-// exact comparison among the elements whose x' is finite and whose value lies below
-// bound's (none: no bound); with logp it also adds the elements to the record's raw and
-// processed log-sum-exps.
-template <int KIND>
+// exact comparison among the elements whose x' is finite, that keep(x') lets in, and whose
+// value lies below bound's (none: no bound); with logp it also adds the elements to the
+// record's raw and processed log-sum-exps.
+template <int KIND, typename KEEP = gb_keep_all>
 __device__ __forceinline__ gb_exact gb_exact_scan(const typename gb_io<KIND>::elem* row, const gb_row_params& p,
                                                   const gb_processor& pc, gb_u32 vocab, float invT, gb_u32 step_lo,
                                                   gb_u32 step_hi, const gb_exact& bound, bool logp, gb_lse& raw,
-                                                  gb_lse& proc) {
+                                                  gb_lse& proc, const KEEP& keep = KEEP()) {
     gb_exact best = gb_exact_none();
     for (gb_u32 g = 4u * threadIdx.x; g < vocab; g += 4u * blockDim.x) {
         float x[4], y[4];
@@ -172,7 +177,7 @@ __device__ __forceinline__ gb_exact gb_exact_scan(const typename gb_io<KIND>::el
         for (gb_u32 j = 0; j < 4u; ++j) {
             const float xp = j < n ? gb_processed(pc, x[j], g + j) : -gb_inf();
             y[j] = __fmul_rn(xp, invT);
-            if (fabsf(xp) < gb_inf()) { // -Inf never wins; NaN and +Inf end the row with status 1
+            if (fabsf(xp) < gb_inf() && keep(xp)) { // -Inf never wins; NaN and +Inf end the row with status 1
                 const gb_exact v = gb_exact_of(xp, invT, gb_gumbel(w[j], t[j]), g + j);
                 if (gb_exact_above(v, best, invT) &&
                     (bound.idx == 0xFFFFFFFFu || gb_exact_above(bound, v, invT))) {
@@ -189,15 +194,16 @@ __device__ __forceinline__ gb_exact gb_exact_scan(const typename gb_io<KIND>::el
 }
 
 // gb_exact_best returns to every thread the row's largest value at the row's own step
-// (draw 0) below bound (none: no bound), by the exact comparison; none where there is
-// no such element. topn and residual finish their rare rows with it. The block's threads
+// (draw 0) below bound (none: no bound) among the elements keep lets in, by the exact
+// comparison; none where there is no such element. topn and residual finish their rare rows with it. The block's threads
 // all call it.
-template <int KIND>
+template <int KIND, typename KEEP = gb_keep_all>
 __device__ __forceinline__ gb_exact gb_exact_best(const typename gb_io<KIND>::elem* row, const gb_row_params& p,
                                                   const gb_processor& pc, gb_u32 vocab, float invT,
-                                                  const gb_exact& bound, gb_exact* s_win) {
+                                                  const gb_exact& bound, gb_exact* s_win, const KEEP& keep = KEEP()) {
     gb_lse unused;
-    const gb_exact v = gb_exact_scan<KIND>(row, p, pc, vocab, invT, p.step_lo, p.step_hi, bound, false, unused, unused);
+    const gb_exact v =
+        gb_exact_scan<KIND, KEEP>(row, p, pc, vocab, invT, p.step_lo, p.step_hi, bound, false, unused, unused, keep);
     return gb_exact_block(v, invT, s_win);
 }
 

@@ -428,7 +428,7 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
     st.invT = 1.0f / r.p.temperature;
     st.bitlen = 32u - (gb_u32)__clz((int)vocab);
     st.two_pow_f = __uint_as_float((127u + 63u - st.bitlen) << 23);
-    st.cutoff = -__fadd_rn(__fmul_rn((float)(63u - st.bitlen), 0.6931472f), 1.0f);
+    st.cutoff = gb_weight_cutoff(st.bitlen);
     st.threshold = 0u;
     st.minp_on = s.minp;
     st.min_p = r.p.min_p;

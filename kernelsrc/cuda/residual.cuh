@@ -6,7 +6,9 @@
 // the stop's row: a Gumbel-max draw over the residual max(p - q, 0) at a rejected draft,
 // over p after the last one, with p's draw kept beside the residual's for a residual
 // without mass, merged as score merges them. A draw from p whose winner reaches
-// GB_EXACT_LIMIT is drawn again by the exact comparison (gb_residual_exact).
+// GB_EXACT_LIMIT is drawn again by the exact comparison (gb_residual_exact). A position
+// with FlagKeptSet has the filtered law as its target: its kept set, rebuilt from the
+// descriptor the filtered kernel left at its slot (gb_kept_rule_of), bounds both draws.
 
 // The residual's skip rule is applied only to d below this: past it expf(d) may overflow
 // to +Inf, and logf(w) <= d + 1, on which the rule rests, no longer holds.
@@ -77,6 +79,31 @@ __device__ __forceinline__ void gb_chain(const gb_row_params* params, gb_u32 y, 
     }
 }
 
+// gb_kept_rule_of is the kept set of a FlagKeptSet position, from the descriptor at its
+// slot and its own min_p, as gb_row_kept tests it (the Go edition's ruleOf).
+__device__ __forceinline__ gb_row_state gb_kept_rule_of(const gb_row_params& p, gb_u32 vocab, const float* logprobs) {
+    const float* desc = logprobs + (gb_u64)GB_RECORD_WORDS * p.row;
+    gb_row_state st;
+    st.threshold = __float_as_uint(desc[0]);
+    st.m = desc[2];
+    st.invT = 1.0f / p.temperature;
+    st.bitlen = 32u - (gb_u32)__clz((int)vocab);
+    st.two_pow_f = 0.0f; // unused: no mass is summed here
+    st.cutoff = gb_weight_cutoff(st.bitlen);
+    st.minp_on = p.min_p > 0.0f && p.min_p <= 1.0f;
+    st.min_p = p.min_p;
+    return st;
+}
+
+// gb_kept_by is gb_exact_scan's filter for a kept set.
+struct gb_kept_by {
+    const gb_row_state& st;
+    __device__ __forceinline__ bool operator()(float x) const {
+        float w;
+        return gb_row_kept(x, st, w);
+    }
+};
+
 // gb_residual_win is what a thread, then a block, holds of the stop's draw: the best
 // residual key, the best key over p and the observations.
 struct gb_residual_win {
@@ -88,7 +115,8 @@ struct gb_residual_win {
 // score over p, fl(s + g) with s = fl(x' * invT), and, at a rejected position (REJECT),
 // over the residual, fl(logf(w) + g) for w = fl(expf(fl(s - lse)) - q[i]) > 0. The noise,
 // and at a rejected position w itself, are computed only for an element that may still
-// win one of them. Each trip the warp
+// win one of them. With KEPT the elements the kept set st drops are taken as -Inf, and
+// d is fl(fl(fl(x' - m) * invT) - lse), lse then ln(S_kept · 2^-F). Each trip the warp
 // (and the block, through s_bound) agrees on lower bounds of the two winning scores: the
 // best scores reached, fl(s + MinGumbel) of every element seen (p) and fl(logf(w) +
 // MinGumbel) of every residual element whose logarithm was taken. Against them
@@ -98,11 +126,12 @@ struct gb_residual_win {
 // provably below another element's (the residual's rule takes q >= 0, as probabilities
 // are), so the keys are those of computing them all. The trip count is the same for
 // every thread of the block, as the warp collectives need.
-template <int KIND, bool PROC, bool REJECT>
+template <int KIND, bool PROC, bool REJECT, bool KEPT>
 __device__ __forceinline__ void gb_residual_scan(const typename gb_io<KIND>::elem* row, gb_u32 start, gb_u32 end,
                                                  bool vec, float invT, gb_u32 step_lo, gb_u32 step_hi,
                                                  const gb_row_params& p, const gb_processor& pc, const float* q,
-                                                 float lse, gb_u32* s_bound, gb_residual_win& win) {
+                                                 float lse, const gb_row_state& st, gb_u32* s_bound,
+                                                 gb_residual_win& win) {
     const gb_u32 stride = 4u * blockDim.x;
     float low_p = -gb_inf(), low_r = -gb_inf(); // the thread's lower bounds of the winners
     for (gb_u32 g0 = start; g0 < end; g0 += stride) {
@@ -117,6 +146,16 @@ __device__ __forceinline__ void gb_residual_scan(const typename gb_io<KIND>::ele
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 s[j] = x[j];
+            }
+        }
+        float dk[4]; // KEPT: fl(fl(x' - m) * invT) of the kept elements, else -Inf
+        if (KEPT) {
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                float w;
+                const bool keep = j < n && gb_row_kept(s[j], st, w);
+                dk[j] = keep ? __fmul_rn(__fadd_rn(s[j], -st.m), invT) : -gb_inf();
+                s[j] = keep ? s[j] : -gb_inf();
             }
         }
 #pragma unroll
@@ -139,7 +178,7 @@ __device__ __forceinline__ void gb_residual_scan(const typename gb_io<KIND>::ele
             need_r[j] = false;
             d[j] = 0.0f;
             if (REJECT && j < n) {
-                d[j] = __fadd_rn(s[j], -lse);
+                d[j] = __fadd_rn(KEPT ? dk[j] : s[j], -lse);
                 need_r[j] = !(d[j] < GB_RESIDUAL_SKIP_D &&
                               __fadd_rn(__fadd_rn(d[j], 1.0f), GB_MAX_GUMBEL) < lower_r);
             }
@@ -216,20 +255,27 @@ __device__ __forceinline__ void gb_residual_block(gb_residual_win& w, gb_u64* s_
 }
 
 // gb_residual_exact draws from p at a stop whose float32 winner is inexact, and writes
-// the stop's token and status 0: the row's winner by the exact comparison at the stop's
-// step (a row of status 0 has one). The stop's last block calls it with all its
+// the stop's token and status 0: the row's winner (with FlagKeptSet, its kept set's) by
+// the exact comparison at the stop's step (a row of status 0 has one). The stop's last block calls it with all its
 // threads, for rare rows only, and returns after it. It is not inlined and takes the
 // stop's row and processors from its record and the kernel's arguments, so that nothing
 // of the scan lives across it.
 template <int KIND>
 __device__ __noinline__ void gb_residual_exact(const typename gb_io<KIND>::elem* logits, const gb_row_params* rec,
                                                gb_i32* tokens, gb_i32* status, gb_u64 row_stride, gb_u32 vocab,
-                                               const float* bias, const gb_u32* counts, const gb_u32* mask,
-                                               const gb_u32* bitmask, gb_exact* s_win) {
+                                               const float* logprobs, const float* bias, const gb_u32* counts,
+                                               const gb_u32* mask, const gb_u32* bitmask, gb_exact* s_win) {
     const gb_row_params p = *rec;
     const gb_processor pc = gb_processor_of(p, bias, counts, mask, bitmask, vocab);
     const float invT = 1.0f / p.temperature;
-    const gb_exact v = gb_exact_best<KIND>(logits + (gb_u64)p.row * row_stride, p, pc, vocab, invT, gb_exact_none(), s_win);
+    const typename gb_io<KIND>::elem* row = logits + (gb_u64)p.row * row_stride;
+    gb_exact v;
+    if ((p.flags & GB_FLAG_KEPT_SET) != 0u) {
+        const gb_row_state st = gb_kept_rule_of(p, vocab, logprobs);
+        v = gb_exact_best<KIND>(row, p, pc, vocab, invT, gb_exact_none(), s_win, gb_kept_by{st});
+    } else {
+        v = gb_exact_best<KIND>(row, p, pc, vocab, invT, gb_exact_none(), s_win);
+    }
     if (threadIdx.x == 0u) {
         gb_finish(tokens, status, p.row, gb_pack(v.s, v.idx), GB_SEEN_FINITE);
     }
@@ -302,10 +348,16 @@ __device__ __forceinline__ void gb_residual(const typename gb_io<KIND>::elem* __
     const float invT = 1.0f / p.temperature;
     const gb_processor pc = gb_processor_of(p, bias, counts, mask, bitmask, vocab);
     const bool reject = (p.flags & GB_FLAG_CHAIN_END) == 0u;
-    // A rejected position's draft row and its processed log-sum-exp; no pointer into the
-    // draft buffer is formed at a chain's end, whose draft row may not exist.
+    const bool kept = (p.flags & GB_FLAG_KEPT_SET) != 0u;
+    // A rejected position's draft row and its processed log-sum-exp (with a kept set,
+    // ln(S_kept · 2^-F)); no pointer into the draft buffer is formed at a chain's end,
+    // whose draft row may not exist.
     const float* q = reject ? draft + (gb_u64)p.topn * vocab : draft;
     const float lse = reject ? logprobs[(gb_u64)GB_RECORD_WORDS * p.row + 3u] : 0.0f;
+    gb_row_state st;
+    if (kept) {
+        st = gb_kept_rule_of(p, vocab, logprobs);
+    }
     gb_u32 step_lo, step_hi;
     gb_step_plus(p, 0u, step_lo, step_hi);
 
@@ -313,19 +365,27 @@ __device__ __forceinline__ void gb_residual(const typename gb_io<KIND>::elem* __
     w.key_r = w.key_p = 0ull;
     w.seen = 0u;
     // One instantiation per combination, uniform for the block.
-#define GB_RESIDUAL_SCAN(PROC, REJECT)                                                                              \
-    gb_residual_scan<KIND, PROC, REJECT>(row, start, end, vec, invT, step_lo, step_hi, p, pc, q, lse, s_bound, w)
+#define GB_RESIDUAL_SCAN(PROC, REJECT, KEPT)                                                                        \
+    gb_residual_scan<KIND, PROC, REJECT, KEPT>(row, start, end, vec, invT, step_lo, step_hi, p, pc, q, lse, st, s_bound, \
+                                               w)
+#define GB_RESIDUAL_SCANS(PROC, REJECT)                                                                             \
+    if (kept) {                                                                                                      \
+        GB_RESIDUAL_SCAN(PROC, REJECT, true);                                                                        \
+    } else {                                                                                                         \
+        GB_RESIDUAL_SCAN(PROC, REJECT, false);                                                                       \
+    }
     if (pc.flags == 0u) {
         if (reject) {
-            GB_RESIDUAL_SCAN(false, true);
+            GB_RESIDUAL_SCANS(false, true)
         } else {
-            GB_RESIDUAL_SCAN(false, false);
+            GB_RESIDUAL_SCANS(false, false)
         }
     } else if (reject) {
-        GB_RESIDUAL_SCAN(true, true);
+        GB_RESIDUAL_SCANS(true, true)
     } else {
-        GB_RESIDUAL_SCAN(true, false);
+        GB_RESIDUAL_SCANS(true, false)
     }
+#undef GB_RESIDUAL_SCANS
 #undef GB_RESIDUAL_SCAN
     gb_residual_block(w, s_r, s_p, s_seen); // thread 0 holds the block's merge
 
@@ -366,8 +426,8 @@ __device__ __forceinline__ void gb_residual(const typename gb_io<KIND>::elem* __
     }
     __syncthreads();
     if (s_exact != 0u) {
-        gb_residual_exact<KIND>(logits, params + s_chain[2], tokens, status, row_stride, vocab, bias, counts, mask, bitmask,
-                                s_win);
+        gb_residual_exact<KIND>(logits, params + s_chain[2], tokens, status, row_stride, vocab, logprobs, bias, counts, mask,
+                                bitmask, s_win);
         return;
     }
     if (threadIdx.x == 0u) {

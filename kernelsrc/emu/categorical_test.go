@@ -71,9 +71,9 @@ func (l *launch) fillWith(r *rand.Rand, shapes []func(*rand.Rand, int) []float32
 
 // listLaunches is the top-k workload: k from 2 (k = 1 is greedy on the host, but the
 // kernel must still get it right) to V - 1, with top-p and min-p, every dtype, several
-// draws, logit processors (the bitmask among them) and log-probability records,
-// vocabularies that take one and several trips of the row passes, and fixed rows that
-// fall back at the default capacity.
+// draws, logit processors (the bitmask among them), log-probability records and kept-set
+// descriptors, vocabularies that take one and several trips of the row passes, and fixed
+// rows that fall back at the default capacity.
 func listLaunches(r *rand.Rand) []*launch {
 	var ls []*launch
 	ks := func(v int) []uint32 {
@@ -108,6 +108,11 @@ func listLaunches(r *rand.Rand) []*launch {
 					l.featureFlags(r, p)
 				} else {
 					p.Flags = abi.FlagLogprobs
+				}
+				if r.IntN(4) == 0 {
+					// The kept set's descriptor in place of the record.
+					p.Flags |= abi.FlagLogprobs | abi.FlagKeptSet
+					p.Token = uint32(r.IntN(v + 1))
 				}
 			})
 			ls = append(ls, l)

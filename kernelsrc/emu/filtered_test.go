@@ -125,8 +125,14 @@ func newFiltered(r *rand.Rand, dt, v int, sh filteredShape, d, slots int, shapes
 		} else if r.IntN(2) == 0 {
 			p.Flags |= abi.FlagLogprobs
 		}
+		if r.IntN(4) == 0 {
+			// The kept set's descriptor in place of the record, for a token that is
+			// sometimes past V.
+			p.Flags |= abi.FlagLogprobs | abi.FlagKeptSet
+			p.Token = uint32(r.IntN(v + 1))
+		}
 		if r.IntN(25) == 0 {
-			p.Flags |= 1 << 13 // a reserved bit: bad parameters
+			p.Flags |= 1 << 14 // a reserved bit: bad parameters
 		}
 		routeFlags(r, p)
 	})
@@ -176,7 +182,7 @@ func filteredLaunches(r *rand.Rand) []*launch {
 			[]func(*rand.Rand, int) []float32{sparseRow, sparseRow, maskedRow}, sparse, false)
 		for y := range l.params {
 			l.params[y].Temperature = []float32{0.7, 1, 1.8}[r.IntN(3)]
-			l.params[y].Flags &^= abi.FlagRouted | 1<<13
+			l.params[y].Flags &^= abi.FlagRouted | 1<<14
 		}
 		ls = append(ls, l)
 	}

@@ -380,7 +380,8 @@ func matchOutcomes(t *testing.T, ls []*launch, wants, got []outcome) (seen [4]in
 		}
 		assert.Equal(t, want.tokens, got[i].tokens, "%s: tokens (unnamed slots untouched)", l.name)
 		assert.Equal(t, want.status, got[i].status, "%s: status", l.name)
-		matchRecords(t, l.name+": logprobs", want.logprobs, got[i].logprobs, 4)
+		wantLP, gotLP := matchDescriptors(t, l, want, got[i])
+		matchRecords(t, l.name+": logprobs", wantLP, gotLP, 4)
 		matchKeys(t, l.name, want.keys, got[i].keys)
 		assert.Equal(t, make([]uint32, l.numCounters()), got[i].counters, "%s: counters left non-zero", l.name)
 		assert.Equal(t, want.counts, got[i].counts, "%s: counts after RECORD", l.name)
@@ -388,6 +389,44 @@ func matchOutcomes(t *testing.T, ls []*launch, wants, got []outcome) (seen [4]in
 	}
 	requireAllowedTokens(t, ls, wants)
 	return seen, kinds
+}
+
+// matchDescriptors requires the kept-set descriptors of l's status-0 FlagKeptSet slots
+// to match the Go edition's: the threshold bit for bit, m exactly, the two logarithms within
+// recordTolerance of their own magnitudes. It returns the logprobs of both outcomes with
+// those slots cleared, for matchRecords to compare the rest.
+func matchDescriptors(t *testing.T, l *launch, want, got outcome) (wantLP, gotLP []float32) {
+	t.Helper()
+	wantLP, gotLP = slices.Clone(want.logprobs), slices.Clone(got.logprobs)
+	if l.kernel != kernelFiltered && l.kernel != kernelCategorical {
+		return wantLP, gotLP
+	}
+	d := l.slotDraws()
+	for y, p := range l.params {
+		if p.Flags&abi.FlagKeptSet == 0 || p.Flags&abi.FlagLogprobs == 0 || p.Temperature == 0 {
+			continue
+		}
+		for z := range d {
+			o := int(p.Row)*d + z
+			if want.status[o] != int32(abi.StatusOK) || 4*o+4 > len(wantLP) {
+				continue
+			}
+			w, g := wantLP[4*o:4*o+4], gotLP[4*o:4*o+4]
+			what := fmt.Sprintf("%s: launch row %d draw %d (%+v): kept-set descriptor %v, want %v", l.name, y, z, p, g, w)
+			assert.Equal(t, math.Float32bits(w[0]), math.Float32bits(g[0]), "%s: threshold", what)
+			assert.True(t, w[2] == g[2], "%s: m", what) // +0 and -0 weigh alike
+			for _, k := range []int{1, 3} {
+				if w[k] != w[k] || math.IsInf(float64(w[k]), 0) {
+					assert.Equal(t, fmt.Sprint(w[k]), fmt.Sprint(g[k]), "%s: word %d", what, k)
+				} else {
+					assert.InDelta(t, w[k], g[k], recordTolerance(w[k]), "%s: word %d", what, k)
+				}
+			}
+			clear(w)
+			clear(g)
+		}
+	}
+	return wantLP, gotLP
 }
 
 // matchKeys requires shard keys to name the Go edition's token and status, with the

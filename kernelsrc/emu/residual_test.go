@@ -67,6 +67,23 @@ type residualMeta struct {
 type residualRows struct {
 	shapes []func(*rand.Rand, int) []float32
 	temps  []float32
+	// keptOdds gives one chain in keptOdds filters (0: none): its target is the filtered
+	// law.
+	keptOdds int
+}
+
+// keptExactRows are distinct logits near 1e7 at T = 16: every draw from p needs the exact
+// comparison, and its winner over the whole row often lies outside a kept set.
+var keptExactRows = residualRows{
+	shapes: []func(*rand.Rand, int) []float32{func(r *rand.Rand, v int) []float32 {
+		row := make([]float32, v)
+		for i, j := range r.Perm(v) {
+			row[i] = 1e7 + float32(j)
+		}
+		return row
+	}},
+	temps:    []float32{16},
+	keptOdds: 1,
 }
 
 var ordinaryResidualRows = residualRows{
@@ -74,7 +91,8 @@ var ordinaryResidualRows = residualRows{
 		llmRow, llmRow, llmRow, strongRow, strongRow, tiedRow, maskedRow, farRow, hugeRow, soleRow, tinyRow, zeroRow,
 		negInfRow, nanRow, posInfRow,
 	},
-	temps: []float32{0.25, 0.7, 1, 1.8},
+	temps:    []float32{0.25, 0.7, 1, 1.8},
+	keptOdds: 3,
 }
 
 // hostSoftmax is the distribution of the raw row at invT in float64 (uniform where it
@@ -149,7 +167,7 @@ func spoil(r *rand.Rand, p *rowParams, bad, v int) int {
 			return badNone
 		}
 	case badFlag:
-		p.Flags |= []abi.Flags{1 << 13, 1 << 31}[r.IntN(2)]
+		p.Flags |= []abi.Flags{1 << 14, 1 << 31}[r.IntN(2)]
 	case badShard:
 		p.Flags |= abi.FlagShard
 	}
@@ -200,11 +218,13 @@ func newResidual(t *testing.T, r *rand.Rand, rows residualRows, dt, s, v, block,
 	l.draft = make([]float32, n*v)
 	metas := make([]residualMeta, n)
 	starts := make([]uint32, len(chains))
+	filters := make([]filterConfig, n) // the filters of the FlagKeptSet positions
 	y := 0
 	for c, length := range chains {
 		starts[c] = uint32(y)
 		seed, step := r.Uint64(), r.Uint64()>>r.IntN(64)
 		temp := rows.temps[r.IntN(len(rows.temps))]
+		kept := rows.keptOdds > 0 && r.IntN(rows.keptOdds) == 0
 		scenario := r.IntN(4)
 		if c == 0 {
 			scenario = 0 // every launch tries one chain accepted to its end
@@ -223,6 +243,11 @@ func newResidual(t *testing.T, r *rand.Rand, rows residualRows, dt, s, v, block,
 			}
 			if r.IntN(4) == 0 {
 				p.Flags |= abi.FlagRouted | []abi.Flags{0, abi.FlagCategorical, abi.FlagFiltered}[r.IntN(3)]
+			}
+			if kept {
+				filters[y] = filterConfigs[r.IntN(len(filterConfigs))]
+				p.Flags |= abi.FlagKeptSet
+				p.MinP = filters[y].mp // residual's own min_p completes the descriptor
 			}
 			m := residualMeta{plan: planNatural, kind: r.IntN(numDraftKinds), bad: badNone, position: i}
 			switch {
@@ -290,6 +315,25 @@ func newResidual(t *testing.T, r *rand.Rand, rows residualRows, dt, s, v, block,
 		sc.params[y].Flags &^= abi.FlagShard | abi.FlagChainEnd
 	}
 	l.records = goEdition(t, []*launch{&sc})[0].logprobs
+	// The filtered kernel's kept-set descriptors at the FlagKeptSet positions, with each
+	// one's draft token, over the same rows: the filters in TopK (which residual's
+	// records use otherwise), no routing, nothing recorded or advanced.
+	fl := *l
+	fl.kernel, fl.gridY, fl.gridZ, fl.draft, fl.records, fl.params = kernelFiltered, 0, 1, nil, nil, nil
+	for y, p := range l.params {
+		if p.Flags&abi.FlagKeptSet != 0 {
+			filters[y].apply(&p, v)
+			p.Flags = p.Flags&^(abi.FlagShard|abi.FlagChainEnd|abi.FlagRouted|abi.FlagCategorical|abi.FlagFiltered|
+				abi.FlagRecord|abi.FlagAdvance) | abi.FlagLogprobs
+			fl.params = append(fl.params, p)
+		}
+	}
+	if len(fl.params) > 0 {
+		descs := goEdition(t, []*launch{&fl})[0].logprobs
+		for _, p := range fl.params {
+			copy(l.records[4*p.Row:4*p.Row+4], descs[4*p.Row:])
+		}
+	}
 	// The probabilities that decide the planned drafts.
 	for y, p := range l.params {
 		if p.Flags&abi.FlagChainEnd != 0 || int(p.Token) >= v {
@@ -356,6 +400,8 @@ func residualLaunches(t *testing.T, r *rand.Rand, shape shaper, exactP bool) ([]
 		block, warp = 16, 8
 	}
 	add(newResidual(t, r, ordinaryResidualRows, dtF32, 2, 130, block, warp, []int{37, 2, 40, 11}, false, exactP))
+	block, warp = shape(r, 2)
+	add(newResidual(t, r, keptExactRows, dtF32, 2, 301, block, warp, chainsOf(), false, exactP))
 	return ls, metas
 }
 
@@ -486,8 +532,11 @@ func checkResidual(t *testing.T, ls []*launch, metas [][]residualMeta, got []out
 				if m.kind == draftZeroTok {
 					cov["q = 0 at the draft: accepted"]++
 				}
-				if m.plan == planNatural && m.kind == draftP && p.Flags&abi.FlagsProcessors == 0 {
+				if m.plan == planNatural && m.kind == draftP && p.Flags&(abi.FlagsProcessors|abi.FlagKeptSet) == 0 {
 					cov["q = p: accepted"]++
+				}
+				if p.Flags&abi.FlagKeptSet != 0 {
+					cov["kept set: accepted"]++
 				}
 				continue
 			}
@@ -499,7 +548,7 @@ func checkResidual(t *testing.T, ls []*launch, metas [][]residualMeta, got []out
 			// q is p only where the host's softmax is (no scaled logit overflows: p(t) > 0).
 			if lp := l.records[4*o+1]; m.plan == planNatural && !end && good && lp == lp {
 				switch {
-				case m.kind == draftP && p.Flags&abi.FlagsProcessors == 0 && lp > float32(math.Inf(-1)):
+				case m.kind == draftP && p.Flags&(abi.FlagsProcessors|abi.FlagKeptSet) == 0 && lp > float32(math.Inf(-1)):
 					cov["q = p: rejected"]++
 				case m.kind == draftFar:
 					cov["q far from p: rejected"]++
@@ -537,9 +586,20 @@ func checkResidual(t *testing.T, ls []*launch, metas [][]residualMeta, got []out
 			if l.gridX > 1 {
 				cov["stop: split row drawn"]++
 			}
+			if p.Flags&abi.FlagKeptSet != 0 {
+				// The Go edition's draws over kept sets are checked against keepRow's kept
+				// sets in package gokernel.
+				cov[fmt.Sprintf("stop: kept set drawn, chain end %v", end)]++
+				if rec := l.records[4*o : 4*o+4]; !end && rec[1] == float32(math.Inf(-1)) {
+					cov["kept set: draft token dropped by the filters"]++
+				}
+			}
 			if p.Flags&abi.FlagsProcessors != 0 {
 				cov["stop: processors drawn"]++
 				l.bitmaskCoverage(cov, p, abi.Residual, true, st)
+				continue
+			}
+			if p.Flags&abi.FlagKeptSet != 0 {
 				continue
 			}
 			if rawStatus(l.rowValues(o)) != abi.StatusOK {
@@ -576,7 +636,8 @@ func requireResidualCoverage(t *testing.T, cov map[string]int) {
 		"stop: rejected in the middle, drawn", "stop: split row drawn", "stop: processors drawn",
 		"stop: residual empty, drawn from p", "stop: q above p, drawn from p", "stop: residual drawn",
 		"bitmask token " + abi.Residual, "launch row serving another chain than its record's",
-		"stop past the warp's width"} {
+		"stop past the warp's width", "kept set: accepted", "stop: kept set drawn, chain end true",
+		"stop: kept set drawn, chain end false", "kept set: draft token dropped by the filters"} {
 		require.Positive(t, cov[k], "the workload never reached %q", k)
 	}
 	// q = p accepts but for rounding: u·q < p fails only for u within a few ulps of 1.

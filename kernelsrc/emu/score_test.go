@@ -117,7 +117,7 @@ func (l *launch) scoreRow(r *rand.Rand, p *rowParams, processors bool) {
 	case 1:
 		p.Token = math.MaxUint32
 	case 2:
-		p.Flags |= []abi.Flags{1 << 13, 1 << 31}[r.IntN(2)]
+		p.Flags |= []abi.Flags{1 << 14, 1 << 31}[r.IntN(2)]
 	default:
 		p.Temperature = badTemperatures[r.IntN(len(badTemperatures))]
 	}

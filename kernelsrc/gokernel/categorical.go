@@ -93,7 +93,7 @@ func oneBlockRow(b *runtime.BlockContext, d abi.DType, family string) {
 		ks := sc.keep(&l.p, row, m)
 		t := gumbelKept(&ks, row, l.p.Seed, stepPlus(&l.p, l.z))
 		if l.logprobs != nil {
-			sc.record = keptRecord(raw, row, t, m, ks.invT, ks.total, ks.f)
+			sc.record = ks.record(&l.p, raw, row, t, m)
 		}
 		tok = int32(t)
 	default:
@@ -277,7 +277,7 @@ func (sc *catScratch) keepRow(p *abi.RowParams, row []float32, m float32) keptSe
 	ks.f = 63 - bits.Len32(uint32(n))
 	ks.twoPowF = float32(math.Ldexp(1, ks.f))
 	// exp(d) < 2^-F below cutoff, so q = 0 there whatever exp32's last bit.
-	cutoff := -float32(float64(ks.f)*math.Ln2 + 1)
+	cutoff := weightCutoff(ks.f)
 	// weight is w(x) = exp32(fl(fl(x - m)·invT)), 0 for x = -Inf and below cutoff. A
 	// closure called once, so that Go inlines it into the loop over the row.
 	weight := func(x float32) float32 {
@@ -373,9 +373,24 @@ func (sc *catScratch) drawKept(l *launchRow, raw, row []float32, m float32) int 
 		tok = firstIndexOf(row, m)
 	}
 	if l.logprobs != nil {
-		sc.record = keptRecord(raw, row, tok, m, ks.invT, ks.total, ks.f)
+		sc.record = ks.record(&l.p, raw, row, tok, m)
 	}
 	return tok
+}
+
+// record is what a categorical or filtered draw of token tok writes in its slot: the
+// log-probability record, or with FlagKeptSet the kept set's descriptor.
+func (k *keptSet) record(p *abi.RowParams, raw, row []float32, tok int, m float32) [abi.RecordWords]float32 {
+	if p.Flags&abi.FlagKeptSet != 0 {
+		return k.descriptor(p, row, m)
+	}
+	return keptRecord(raw, row, tok, m, k.invT, k.total, k.f)
+}
+
+// logKeptMass is ln(S·2^-F), the log-normaliser of a kept set of mass total relative to
+// exp(fl((x' - m)·invT)).
+func logKeptMass(total uint64, f int) float64 {
+	return math.Log(float64(total)) - float64(f)*math.Ln2
 }
 
 // keptRecord is the record of a categorical draw: the kept set renormalised (ABI.md),
@@ -383,7 +398,7 @@ func (sc *catScratch) drawKept(l *launchRow, raw, row []float32, m float32) int 
 func keptRecord(raw, row []float32, tok int, m, invT float32, total uint64, f int) [abi.RecordWords]float32 {
 	rawLSE := emptyLSE
 	rawLSE.add(raw)
-	logKept := math.Log(float64(total)) - float64(f)*math.Ln2
+	logKept := logKeptMass(total, f)
 	d := float32(float32(row[tok]-m) * invT)
 	return [abi.RecordWords]float32{
 		float32(rawLSE.logprob(float64(raw[tok]))),
@@ -391,6 +406,46 @@ func keptRecord(raw, row []float32, tok int, m, invT float32, total uint64, f in
 		float32(rawLSE.value()),
 		float32(float64(m)*float64(invT) + logKept),
 	}
+}
+
+// descriptor is the kept set's descriptor (ABI.md, "The kept-set descriptor"): the key
+// threshold's bits, the processed log-probability of the row's Token under the kept law
+// (-Inf when it is not kept, NaN when it is no token), m and ln(S·2^-F).
+func (k *keptSet) descriptor(p *abi.RowParams, row []float32, m float32) [abi.RecordWords]float32 {
+	logKept := logKeptMass(k.total, k.f)
+	lp := float32(math.NaN())
+	if t := p.Token; uint64(t) < uint64(len(row)) {
+		lp = negInf
+		if x := row[t]; ruleOf(p, len(row), k.threshold, m).keeps(x) {
+			lp = float32(float64(float32(float32(x-m)*k.invT)) - logKept)
+		}
+	}
+	return [abi.RecordWords]float32{math.Float32frombits(k.threshold), lp, m, float32(logKept)}
+}
+
+// keptRule decides an element's place in a kept set from its processed logit alone, as
+// keptSet.kept does: its key at least threshold and, with min-p, its weight at least
+// minP. The residual kernel rebuilds it from a descriptor and its row's min_p.
+type keptRule struct {
+	threshold uint32
+	minP      float32 // 0: off
+	wt        weigher
+}
+
+// ruleOf is the kept-set rule of a sampled row of n elements with key threshold t and
+// largest processed logit m.
+func ruleOf(p *abi.RowParams, n int, t uint32, m float32) keptRule {
+	f := 63 - bits.Len32(uint32(n))
+	r := keptRule{threshold: t, wt: weigher{m: m, invT: float32(1 / p.Temperature), cutoff: weightCutoff(f)}}
+	if p.MinP > 0 && p.MinP <= 1 {
+		r.minP = p.MinP
+	}
+	return r
+}
+
+// keeps reports whether the element of processed logit x is kept.
+func (r keptRule) keeps(x float32) bool {
+	return orderKey(x) >= r.threshold && (r.minP == 0 || r.wt.weight(x) >= r.minP)
 }
 
 // fewKeys is the largest top-k that keepFew takes: it keeps a heap of k keys.
@@ -414,7 +469,7 @@ func (sc *catScratch) keepFew(p *abi.RowParams, row []float32, m float32) (keptS
 	}
 	ks.f = 63 - bits.Len32(uint32(n))
 	ks.twoPowF = float32(math.Ldexp(1, ks.f))
-	wt := weigher{m: m, invT: ks.invT, cutoff: -float32(float64(ks.f)*math.Ln2 + 1)}
+	wt := weigher{m: m, invT: ks.invT, cutoff: weightCutoff(ks.f)}
 
 	var kk uint32
 	switch {
@@ -714,6 +769,9 @@ func topPSorted(keys []uint32, w []float32, twoPowF float32, z uint64, topP floa
 // weigher is the weight w(x) = exp32(fl(fl(x - m)·invT)) of ABI.md's categorical step 2,
 // 0 for x = -Inf and below cutoff (where q = 0 whatever exp32's last bit).
 type weigher struct{ m, invT, cutoff float32 }
+
+// weightCutoff is the d below which exp(d) < 2^-F, F = f.
+func weightCutoff(f int) float32 { return -float32(float64(f)*math.Ln2 + 1) }
 
 func (wt weigher) weight(x float32) float32 {
 	d := float32(float32(x-wt.m) * wt.invT)

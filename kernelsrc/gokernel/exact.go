@@ -167,7 +167,7 @@ func (l *launchRow) exactDraw() {
 		}
 	}
 	var top [1]exactValue
-	if l.exactTop(step, invT, top[:], sets) == 0 {
+	if l.exactTop(step, invT, top[:], sets, nil) == 0 {
 		return // status 5 holds a finite winner; nothing else reaches here
 	}
 	best := top[0]
@@ -183,8 +183,9 @@ func (l *launchRow) exactDraw() {
 // exactTop fills top with the row's largest values at step by the exact comparison,
 // largest first, over the elements whose x' is finite, and returns how many it holds
 // (fewer than len(top) only where the row has fewer such elements). sets, when not nil,
-// is given each chunk's raw and processed logits.
-func (l *launchRow) exactTop(step uint64, invT float32, top []exactValue, sets func(xs, ps []float32)) int {
+// is given each chunk's raw and processed logits; rule, when not nil, leaves out the
+// elements it does not keep.
+func (l *launchRow) exactTop(step uint64, invT float32, top []exactValue, sets func(xs, ps []float32), rule *keptRule) int {
 	key := philox.Key(l.p.Seed)
 	n := 0
 	var buf, proc [convertChunk]float32
@@ -199,7 +200,7 @@ func (l *launchRow) exactTop(step uint64, invT float32, top []exactValue, sets f
 			sets(xs, ps)
 		}
 		for j, x := range ps {
-			if !(abs32(x) <= math.MaxFloat32) {
+			if !(abs32(x) <= math.MaxFloat32) || rule != nil && !rule.keeps(x) {
 				continue // -Inf never wins; NaN and +Inf end the row with status 1
 			}
 			v := exactValueOf(x, invT, elementGumbel(key, step, uint32(i+j)), i+j)

@@ -135,11 +135,15 @@ func residual(b *runtime.BlockContext, d abi.DType) {
 		}
 	}
 	end := l.p.Flags&abi.FlagChainEnd != 0
+	kept := l.p.Flags&abi.FlagKeptSet != 0
 	var q []float32
 	var lse float32
 	if !end {
 		q, lse = c.draftRow(l.p.TopN), c.record(l.p.Row, 3)
-		bad = bad || q == nil || uint64(len(c.logprobs)) < (uint64(l.p.Row)+1)*abi.RecordWords
+		bad = bad || q == nil
+	}
+	if !end || kept {
+		bad = bad || uint64(len(c.logprobs)) < (uint64(l.p.Row)+1)*abi.RecordWords
 	}
 	if bad {
 		if l.x == 0 {
@@ -150,6 +154,14 @@ func residual(b *runtime.BlockContext, d abi.DType) {
 	invT := float32(1 / l.p.Temperature)
 	seed, step := l.p.Seed, l.p.Step
 	sc := residualScan{scoreR: negInf, scoreP: negInf}
+	// With a kept-set descriptor the target is the filtered law: the elements the rule
+	// drops are in neither draw, and a kept element's log-probability is
+	// fl(fl(fl(x' - m)·invT) - ln(S·2^-F)) (lse holds ln(S·2^-F)).
+	var rule *keptRule
+	if kept {
+		r := ruleOf(&l.p, l.vocab, math.Float32bits(c.record(l.p.Row, 0)), c.record(l.p.Row, 2))
+		rule = &r
+	}
 	start, stop := l.chunk()
 	var buf, proc [convertChunk]float32
 	for i := start; i < stop; i += convertChunk {
@@ -160,12 +172,19 @@ func residual(b *runtime.BlockContext, d abi.DType) {
 		}
 		for k, x := range xs {
 			sc.seen |= seen(x)
+			if rule != nil && !rule.keeps(x) {
+				continue
+			}
 			idx := i + k
 			s := float32(x * invT)
 			var w, dd float32
 			candR := false
 			if !end {
-				dd = float32(s - lse)
+				if rule != nil {
+					dd = float32(float32(float32(x-rule.wt.m)*invT) - lse)
+				} else {
+					dd = float32(s - lse)
+				}
 				w = float32(exp32(dd) - q[idx])
 				candR = w > 0 && float32(float32(dd+1)+abi.MaxGumbel) >= sc.scoreR
 			}
@@ -188,12 +207,13 @@ func residual(b *runtime.BlockContext, d abi.DType) {
 			}
 		}
 	}
-	l.residualEnd(&sc)
+	l.residualEnd(&sc, rule)
 }
 
 // residualEnd publishes the block's keys; the last block of the row merges them and
 // writes the stop's token: the residual's winner, or p's when the residual is empty.
-func (l *launchRow) residualEnd(sc *residualScan) {
+// rule, when not nil, is the kept set p's draw is over.
+func (l *launchRow) residualEnd(sc *residualScan, rule *keptRule) {
 	bestR, bestP, seen := sc.bestR, sc.bestP, sc.seen
 	if s := l.shape.Split; s > 1 {
 		sh, y := l.shape, l.y
@@ -225,7 +245,7 @@ func (l *launchRow) residualEnd(sc *residualScan) {
 			// p's draw is gumbel_argmax's, which a score this large leaves to the exact
 			// comparison (ABI.md, "Exact scores"); a residual score never gets here.
 			var top [1]exactValue
-			l.exactTop(l.p.Step, float32(1/l.p.Temperature), top[:], nil)
+			l.exactTop(l.p.Step, float32(1/l.p.Temperature), top[:], nil, rule)
 			best = pack(top[0].s, top[0].idx)
 		}
 	}

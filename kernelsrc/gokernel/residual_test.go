@@ -33,14 +33,19 @@ type chainCase struct {
 	row func(r *rand.Rand, v int) []float32
 	// bad spoils launch row y's parameters (nil: none).
 	bad func(y int, p *abi.RowParams)
+	// filter gives launch row y filters (nil: none): its target is the filtered law,
+	// described to residual by the filtered kernel's kept-set descriptor.
+	filter func(y int, p *abi.RowParams)
 }
 
 // chainWant is the verdict of one chain computed here from ABI.md's formulas, without
 // the kernel's skip and split: the tokens and statuses of its positions, and whether
-// its stop drew from a residual whose winner is not p's.
-func chainWant(rows [][]float32, params []abi.RowParams, draft []float32, records []float32, vocab int) (tokens []int32, status []abi.Status, apart bool) {
+// its stop drew from a residual whose winner is not p's. filters holds each position's
+// parameters with its filters (those with FlagKeptSet draw over the kept set that
+// keepRow finds).
+func chainWant(rows [][]float32, params, filters []abi.RowParams, draft []float32, records []float32, vocab int) (tokens []int32, status []abi.Status, apart bool) {
 	stopped := false
-	for _, p := range params {
+	for j, p := range params {
 		switch {
 		case stopped:
 			tokens, status = append(tokens, -1), append(status, abi.StatusNotReached)
@@ -56,18 +61,38 @@ func chainWant(rows [][]float32, params []abi.RowParams, draft []float32, record
 			continue
 		}
 		invT := float32(1 / p.Temperature)
+		row := rows[p.Row]
+		kept := func(int) bool { return true }
+		var ks keptSet
+		if p.Flags&abi.FlagKeptSet != 0 {
+			m, _ := rowMax(row, 0)
+			fp := filters[j]
+			ks = new(catScratch).keepRow(&fp, row, m)
+			in := make([]bool, vocab)
+			for a, i := range ks.idx {
+				in[i] = ks.kept(a)
+			}
+			kept = func(i int) bool { return in[i] }
+		}
 		var bestR uint64
-		for i, x := range rows[p.Row] {
-			if p.Flags&abi.FlagChainEnd == 0 {
-				s := float32(x * invT)
-				w := float32(exp32(float32(s-records[4*p.Row+3])) - draft[int(p.TopN)*vocab+i])
+		for i, x := range row {
+			if p.Flags&abi.FlagChainEnd == 0 && kept(i) {
+				d := float32(x * invT)
+				if p.Flags&abi.FlagKeptSet != 0 {
+					d = float32(float32(x-records[4*p.Row+2]) * invT)
+				}
+				w := float32(exp32(float32(d-records[4*p.Row+3])) - draft[int(p.TopN)*vocab+i])
 				if w > 0 {
 					bestR = max(bestR, pack(float32(logf32(w)+philox.ElementGumbel(p.Seed, p.Step, uint32(i))), i))
 				}
 			}
 		}
-		// The draw from p is gumbel_argmax's, exact at any scale.
-		tok, _ := refGumbelArgmax(rows[p.Row], p)
+		// The draw from p is gumbel_argmax's, exact at any scale, or over a kept set the
+		// filtered kernel's.
+		tok, _ := refGumbelArgmax(row, p)
+		if p.Flags&abi.FlagKeptSet != 0 {
+			tok = int32(gumbelKept(&ks, row, p.Seed, p.Step))
+		}
 		if bestR != 0 {
 			apart = int32(^uint32(bestR)) != tok
 			tok = int32(^uint32(bestR))
@@ -138,7 +163,56 @@ func TestResidualChains(t *testing.T) {
 		row[r.IntN(v)], row[r.IntN(v)] = 25, 25
 		return row
 	}
+	// filters gives every position one of the filters and their combinations.
+	filters := func(y int, p *abi.RowParams) {
+		p.Flags |= abi.FlagKeptSet
+		switch y % 5 {
+		case 0:
+			p.TopK = 5
+		case 1:
+			p.TopP = 0.8
+		case 2:
+			p.MinP = 0.05
+		case 3:
+			p.TopK, p.TopP, p.MinP = 20, 0.9, 0.01
+		case 4:
+			p.TopP, p.MinP = 0.95, 0.2
+		}
+	}
+	topK := func(k uint32) func(int, *abi.RowParams) {
+		return func(_ int, p *abi.RowParams) { p.Flags, p.TopK = p.Flags|abi.FlagKeptSet, k }
+	}
+	// tiedTop has five logits tied at the third largest value: top-k 3 keeps all seven.
+	tiedTop := func(r *rand.Rand, v int) []float32 {
+		row := llmRow(r, v)
+		for i := range row {
+			row[i] = min(row[i], 5)
+		}
+		for j, i := range r.Perm(v)[:7] {
+			row[i] = float32(max(9-j, 7))
+		}
+		return row
+	}
+	// steep rows of logits near 1e7, distinct and falling, the largest first: at T = 16
+	// every score needs the exact comparison, and the noise reaches some 50 ranks down,
+	// so that a draw over the whole row would often leave top-k's kept set.
+	steep := func(_ *rand.Rand, v int) []float32 {
+		row := make([]float32, v)
+		for i := range row {
+			row[i] = 1e7 + float32(v-i)
+		}
+		return row
+	}
 	cases := []chainCase{
+		{name: "filtered chains", chains: [][]uint32{{3, 7, 5}, {14}, {}, {0, 21}, {1, 2, 3, 4, 5}}, q: dist, filter: filters},
+		{name: "filtered, drafter near the target", chains: [][]uint32{{0, 0, 0, 0}, {0, 0}, {0, 0, 0}, {0}, {0, 0}, {0, 0, 0}},
+			q: near, drawn: true, filter: filters},
+		{name: "filtered, draft of the favourite", chains: make([][]uint32, 48),
+			q: favourite, drawn: true, apart: true, temp: 4, filter: filters},
+		{name: "filtered, empty residual", chains: [][]uint32{{8, 9}, {10}, {1}, {2}, {3}}, q: ones, filter: filters},
+		{name: "ties at the k-th value", chains: [][]uint32{{0, 0, 0}, {0, 0}, {0}}, q: near, drawn: true, row: tiedTop, filter: topK(3)},
+		{name: "huge rows, top-k, every draft accepted", chains: [][]uint32{{1, 2}, {3}, {0}, {2, 1, 0}}, q: zeros, temp: 16, row: steep, filter: topK(4)},
+		{name: "huge rows, top-k, empty residual", chains: [][]uint32{{8, 9}, {10}, {11}, {12}}, q: ones, temp: 16, row: steep, filter: topK(4)},
 		{name: "mixed chains", chains: [][]uint32{{3, 7, 5}, {14}, {}, {0, 21}}, q: dist},
 		{name: "drafter near the target", chains: [][]uint32{{0, 0, 0, 0}, {0, 0}, {0, 0, 0}, {0}, {0, 0}}, q: near, drawn: true},
 		{name: "draft of the favourite", chains: make([][]uint32, 48),
@@ -156,7 +230,7 @@ func TestResidualChains(t *testing.T) {
 				case 5:
 					p.Temperature = 0 // chain 1's second draft: a stop with status 3
 				case 6:
-					p.Flags |= 1 << 13 // chain 1's end: never reached
+					p.Flags |= 1 << 14 // chain 1's end: never reached
 				}
 			}},
 	}
@@ -200,6 +274,12 @@ func TestResidualChains(t *testing.T) {
 						c.bad(y, &p.params[y])
 					}
 				}
+				if c.filter != nil {
+					for y := range p.params {
+						c.filter(y, &p.params[y])
+					}
+				}
+				filters := slices.Clone(p.params)
 				for y := range starts {
 					// Launch row y serves the chains in reverse order: record y's TopK
 					// names a chain that need not hold record y.
@@ -223,6 +303,9 @@ func TestResidualChains(t *testing.T) {
 					b.logprobs[4*rp.Row+1] = float32(float64(p.rows[rp.Row][tok])*invT - lse)
 					b.logprobs[4*rp.Row+3] = float32(lse)
 				}
+				if c.filter != nil {
+					keptSetRecords(t, p, filters, b.logprobs)
+				}
 				records := append([]float32(nil), b.logprobs...)
 				fn := func(bc *runtime.BlockContext) { residual(bc, abi.F32) }
 				grid := runtime.Dim3{X: s, Y: len(c.chains), Z: 1}
@@ -236,7 +319,7 @@ func TestResidualChains(t *testing.T) {
 				y, residuals := 0, 0
 				for ci, toks := range c.chains {
 					n := len(toks) + 1
-					wantTok, wantSt, apart := chainWant(p.rows, p.params[y:y+n], draft, records, v)
+					wantTok, wantSt, apart := chainWant(p.rows, p.params[y:y+n], filters[y:y+n], draft, records, v)
 					if apart {
 						residuals++
 					}
@@ -253,6 +336,43 @@ func TestResidualChains(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// keptSetRecords runs the filtered kernel with FlagKeptSet over the positions with
+// filters (params before residual's chain starts replace their TopK) and puts each
+// one's descriptor into records, after checking it against keepRow. The descriptor's
+// token is the position's draft token.
+func keptSetRecords(t *testing.T, p *problem, filters []abi.RowParams, records []float32) {
+	t.Helper()
+	fp := &problem{d: p.d, vocab: p.vocab, stride: p.stride, rows: p.rows}
+	for _, rp := range filters {
+		if rp.Flags&abi.FlagKeptSet != 0 {
+			rp.Flags = rp.Flags&^abi.FlagChainEnd | abi.FlagLogprobs
+			fp.params = append(fp.params, rp)
+		}
+	}
+	b := fp.run(t, func(bc *runtime.BlockContext) { filtered(bc, abi.F32) }, 1, onDevice, nil)
+	for _, rp := range fp.params {
+		desc := b.logprobs[4*rp.Row : 4*rp.Row+4]
+		row := p.rows[rp.Row]
+		require.Equal(t, abi.StatusOK, b.status[rp.Row])
+		m, _ := rowMax(row, 0)
+		ks := new(catScratch).keepRow(&rp, row, m)
+		require.Equal(t, ks.threshold, math.Float32bits(desc[0]), "row %d: threshold", rp.Row)
+		require.Equal(t, m, desc[2], "row %d: m", rp.Row)
+		logKept := logKeptMass(ks.total, ks.f)
+		require.Equal(t, float32(logKept), desc[3], "row %d: ln S", rp.Row)
+		if rp.Token < uint32(len(row)) {
+			want := math.Inf(-1)
+			for a, i := range ks.idx {
+				if i == rp.Token && ks.kept(a) {
+					want = float64(float32(float32(row[i]-m)*ks.invT)) - logKept
+				}
+			}
+			requireClose(t, want, desc[1], "row %d: log p of token %d", rp.Row, rp.Token)
+		}
+		copy(records[4*rp.Row:], desc)
 	}
 }
 

@@ -32,7 +32,7 @@ func TestScoreSplitsAndBadRows(t *testing.T) {
 			for row, tok := range []uint32{0, 10, 9, v, 33} {
 				p.params = append(p.params, abi.RowParams{Row: uint32(row), Temperature: 0.8, Token: tok})
 			}
-			p.params[4].Flags = 1 << 13
+			p.params[4].Flags = 1 << 14
 			b := p.run(t, fn, s, order, r)
 			for row := range 5 {
 				st, tok := b.status[row], b.tokens[row]

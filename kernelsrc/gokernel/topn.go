@@ -219,7 +219,7 @@ func (l *launchRow) topnExact(list *topnList) {
 		return
 	}
 	var top [abi.MaxTopN]exactValue
-	n := l.exactTop(l.p.Step, invT, top[:list.n], nil)
+	n := l.exactTop(l.p.Step, invT, top[:list.n], nil, nil)
 	for j := range list.n {
 		list.k[j] = 0
 		if j < n {

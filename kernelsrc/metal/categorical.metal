@@ -35,6 +35,14 @@ struct gb_weights {
     float cutoff;
 };
 
+// The weights of a row of vocab elements with largest processed logit m at invT.
+inline gb_weights gb_weights_of(float m, float invT, uint vocab) {
+    const uint F = 63u - (32u - clz(vocab));
+    const float f_ln2 = float(F) * 0.6931472f;
+    const float cutoff = -(f_ln2 + 1.0f);
+    return gb_weights{m, invT, F, cutoff};
+}
+
 inline float gb_weight(float x, gb_weights W) {
     float d = x - W.m;
     float a = d * W.invT;
@@ -220,6 +228,29 @@ inline float4 gb_categorical_record(float x0, float x, gb_weights W, ulong total
     float ln_kept = gb_log_kept_mass(total, W.F);
     float mt = W.m * W.invT;
     return float4(gb_lse_logprob(x0, raw), a - ln_kept, lse_raw, mt + ln_kept);
+}
+
+// The kept set's descriptor (ABI.md, "The kept-set descriptor"), written in place of the
+// record with FlagKeptSet: the key threshold, the processed log-probability of the row's
+// token under the kept law (-Inf when the filters drop it, NaN when it is no token), m
+// and ln(S_kept * 2^-F).
+template <int KIND>
+inline float4 gb_kept_set_descriptor(device const typename gb_io<KIND>::elem* row, uint vocab,
+                                     thread const gb_row_params& p, gb_processor P, gb_weights W, gb_filters f,
+                                     ulong total) {
+    float ln_kept = gb_log_kept_mass(total, W.F);
+    float lp = NAN;
+    if (p.token < vocab) {
+        float x = gb_processed(gb_io<KIND>::load1(row + p.token), p.token, P);
+        float w;
+        lp = -INFINITY;
+        if (gb_is_kept(x, W, f, w)) {
+            float d = x - W.m;
+            float a = d * W.invT;
+            lp = a - ln_kept;
+        }
+    }
+    return float4(as_type<float>(f.cut), lp, W.m, ln_kept);
 }
 
 // Step 1: the largest key of x' (so the largest processed logit m), the row's
@@ -414,6 +445,7 @@ inline void gb_categorical_row(device const typename gb_io<KIND>::elem* logits, 
         return;
     }
     const bool want_lp = (p.flags & GB_FLAG_LOGPROBS) != 0u;
+    const bool kept_set = (p.flags & GB_FLAG_KEPT_SET) != 0u;  // the descriptor in place of the record
     const bool greedy = temp == 0.0f;
     const gb_processor P = gb_processor_of(p, B.bias, B.counts, B.mask, B.bitmask, vocab);
     device const typename gb_io<KIND>::elem* row = logits + ulong(p.row) * B.row_stride;
@@ -450,10 +482,7 @@ inline void gb_categorical_row(device const typename gb_io<KIND>::elem* logits, 
         return;
     }
     const float invT = gb_recip_rn(temp);
-    const uint F = 63u - (32u - clz(vocab));
-    const float f_ln2 = float(F) * 0.6931472f;
-    const float cutoff = -(f_ln2 + 1.0f);
-    const gb_weights W = {m, invT, F, cutoff};
+    const gb_weights W = gb_weights_of(m, invT, vocab);
 
     // 2, 3. The top-k and top-p thresholds; min-p.
     const uint cut = gb_categorical_cut<KIND>(row, vocab, P, p, W, max_key, L, tg);
@@ -481,7 +510,9 @@ inline void gb_categorical_row(device const typename gb_io<KIND>::elem* logits, 
         }
         if (L.tid == 0u) {
             float4 rec = float4(0.0f);
-            if (want_lp) {
+            if (want_lp && kept_set) {
+                rec = gb_kept_set_descriptor<KIND>(row, vocab, p, P, W, f, total);
+            } else if (want_lp) {
                 float x0 = gb_io<KIND>::load1(row + tok);
                 rec = gb_categorical_record(x0, gb_processed(x0, tok, P), W, total, raw, lse_raw);
             }
@@ -518,7 +549,9 @@ inline void gb_categorical_row(device const typename gb_io<KIND>::elem* logits, 
     float x;
     if (gb_categorical_walk<KIND>(row, P, W, f, seg_begin, seg_end, offset, target, L, tok, x)) {
         float4 rec = float4(0.0f);
-        if (want_lp) {
+        if (want_lp && kept_set) {
+            rec = gb_kept_set_descriptor<KIND>(row, vocab, p, P, W, f, total);
+        } else if (want_lp) {
             rec = gb_categorical_record(gb_io<KIND>::load1(row + tok), x, W, total, raw, lse_raw);
         }
         gb_finish(B, p.flags, o, int(tok), GB_STATUS_OK, rec);

@@ -9,7 +9,10 @@
 // two Gumbel-max keys per element (over the residual max(p - q, 0) and over p), and with
 // S > 1 the last threadgroup of the row to arrive merges the S pairs of keys, with the
 // split phase of gumbel_argmax. A draw from p whose winner reaches GB_EXACT_LIMIT is
-// drawn again by the exact comparison (gb_exact_best).
+// drawn again by the exact comparison (gb_exact_best). A position with FlagKeptSet has
+// the filtered law as its target: the kept set of the descriptor the filtered kernel
+// left at its slot bounds both draws, and the exact redraw is the filtered kernel's
+// (gb_exact_kept).
 
 // Threadgroup scratch of residual.
 struct gb_residual_scratch {
@@ -84,6 +87,11 @@ struct gb_residual_row {
     bool end;               // a CHAIN_END row: every draft accepted, the draw is from p
     device const float* q;  // the draft row (a rejected position only)
     float lse;              // the processed log-sum-exp of score's record (a rejected position only)
+    // FlagKeptSet: the target is the filtered law of the kept set that W and f describe,
+    // from the descriptor at the row's slot and its min_p; lse is then ln(S_kept * 2^-F).
+    bool kept;
+    gb_weights W;
+    gb_filters f;
 };
 
 // What one thread (then the threadgroup, then the row) has found: the best key over the
@@ -124,11 +132,20 @@ inline void gb_residual_scan(gb_residual_row<KIND> R, ulong begin, ulong end, gb
             uint idx = base + j;
             float x0 = gb_io<KIND>::load1(R.logits + idx);
             float x = gb_process_seen(x0, idx, R.P, a.seen);
+            float wk;
+            if (R.kept && !gb_is_kept(x, R.W, R.f, wk)) {
+                continue;  // dropped by the filters: in neither draw
+            }
             float s = x * R.invT;
             float w = 0.0f;
             bool cand_r = false;
             if (!R.end) {
                 float d = s - R.lse;
+                if (R.kept) {
+                    float dm = x - R.W.m;
+                    float a_k = dm * R.invT;
+                    d = a_k - R.lse;
+                }
                 float e = precise::exp(d);
                 w = e - R.q[idx];
                 if (w > 0.0f) {
@@ -267,6 +284,14 @@ inline void gb_residual(device const typename gb_io<KIND>::elem* logits, gb_buff
     // A CHAIN_END row has no draft row or record to read: no pointer into them is formed.
     R.q = R.end ? B.draft : B.draft + ulong(p.topn) * ulong(B.vocab);
     R.lse = R.end ? 0.0f : B.logprobs[ulong(GB_RECORD_WORDS) * ulong(p.row) + 3ul];
+    R.kept = (p.flags & GB_FLAG_KEPT_SET) != 0u;
+    R.W = gb_weights_of(0.0f, R.invT, B.vocab);
+    R.f = gb_filters{0u, false, 0.0f};
+    if (R.kept) {
+        device const float* desc = B.logprobs + ulong(GB_RECORD_WORDS) * ulong(p.row);
+        R.W = gb_weights_of(desc[2], R.invT, B.vocab);
+        R.f = gb_filters{as_type<uint>(desc[0]), p.min_p > 0.0f && p.min_p <= 1.0f, p.min_p};
+    }
 
     ulong begin, end;
     gb_chunk(B.vocab, S, bx, begin, end);
@@ -282,8 +307,13 @@ inline void gb_residual(device const typename gb_io<KIND>::elem* logits, gb_buff
     // again by the exact comparison, as gumbel_exact draws it; a residual score never
     // does (ABI.md, "residual"). Every thread holds the row's keys.
     if (gb_seen_status(a.seen) == GB_STATUS_OK && a.best_r == 0ul && gb_key_inexact(a.best_p)) {
-        gb_exact v = gb_exact_best<KIND>(R.logits, R.P, B.vocab, R.st, R.invT, gb_exact_none(), L, tg.win);
-        a.best_p = gb_pack(v.s, v.idx);
+        if (R.kept) {
+            // The filtered kernel's redraw over the same kept set; only the token is read.
+            a.best_p = gb_pack(0.0f, gb_exact_kept<KIND>(R.logits, B.vocab, R.P, R.W, R.f, R.st, L, tg.win));
+        } else {
+            gb_exact v = gb_exact_best<KIND>(R.logits, R.P, B.vocab, R.st, R.invT, gb_exact_none(), L, tg.win);
+            a.best_p = gb_pack(v.s, v.idx);
+        }
     }
     if (L.tid == 0u) {
         gb_residual_end(B, o, a);

@@ -48,7 +48,7 @@ func randomFeatures(r *rand.Rand, k kernelKind, p *abi.RowParams) {
 		}
 	}
 	if chance(3) {
-		p.Flags |= 1 << 13 // reserved: status 3
+		p.Flags |= 1 << 14 // reserved: status 3
 	}
 	p.RepetitionPenalty = pick[float32](r, 1, 1.1, 1.3, 0.8, 2)
 	p.FrequencyPenalty = pick[float32](r, 0, 0.5, -0.25, 1)
@@ -172,6 +172,11 @@ func newFeatureCase(r *rand.Rand, name string, kernel kernelKind, dtype, T, S, d
 			p.MinP = pick[float32](r, 0, 0, 0, 0.05, 0.5, 1)
 		}
 		randomFeatures(r, kernel, p)
+		if kernel == categorical && r.IntN(4) == 0 {
+			// The kept set's descriptor in place of the record.
+			p.Flags |= abi.FlagLogprobs | abi.FlagKeptSet
+			p.Token = uint32(r.IntN(vocab + 1))
+		}
 		c.setRowParams(y, *p)
 	}
 	featureBuffers(r, c, params)

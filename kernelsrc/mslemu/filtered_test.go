@@ -80,6 +80,12 @@ func TestFilteredMatchesGoEdition(t *testing.T) {
 		for y := range c.launchRows() {
 			p := c.rowParams(y)
 			setFilters(r, &p, (y+len(cases))%numCombos, v)
+			if r.IntN(4) == 0 {
+				// The kept set's descriptor in place of the record, for a token that is
+				// sometimes past V.
+				p.Flags |= abi.FlagLogprobs | abi.FlagKeptSet
+				p.Token = uint32(r.IntN(v + 1))
+			}
 			c.setRowParams(y, p)
 		}
 		cases = append(cases, c)

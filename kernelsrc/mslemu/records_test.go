@@ -56,10 +56,23 @@ func compareOutputs(t *testing.T, c *launchCase, want, got result) (records int,
 		}
 		return records, worst
 	}
+	kept := keptSetSlots(c)
 	for o := range c.slots() {
 		assert.Equal(t, want.status[o], got.status[o], "%s: slot %d status", c.name, o)
 		assert.Equal(t, want.tokens[o], got.tokens[o], "%s: slot %d token", c.name, o)
 		w, g := want.logprobs[4*o:4*o+4], got.logprobs[4*o:4*o+4]
+		if kept[o] && abi.Status(want.status[o]) == abi.StatusOK {
+			// A kept-set descriptor: the threshold bit for bit, m exactly (+0 and -0
+			// weigh alike), the two logarithms within tolerance of their own size.
+			assert.Equal(t, math.Float32bits(w[0]), math.Float32bits(g[0]), "%s: slot %d: descriptor's threshold", c.name, o)
+			assert.True(t, w[2] == g[2], "%s: slot %d: descriptor's m: Go %v, MSL %v", c.name, o, w, g)
+			for _, k := range []int{1, 3} {
+				assert.True(t, closeEnough(w[k], g[k], max(1, float32(math.Abs(float64(w[3]))))),
+					"%s: slot %d: descriptor's word %d: Go %v, MSL %v", c.name, o, k, w, g)
+			}
+			records++
+			continue
+		}
 		scale := float32(1)
 		for _, v := range w[2:] {
 			if !math.IsInf(float64(v), 0) && v == v {
@@ -85,6 +98,25 @@ func compareOutputs(t *testing.T, c *launchCase, want, got result) (records int,
 		}
 	}
 	return records, worst
+}
+
+// keptSetSlots marks the output slots of c's sampled FlagKeptSet rows of the categorical
+// and filtered kernels, which hold kept-set descriptors rather than records.
+func keptSetSlots(c *launchCase) map[int]bool {
+	kept := map[int]bool{}
+	if c.kernel != categorical && c.kernel != filtered {
+		return kept
+	}
+	for y := range c.launchRows() {
+		p := c.rowParams(y)
+		if p.Flags&abi.FlagKeptSet == 0 || p.Flags&abi.FlagLogprobs == 0 || p.Temperature == 0 {
+			continue
+		}
+		for z := range c.numDraws() {
+			kept[int(p.Row)*c.numDraws()+z] = true
+		}
+	}
+	return kept
 }
 
 // rowsOf lists the logits row of each launch row.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -47,6 +48,8 @@ const (
 	qEqual        // p rounded to float32: the residual is rounding only
 	qCover        // 1.5p + 1e-4: q > p everywhere, the residual is empty (the fallback to p)
 	numQModes
+	// qOver is 2 everywhere: above any filtered target too (not in qMix's draw).
+	qOver = numQModes
 )
 
 // residualWorkload is one row of TestResidualMatchesGoEdition's table.
@@ -59,6 +62,9 @@ type residualWorkload struct {
 	// exact gives the rows exactShapes at exactTemperatures, where the draws from p need
 	// the exact comparison.
 	exact bool
+	// kept gives every position FlagKeptSet: its target is the filtered law of its
+	// filters, described by the filtered kernel's descriptor in place of score's record.
+	kept bool
 }
 
 var residualWorkloads = []residualWorkload{
@@ -76,6 +82,14 @@ var residualWorkloads = []residualWorkload{
 	{name: "mask and penalties", chains: []string{"aE", "rE", "aarE", "mE"}, procs: abi.FlagMask | abi.FlagPenalties},
 	{name: "non-finite rows", chains: []string{"pE", "aP", "dE", "aD", "H", "aH", "pzE"}},
 	{name: "exact scores", chains: []string{"E", "rE", "E", "rE", "E"}, q: qCover, exact: true},
+	{name: "filters", chains: []string{"E", "aE", "arE", "raE", "aaaE", "tE", "TE", "qE"}, kept: true},
+	{name: "filters, q far from p", chains: []string{"aE", "rE", "aarE", "araE"}, q: qFar, kept: true},
+	{name: "filters, empty residual", chains: []string{"rE", "arE", "aaarE"}, q: qOver, kept: true},
+	{name: "filters, bad rows", chains: []string{"zaE", "avE", "xE", "aaZ", "aX", "anE", "SE"}, kept: true},
+	{name: "filters, mask and penalties", chains: []string{"aE", "rE", "aarE", "mE"}, procs: abi.FlagMask | abi.FlagPenalties,
+		kept: true},
+	{name: "filters, non-finite rows", chains: []string{"pE", "aP", "dE", "aD", "H", "aH"}, kept: true},
+	{name: "filters, exact scores", chains: []string{"E", "rE", "E", "rE", "E"}, q: qOver, exact: true, kept: true},
 }
 
 // residualVocabs are small odd vocabularies, so that S = 5 leaves some threadgroups
@@ -99,6 +113,9 @@ type chainPlan struct {
 type residualCase struct {
 	*launchCase
 	plans []chainPlan
+	// filters are the records as the filtered kernel takes them: residual's records
+	// before the chains' starts replace TopK.
+	filters []abi.RowParams
 }
 
 // targetProbs is the processed distribution of launch row p at its temperature (1 for
@@ -162,6 +179,22 @@ func targetProbs(c *launchCase, p abi.RowParams) []float64 {
 	return xs
 }
 
+// steepRow is distinct logits one step of the dtype apart near the top of its range,
+// in a random order: at steepTemperature every score needs the exact comparison, and in
+// float32 and float16 the noise reaches several ranks down, so that a draw over the whole
+// row often leaves a kept set (bfloat16's steps are too coarse for that).
+func steepRow(r *rand.Rand, dtype, v int) []float32 {
+	base, step := []float32{1e7, 65504, 3e9}[dtype], []float32{1, 32, 1 << 24}[dtype]
+	row := make([]float32, v)
+	for i, j := range r.Perm(v) {
+		row[i] = base - step*float32(j)
+	}
+	return row
+}
+
+// steepTemperature is steepRow's temperature by dtype.
+var steepTemperature = []float32{16, 8, 1}
+
 // draftRow returns a draft distribution over target p in the given mode.
 func draftRow(r *rand.Rand, p []float64, mode int) []float32 {
 	v := len(p)
@@ -186,6 +219,8 @@ func draftRow(r *rand.Rand, p []float64, mode int) []float32 {
 			q[i] = float32(p[i])
 		case qCover:
 			q[i] = float32(1.5*p[i] + 1e-4)
+		case qOver:
+			q[i] = 2
 		default:
 			q[i] = float32(raw[i] / sum)
 		}
@@ -292,6 +327,9 @@ func newResidualCase(t *testing.T, r *rand.Rand, kernels map[string]runtime.GoKe
 			vals := shapes[shape].make(r, vocab)
 			if w.exact {
 				vals = exactShapes[r.IntN(len(exactShapes))](r, vocab)
+				if w.kept {
+					vals = steepRow(r, dtype, vocab)
+				}
 			}
 			encodeRow(dtype, vals, c.logits[row*c.stride*esize:])
 			if row < c.outRows-1 {
@@ -305,6 +343,12 @@ func newResidualCase(t *testing.T, r *rand.Rand, kernels map[string]runtime.GoKe
 			}
 			if w.exact {
 				p.Temperature = pick(r, exactTemperatures...)
+				if w.kept {
+					p.Temperature = steepTemperature[dtype]
+				}
+			}
+			if w.kept {
+				p.Flags |= abi.FlagKeptSet
 			}
 			// Flags residual has no use for, which must change nothing.
 			for _, f := range []abi.Flags{abi.FlagLogprobs, abi.FlagAdvance, abi.FlagRecord, abi.FlagPerturbed,
@@ -319,7 +363,7 @@ func newResidualCase(t *testing.T, r *rand.Rand, kernels map[string]runtime.GoKe
 			case 'n':
 				p.Temperature = nan
 			case 'x', 'X':
-				p.Flags |= 1 << 13
+				p.Flags |= 1 << 14
 			case 'S':
 				p.Flags |= abi.FlagShard
 			case 'm', 'd', 'D':
@@ -419,6 +463,8 @@ func newResidualCase(t *testing.T, r *rand.Rand, kernels map[string]runtime.GoKe
 			p.Token = pick(r, uint32(vocab), uint32(vocab+3), math.MaxUint32)
 		case pl.p == nil:
 			p.Token = uint32(r.IntN(vocab))
+		case (pl.pos < pl.stop || pl.letter == 'T') && w.kept:
+			p.Token = uint32(argmax(pl.p)) // the row's largest logit: every filter keeps it
 		case pl.pos < pl.stop || pl.letter == 'T':
 			// A token the draft does not overweight, so that it is likely accepted (and,
 			// for T, has p > 0).
@@ -452,11 +498,21 @@ func newResidualCase(t *testing.T, r *rand.Rand, kernels map[string]runtime.GoKe
 	sc.name = c.name + "/score"
 	sc.params = nil
 	for _, p := range params {
-		if p.Flags&abi.FlagChainEnd == 0 {
+		switch {
+		case w.kept:
+			// The filtered kernel's kept-set descriptors, at every position (a chain's end
+			// draws over its kept set), for the draft token: the row as Sample sends it,
+			// nothing routed, recorded or advanced.
+			sc.kernel, sc.name = filtered, c.name+"/filtered"
+			p.Flags = p.Flags&^(abi.FlagChainEnd|abi.FlagRouted|abi.FlagCategorical|abi.FlagFiltered|abi.FlagRecord|
+				abi.FlagAdvance) | abi.FlagLogprobs
+		case p.Flags&abi.FlagChainEnd != 0:
+			continue
+		default:
 			p.Flags &^= abi.FlagShard
-			sc.params = append(sc.params, make([]byte, abi.RowParamsSize)...)
-			p.Encode(sc.params[len(sc.params)-abi.RowParamsSize:])
 		}
+		sc.params = append(sc.params, make([]byte, abi.RowParamsSize)...)
+		p.Encode(sc.params[len(sc.params)-abi.RowParamsSize:])
 	}
 	c.records0 = runGoEdition(t, &sc, kernels, r).logprobs
 
@@ -526,6 +582,7 @@ func newResidualCase(t *testing.T, r *rand.Rand, kernels map[string]runtime.GoKe
 		require.True(t, found, "%s: no seed makes chain %q decide as planned", name, ch)
 		y += len(ch)
 	}
+	filters := slices.Clone(params)
 	// One launch row per chain: record y's TopK is the first record of launch row y's
 	// chain, which need not hold record y: the chains in reverse order, or shuffled.
 	var starts []uint32
@@ -547,7 +604,7 @@ func newResidualCase(t *testing.T, r *rand.Rand, kernels map[string]runtime.GoKe
 	for y, p := range params {
 		c.setRowParams(y, p)
 	}
-	return &residualCase{launchCase: c, plans: plans}
+	return &residualCase{launchCase: c, plans: plans, filters: filters}
 }
 
 // boundaryQ returns a q with fl(u·q) == target, or 0 when none is found (planning then
@@ -624,7 +681,7 @@ func TestResidualMatchesGoEdition(t *testing.T) {
 
 	// What the stops drew: by status, and the kinds of draws among status 0.
 	var stops [5]int
-	var bonus, residualDraws, fallback, exactDraws, before, past int
+	var bonus, residualDraws, fallback, exactDraws, keptDraws, before, past int
 	for i, rc := range cases {
 		c := rc.launchCase
 		want := runGoEdition(t, c, kernels, r)
@@ -670,7 +727,7 @@ func TestResidualMatchesGoEdition(t *testing.T) {
 				// Where the log-sum-exp is so large that it rounds its log-normaliser
 				// away (saturated counts with a negative frequency penalty),
 				// d = fl(s - lse) is no log-probability and q may not cover p.
-				cover := pl.q == qCover && math.Abs(float64(c.records0[abi.RecordWords*o+3])) < 1<<20
+				cover := pl.q == qOver || pl.q == qCover && math.Abs(float64(c.records0[abi.RecordWords*o+3])) < 1<<20
 				switch {
 				case end:
 					bonus++
@@ -679,7 +736,11 @@ func TestResidualMatchesGoEdition(t *testing.T) {
 				default:
 					residualDraws++
 				}
-				if end || cover {
+				if (end || cover) && p.Flags&abi.FlagKeptSet != 0 {
+					keptDraws++
+					assert.Equal(t, filteredToken(t, c, rc.filters[y], kernels, r), tok,
+						"%s: a draw from p must be the filtered kernel's at the row", where)
+				} else if end || cover {
 					want, exact := gumbelArgmaxToken(t, c, p, kernels, r)
 					assert.Equal(t, want, tok, "%s: a draw from p must be gumbel_argmax's at the row", where)
 					if exact {
@@ -700,6 +761,22 @@ func TestResidualMatchesGoEdition(t *testing.T) {
 	assert.Positive(t, residualDraws, "no draw from the residual")
 	assert.Positive(t, fallback, "no fallback to p")
 	assert.Greater(t, exactDraws, 10, "too few draws from p need the exact comparison")
+	assert.Greater(t, keptDraws, 50, "too few draws from p over a kept set")
+}
+
+// filteredToken is the token the Go edition's filtered kernel draws for launch row p of
+// c alone (its filters and processors, nothing else): the one Sample draws there.
+func filteredToken(t *testing.T, c *launchCase, p abi.RowParams, kernels map[string]runtime.GoKernel,
+	r *rand.Rand) int32 {
+	t.Helper()
+	g := *c
+	g.kernel, g.S, g.draws, g.draft, g.records0 = filtered, 1, 1, nil, nil
+	p.Flags &= abi.FlagsProcessors
+	g.params = make([]byte, abi.RowParamsSize)
+	g.setRowParams(0, p)
+	res := runGoEdition(t, &g, kernels, r)
+	require.Equal(t, int32(abi.StatusOK), res.status[p.Row], "%s: the filtered kernel's status", c.name)
+	return res.tokens[p.Row]
 }
 
 // gumbelArgmaxToken is the token the Go edition's gumbel_argmax draws for launch row p of

@@ -100,7 +100,7 @@ func newScoreCase(r *rand.Rand, dtype, T, S, n, vocab, width int) *launchCase {
 			p.Flags |= abi.FlagRouted | pick(r, 0, abi.FlagCategorical, abi.FlagFiltered)
 		}
 		if chance(3) {
-			p.Flags |= 1 << 13 // reserved: status 3
+			p.Flags |= 1 << 14 // reserved: status 3
 		}
 		p.BitmaskRow = pick[uint32](r, 0, 1, 2, 2, 3, 3, 4, 4)
 		p.RepetitionPenalty = pick[float32](r, 1, 1.1, 1.3, 0.8, 2)
