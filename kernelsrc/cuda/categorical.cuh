@@ -828,9 +828,10 @@ __device__ __forceinline__ float gb_ln_kept(gb_u64 s_kept, const gb_row_state& s
 // gb_write_kept_set writes, in place of the record, the kept set's descriptor (ABI.md,
 // "The kept-set descriptor"): the key threshold, the processed log-probability of the
 // row's token under the kept law (-Inf when it is not kept, NaN when it is no token), m
-// and ln(S_kept · 2^-F). Not inlined: only FlagKeptSet rows call it, at their end.
+// and ln(S_kept · 2^-F). Inlined, in a branch only FlagKeptSet rows take: as a call, the
+// call's ABI raises the filtered kernel's stack and spills on every row (gb_exact_kept).
 template <int KIND>
-__device__ __noinline__ void gb_write_kept_set(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u64 s_kept) {
+__device__ __forceinline__ void gb_write_kept_set(const gb_cat_row<KIND>& r, const gb_row_state& st, gb_u64 s_kept) {
     const float ln_s = gb_ln_kept(s_kept, st);
     float lp = __uint_as_float(0x7FC00000u);
     const gb_u32 t = r.p.token;
