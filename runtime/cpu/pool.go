@@ -11,8 +11,8 @@ import (
 	"github.com/gumbel-go/gumbel/runtime"
 )
 
-// How long a participant polls before it parks. A parked helper joins a launch 100 µs or
-// more late on a 2-vCPU VM (see pool), longer than the vector scans take for a row.
+// How long a participant polls before it parks. A parked helper can join a launch later
+// than the vector scans take for a row (see pool), so parking is for idle time only.
 //   - A participant that has run out of blocks polls for the others' last ones for about
 //     two of its own blocks (work), at least minHold: one is the most they can have left.
 //   - An idle helper then polls for the next launch for idleSpin: the launches of one
@@ -20,8 +20,8 @@ import (
 //     longer would only burn the core between steps.
 //
 // Polling yields the CPU to any other thread waiting for it (osYield): after a wake-up
-// the OS may run a helper on the launcher's CPU, where its polling held the launcher up
-// (launches stalled for 3 ms on that VM when polling was neither bounded nor yielding).
+// the OS may run a helper on the launcher's CPU, where polling without yielding would hold
+// the launcher up.
 const (
 	idleSpin = 50 * time.Microsecond
 	minHold  = 20 * time.Microsecond
@@ -52,12 +52,11 @@ type helper struct {
 //
 // Helpers poll for the next launch for a while and are claimed through their state word;
 // only a parked one is woken through its channel. A goroutine readied by a channel send
-// waits in the sender's run slot (runnext), which an idle P takes only after a 3 µs sleep
-// that lasts 100 µs and more on a VM, or never before the sender blocks: woken for every
-// launch, the helper of a 2-core device joined a batch of 8 rows 100-130 µs late (execution
-// trace), when the vector scans had done half of it, and sometimes only once the launcher
-// had done it all. A launch never waits for a helper that has not begun: the launcher
-// takes the claim back once it has run out of blocks.
+// waits in the sender's run slot (runnext), which an idle P takes only after a short
+// sleep that a VM may stretch far past a row's scan: woken for every launch, a helper
+// joins late or not at all (docs/benchmark_results/cpu.md has the trace). A launch never
+// waits for a helper that has not begun: the launcher takes the claim back once it has
+// run out of blocks.
 type pool struct {
 	mu      sync.Mutex // one launch at a time; guards closed
 	closed  bool
