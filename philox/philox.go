@@ -18,11 +18,12 @@
 //     [PurposeGumbel] for the main noise word of every element, [PurposeGumbelTail] for
 //     the tail-extension word, [PurposeCategorical] for the categorical draw (element
 //     index 0 and 1 give the two words of its 64-bit uniform), [PurposeSpeculative] for
-//     the acceptance uniform of a draft token at its decode position (the trial-th
-//     token tried there at index 4·trial, words 0 and 1; [DraftUniform] the top 24 bits
-//     of word 1 at index 0), and reserved values for
-//     later uses. Changing any of this changes sampled streams for equal seeds, so it
-//     bumps [ContractVersion] and is noted in the CHANGELOG.
+//     the acceptance uniform of a draft token drawn from known probabilities at its
+//     decode position ([DraftUniform]: the top 24 bits of word 1 at index 0), and
+//     reserved values for later uses. Verification of deterministic drafts draws no
+//     uniform of its own: each position's token is the one sampling draws there.
+//     Changing any of this changes sampled streams for equal seeds, so it bumps
+//     [ContractVersion] and is noted in the CHANGELOG.
 //   - A row's seed is its own (a nonzero seed, or seed 0 asked for explicitly). A row
 //     without one gets [RowSeed](sampler seed, request id): SplitMix64 mixing, never
 //     the row's position. A row with neither a seed nor a request id (request id 0)
@@ -73,7 +74,7 @@ const (
 	// PurposeXTC is reserved for the exclude-top-choices coin.
 	PurposeXTC Purpose = 4
 	// PurposeSpeculative gives the acceptance uniform of a speculative draft token at a
-	// decode position ([SpeculativeUniform]).
+	// decode position ([DraftUniform]).
 	PurposeSpeculative Purpose = 5
 )
 
@@ -189,22 +190,12 @@ func SplitMix64(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-// SpeculativeUniform returns the uniform in [0, 1) that decides whether the trial-th
-// draft token tried at decode position step is accepted (Sampler.VerifyChain: trial 0;
-// VerifyTree: the sibling's rank): the top 53 bits of words 0 (low half) and 1 (high
-// half) of the PurposeSpeculative block at index 4·trial. It depends on the request's
-// seed, the position and the trial only, never on the batch.
-func SpeculativeUniform(seed, step uint64, trial uint32) float64 {
-	b := Block(Counter(4*trial, step, PurposeSpeculative), Key(seed))
-	return float64((uint64(b[1])<<32|uint64(b[0]))>>11) * 0x1p-53
-}
-
 // DraftUniform returns the uniform in [0, 1) that decides, on the device, whether the
 // draft token at decode position step of a chain drafted with known probabilities is
 // accepted (Sampler.VerifyChainProbs): the top 24 bits of word 1 of the
-// PurposeSpeculative block at index 0, exact in float32 (the top bits of
-// SpeculativeUniform's trial 0, so both verifications see one stream). The token is
-// accepted when fl(u·q) < p, q its draft probability and p its target probability.
+// PurposeSpeculative block at index 0, exact in float32. The token is accepted when
+// fl(u·q) < p, q its draft probability and p its target probability. It depends on the
+// request's seed and the position only, never on the batch.
 func DraftUniform(seed, step uint64) float32 {
 	b := Block(Counter(0, step, PurposeSpeculative), Key(seed))
 	return float32(b[1]>>8) * 0x1p-24

@@ -176,36 +176,21 @@ func BenchmarkBlock(b *testing.B) {
 	_ = sink
 }
 
-// TestSpeculativeUniform: the acceptance uniform is the top 53 bits of the
-// PurposeSpeculative block at index 4·trial, in [0, 1), and uniform in its mean.
-func TestSpeculativeUniform(t *testing.T) {
-	const seed = 0x1234
-	for trial := range uint32(3) {
-		b := Block(Counter(4*trial, 9, PurposeSpeculative), Key(seed))
-		want := float64((uint64(b[1])<<32|uint64(b[0]))>>11) / (1 << 53)
-		assert.Equal(t, want, SpeculativeUniform(seed, 9, trial))
-	}
-	assert.NotEqual(t, SpeculativeUniform(seed, 9, 0), SpeculativeUniform(seed, 9, 1))
-	assert.NotEqual(t, SpeculativeUniform(seed, 9, 0), SpeculativeUniform(seed, 10, 0))
-	sum := 0.0
-	const n = 100_000
-	for step := range uint64(n) {
-		u := SpeculativeUniform(seed, step, 0)
-		require.True(t, u >= 0 && u < 1)
-		sum += u
-	}
-	assert.InDelta(t, 0.5, sum/n, 0.005)
-}
-
-// TestDraftUniform: the device's acceptance uniform is SpeculativeUniform's trial 0
-// truncated to 24 bits, exact in float32, in [0, 1).
+// TestDraftUniform: the acceptance uniform is the top 24 bits of word 1 of the
+// PurposeSpeculative block at index 0, exact in float32, in [0, 1), uniform in its
+// mean, and keyed by the position.
 func TestDraftUniform(t *testing.T) {
 	for _, seed := range []uint64{0, 0x1234, 1 << 63} {
-		for step := range uint64(2000) {
+		sum := 0.0
+		const n = 100_000
+		for step := range uint64(n) {
 			u := DraftUniform(seed, step)
 			require.True(t, u >= 0 && u < 1)
-			want := math.Floor(SpeculativeUniform(seed, step, 0)*(1<<24)) / (1 << 24)
-			require.Equal(t, want, float64(u), "seed %#x step %d", seed, step)
+			b := Block(Counter(0, step, PurposeSpeculative), Key(seed))
+			require.Equal(t, math.Ldexp(float64(b[1]>>8), -24), float64(u), "seed %#x step %d", seed, step)
+			sum += float64(u)
 		}
+		assert.InDelta(t, 0.5, sum/n, 0.005)
+		assert.NotEqual(t, DraftUniform(seed, 9), DraftUniform(seed, 10))
 	}
 }

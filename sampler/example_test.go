@@ -242,7 +242,9 @@ func ExampleSampler_Score() {
 // Speculative decoding: an n-gram drafter proposed two tokens; the target model's
 // logits at the three positions decide how many are kept. A greedy request keeps
 // exactly the drafts greedy decoding would have produced, then adds the target's own
-// token; a sampled request keeps each draft with the target's probability of it.
+// token; a sampled request keeps the drafts that equal what Sample draws at their
+// positions (each with the target's probability of it), so it emits the tokens that
+// sampling one step at a time with its seed would.
 func ExampleSampler_VerifyChain() {
 	dev, s := newCPUSampler()
 	defer dev.Close()

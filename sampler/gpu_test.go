@@ -23,6 +23,7 @@ import (
 	"testing"
 
 	"github.com/gumbel-go/gumbel"
+	"github.com/gumbel-go/gumbel/bench"
 	"github.com/gumbel-go/gumbel/half"
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/runtime/cpu"
@@ -265,6 +266,54 @@ func TestGPUVerifyChainLaw(t *testing.T) {
 	}
 }
 
+// TestGPUVerifyChainIsSampling: on the GPU, at Qwen's vocabulary, VerifyChain emits
+// the tokens Sample draws at each position of the path, for unfiltered, filtered,
+// greedy and logit-biased requests, with drafts that follow the draws for a while.
+func TestGPUVerifyChainIsSampling(t *testing.T) {
+	dev := openGPU(t)
+	const requests, k = 12, 4
+	target, _, _, _ := draftedChains(requests, k, 0.8, 3)
+	lg := upload(t, dev, target, requests*(k+1), qwenVocab)
+	s := gpuSampler(t, dev, sampler.Options{Seed: 2})
+	kinds := []sampler.Params{
+		{Temperature: 0.8}, {Temperature: 0.7, TopP: 0.9}, {Temperature: 1, TopK: 50, TopP: 0.95},
+		{Temperature: 0.6, MinP: 0.05}, {}, {Temperature: 1.3, TopK: 20},
+	}
+	sampleAt := func(p sampler.Params, row, d int) int32 {
+		one := lg
+		one.Offset, one.Rows = 4*row*qwenVocab, 1
+		p.Step += uint64(d)
+		var out sampler.Result
+		require.NoError(t, s.Sample(one, []sampler.Params{p}, &out))
+		require.NoError(t, out.Errs[0])
+		return out.Tokens[0]
+	}
+	params := make([]sampler.Params, requests)
+	drafts := make([]sampler.Draft, requests)
+	for b := range requests {
+		p := kinds[b%len(kinds)]
+		p.Seed, p.Step = uint64(100+b), 7
+		params[b] = p
+		d := make([]int32, k)
+		for j := range k {
+			d[j] = sampleAt(p, b*(k+1)+j, j)
+			if j == b%(k+1) {
+				d[j] = (d[j] + 1) % qwenVocab
+			}
+		}
+		drafts[b] = sampler.Draft{Tokens: d, Row: b * (k + 1)}
+	}
+	var res sampler.Verified
+	require.NoError(t, s.VerifyChain(lg, params, drafts, &res))
+	for b := range requests {
+		require.NoError(t, res.Errs[b])
+		assert.Equal(t, min(b%(k+1), k), res.Accepted[b], "request %d", b)
+		for i, tok := range res.Tokens[b] {
+			assert.Equal(t, sampleAt(params[b], b*(k+1)+i, i), tok, "request %d token %d", b, i)
+		}
+	}
+}
+
 // TestGPUScoreMatchesCPU: Score on the GPU gives the CPU device's ranks and statuses
 // exactly and its records to 1e-5, at Qwen's vocabulary, in every dtype, with
 // temperatures, bitmasks and top log-probabilities.
@@ -330,51 +379,53 @@ func TestGPUScoreMatchesCPU(t *testing.T) {
 	}
 }
 
-// BenchmarkGPUVerifyChain times one VerifyChain call (both rounds and their waits) for 8
-// requests with 4 drafts each at Qwen's vocabulary, beside one Sample call over the same
-// 40 target rows: host-observed time per call.
+// BenchmarkGPUVerifyChain times VerifyChain for B requests with 4 drafts each at
+// Qwen's vocabulary (drafts a drafter close to the target sampled, verified as
+// deterministic ones), beside one Sample call over the same B·5 target rows:
+// host-observed time per call, and the device time of the call's launches replayed
+// back to back and from a graph. Target logits in float32 and bfloat16.
 func BenchmarkGPUVerifyChain(b *testing.B) {
 	dev := openGPU(b)
-	const requests, k = 8, 4
-	rows := requests * (k + 1)
-	rng := rand.New(rand.NewPCG(9, 9))
-	logits := make([]float32, rows*qwenVocab)
-	for i := range logits {
-		logits[i] = float32(rng.NormFloat64() * 2.5)
-	}
-	buf, err := dev.Alloc(4 * len(logits))
-	require.NoError(b, err)
-	defer buf.Free()
-	require.NoError(b, dev.DefaultStream().CopyToDevice(buf, 0, runtime.BytesOf(logits)))
-	lg := sampler.Logits{Data: buf, DType: sampler.Float32, Rows: rows, Vocab: qwenVocab}
-	s := gpuSampler(b, dev, sampler.Options{Seed: 1})
-	params := make([]sampler.Params, requests)
-	drafts := make([]sampler.Draft, requests)
-	for i := range requests {
-		params[i] = sampler.Params{Temperature: 0.8, Seed: uint64(i + 1)}
-		drafts[i] = sampler.Draft{Tokens: []int32{1, 2, 3, 4}, Row: i * (k + 1)}
-	}
-	b.Run("verify-8x4", func(b *testing.B) {
-		var res sampler.Verified
-		for i := 0; b.Loop(); i++ {
-			for j := range params {
-				params[j].Step = uint64(i)
-			}
-			if err := s.VerifyChain(lg, params, drafts, &res); err != nil {
-				b.Fatal(err)
-			}
+	const k = 4
+	cfg := bench.Config{Groups: 15, Repeats: 50}
+	for _, c := range []struct {
+		requests int
+		dt       sampler.DType
+	}{{1, sampler.Float32}, {8, sampler.Float32}, {64, sampler.Float32}, {8, sampler.BFloat16}} {
+		requests, suffix := c.requests, ""
+		if c.dt == sampler.BFloat16 {
+			suffix = "-bf16"
 		}
-	})
-	b.Run("sample-40", func(b *testing.B) {
-		ps := make([]sampler.Params, rows)
-		var res sampler.Result
-		for i := 0; b.Loop(); i++ {
+		target, _, params, drafts := draftedChains(requests, k, 0.8, 5)
+		lg := uploadAs(b, dev, target, requests*(k+1), qwenVocab, c.dt)
+		s := gpuSampler(b, dev, sampler.Options{Seed: 1})
+		b.Run(fmt.Sprintf("verify-%dx%d%s", requests, k, suffix), func(b *testing.B) {
+			var res sampler.Verified
+			for b.Loop() {
+				if err := s.VerifyChain(lg, params, drafts, &res); err != nil {
+					b.Fatal(err)
+				}
+			}
+			dus, gus, err := bench.DeviceTime(dev, s.Stream(), s.Relaunch, cfg)
+			require.NoError(b, err)
+			b.ReportMetric(dus, "device-us")
+			b.ReportMetric(gus, "graph-us")
+		})
+		b.Run(fmt.Sprintf("sample-%d%s", requests*(k+1), suffix), func(b *testing.B) {
+			ps := make([]sampler.Params, requests*(k+1))
 			for j := range ps {
-				ps[j] = sampler.Params{Temperature: 0.8, Seed: uint64(j + 1), Step: uint64(i)}
+				ps[j] = sampler.Params{Temperature: 0.8, Seed: uint64(j + 1)}
 			}
-			if err := s.Sample(lg, ps, &res); err != nil {
-				b.Fatal(err)
+			var res sampler.Result
+			for b.Loop() {
+				if err := s.Sample(lg, ps, &res); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
+			dus, gus, err := bench.DeviceTime(dev, s.Stream(), s.Relaunch, cfg)
+			require.NoError(b, err)
+			b.ReportMetric(dus, "device-us")
+			b.ReportMetric(gus, "graph-us")
+		})
+	}
 }

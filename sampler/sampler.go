@@ -93,14 +93,14 @@ type Sampler struct {
 	shardLSE []float64
 	shardTop []uint64
 	// The verification calls' reused state (verifyCall).
-	verifyOwner, verifyFirst, verifyStop  []int
-	verifySeeds                           []uint64
-	verifyMasks                           [][]int32
-	verifyTrees                           []DraftTree
-	verifyParents, verifyDepth            []int32
-	verifyKids, verifyTop, verifyRejected []int32
-	verifyLP                              []float32
-	verifyRec                             []Logprob
+	verifyOwner, verifyFirst   []int
+	verifySeeds                []uint64
+	verifyMasks                [][]int32
+	verifyTrees                []DraftTree
+	verifyParents, verifyDepth []int32
+	verifyKids, verifyTop      []int32
+	verifyStatus               []uint32
+	verifyRec                  []Logprob
 }
 
 // New loads the sampling kernels on dev and resolves the options.

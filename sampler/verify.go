@@ -7,7 +7,6 @@ import (
 	"math"
 
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
-	"github.com/gumbel-go/gumbel/philox"
 )
 
 // ErrDraft: a draft that does not fit the call: its logits rows outside the matrix or
@@ -53,10 +52,6 @@ type DraftTree struct {
 	Bitmasks [][]int32
 }
 
-// MaxDraftSiblings is the most children a draft node may have: after rejecting them
-// all, the correction is the first of MaxDraftSiblings+1 distinct draws outside them.
-const MaxDraftSiblings = MaxTopLogprobs - 1
-
 // Verified receives what VerifyChain or VerifyTree decided, per request. Reuse it
 // across calls.
 type Verified struct {
@@ -84,12 +79,13 @@ type Verified struct {
 	flatLogprobs    []Logprob
 }
 
-// VerifyChain verifies chains of draft tokens against the target model's logits,
-// exactly: the emitted tokens of every request follow the target distribution
-// (temperature, logit processors and token bitmasks of params[b] and of its logits
-// rows) as if each had been sampled one step at a time. It is VerifyTree for trees
-// without branches: draft k's parent is draft k-1, and position k is logits row
-// Row+k.
+// VerifyChain verifies chains of draft tokens from a deterministic drafter (n-gram or
+// prompt lookup, a greedy draft model) against the target model's logits, exactly: the
+// emitted tokens of every request are the ones Sample draws one step at a time
+// (temperature, top-k, top-p, min-p, logit processors and token bitmasks of params[b]
+// and of its logits rows), so they follow the target distribution. It is VerifyTree
+// for trees without branches: draft k's parent is draft k-1, and position k is logits
+// row Row+k.
 func (s *Sampler) VerifyChain(logits Logits, params []Params, drafts []Draft, res *Verified) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -124,32 +120,26 @@ func (s *Sampler) chainTrees(drafts []Draft) []DraftTree {
 // VerifyTree verifies trees of draft tokens against the target model's logits,
 // exactly, as VerifyChain does chains.
 //
-// For a sampled request (temperature > 0) the drafter is deterministic (each draft a
-// point mass). At a node whose distribution is p, its children are tried in order:
-// child c with token t is accepted with probability p(t) / (1 - the mass of the
-// siblings' tokens already rejected), decided by philox.SpeculativeUniform(seed,
-// Step+depth, j) for the j-th child; an accepted child becomes the node. Where no child
-// is accepted (a leaf included), the last token is drawn from p without the rejected
-// tokens: the first of the distinct Gumbel-max draws at step Step+depth outside them,
-// which after a leaf is the token Sample draws there. A greedy request (temperature 0,
-// or top-k 1) follows the child whose token is the arg-max and emits the arg-max where
-// none is: byte-identical to greedy decoding. A request with top-k, top-p or min-p
-// draws each node's token as Sample would at that position (its route, seed and step
-// Step+depth) and follows the child with that token, emitting the draw where none has
-// it: with point-mass drafts this is the same law (child t accepted with probability
-// p(t), the last token drawn from p without the rejected ones), and the emitted tokens
-// are byte-identical to sampling step by step. Every uniform and every noise word is
-// keyed by the request's seed and the decode position, never by its place in the
+// The drafter is deterministic (each draft a point mass). Each node's token is drawn as
+// Sample draws it at that position: the request's route (greedy arg-max, Gumbel-max,
+// the filtered route for top-k, top-p or min-p, the categorical one with
+// MLXCEL_SAMPLING_GUMBEL=0), its seed and step Step+depth. The walk follows the child
+// whose token is the draw and emits the draw where no child has it (after a leaf, the
+// bonus token). With point-mass drafts this is the rejection rule's law: child t is
+// accepted with probability p(t), and the last token is drawn from p without the
+// children's tokens. The emitted tokens and their records are Sample's, step by step:
+// speculative decoding with gumbel gives the tokens of decoding one step at a time
+// with the same seeds, and greedy requests those of greedy decoding. Every noise word
+// is keyed by the request's seed and the decode position, never by its place in the
 // batch.
 //
-// The call runs one round on the device per sibling rank (scoring each node's j-th
-// child, and the draws of the filtered requests; a chain needs one), one draw round
-// and, when a request asks for log-probabilities (Params.Logprobs), one scoring round
-// of the emitted tokens, and waits after each. Penalties read the token counts as they
-// are at the call (drafts are not counted); nothing is recorded or advanced. A tree
-// that does not fit (rows outside the logits or shared, a parent that is not an
-// earlier node, more than MaxDraftSiblings children, a token outside the vocabulary)
-// fails with ErrDraft; the others are verified.
+// The call runs one round on the device (a draw at every node; its log-probability
+// record too when Params.Logprobs asks) and waits once. Penalties read the token
+// counts as they are at the call (drafts are not counted); nothing is recorded or
+// advanced. A tree that does not fit (rows outside the logits or shared, a parent that
+// is not an earlier node, a token outside the vocabulary) fails with ErrDraft; the
+// others are verified. A node whose row cannot be sampled (NaN or +Inf logits, no
+// allowed token) fails its request only when the walk reaches it.
 func (s *Sampler) VerifyTree(logits Logits, params []Params, trees []DraftTree, res *Verified) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -158,20 +148,14 @@ func (s *Sampler) VerifyTree(logits Logits, params []Params, trees []DraftTree, 
 
 // verify is VerifyChain and VerifyTree with the lock held.
 func (s *Sampler) verify(logits Logits, params []Params, trees []DraftTree, res *Verified) error {
-	if s.topnErr != nil && !s.closed {
-		return s.topnErr // the draw round's topn; VerifyChainProbs needs none
-	}
 	v, err := s.startVerify(logits, params, trees, res, false)
 	if err != nil {
 		return err
 	}
-	if err := v.scoreRounds(); err != nil {
-		return err
-	}
-	v.walk()
 	if err := v.drawRound(); err != nil {
 		return err
 	}
+	v.walk()
 	return v.recordRound()
 }
 
@@ -206,7 +190,7 @@ func (s *Sampler) startVerify(logits Logits, params []Params, trees []DraftTree,
 			}
 		}
 	}
-	if s.scoreErr != nil {
+	if probs && s.scoreErr != nil {
 		return nil, s.scoreErr
 	}
 	v := &verifyCall{s: s, lg: logits, stride: stride, params: params, trees: trees, res: res, probs: probs}
@@ -226,22 +210,16 @@ type verifyCall struct {
 	// owner[r] is 1 + the request whose tree covers logits row r, 0 for none.
 	owner []int
 	seeds []uint64
-	// first[b] is request b's first entry in nodeLP, top, rec, depth and kids (one per
-	// node, the root first): each draft node's processed log-probability under its
-	// parent's distribution (unfiltered sampled requests), each node's arg-max (greedy
-	// ones) or draw (filtered ones) and the draw's record, its depth and its child count.
+	// first[b] is request b's first entry in top, status, rec, depth and kids (one per
+	// node, the root first): VerifyChain's and VerifyTree's draw at each node (arg-max
+	// for greedy requests), its row status and record, the node's depth and its child
+	// count.
 	first  []int
-	nodeLP []float32
 	top    []int32
+	status []uint32
 	rec    []Logprob
 	depth  []int32
 	kids   []int32
-	// maxKids is the most children of a node of a sampled request.
-	maxKids int
-	// stop[b] is the node where request b's walk stopped and rejected the tokens
-	// listed from rejStart[b] in rejected.
-	stop, rejStart, rejEnd []int
-	rejected               []int32
 }
 
 // greedyRequest reports whether request p verifies by arg-max.
@@ -249,16 +227,10 @@ func greedyRequest(p Params, vocab int) bool {
 	return route(p, vocab, true) == RouteGreedy
 }
 
-// drawnRequest reports whether request p verifies by drawing each node's token on its
-// own route (a sampled request with filters) and following the child that has it.
+// drawnRequest reports whether request p verifies with draft probabilities on the
+// filtered route (VerifyChainProbs with top-k, top-p or min-p).
 func drawnRequest(p Params, vocab int) bool {
 	return !greedyRequest(p, vocab) && filtered(p, vocab)
-}
-
-// byToken reports whether request p walks its tree by one token per node (its arg-max
-// or its draw) rather than by the acceptance rule.
-func byToken(p Params, vocab int) bool {
-	return greedyRequest(p, vocab) || filtered(p, vocab)
 }
 
 // nodeRow is the logits row of node n of request b: 0 the root, 1+i draft node i.
@@ -327,12 +299,12 @@ func (v *verifyCall) check() {
 		res.Errs[b] = err
 	}
 	v.first[n] = total
-	s.verifyLP = resized(s.verifyLP, total)
 	s.verifyDepth = resized(s.verifyDepth, total)
 	s.verifyKids = resized(s.verifyKids, total)
 	s.verifyTop = resized(s.verifyTop, total)
+	s.verifyStatus = resized(s.verifyStatus, total)
 	s.verifyRec = resized(s.verifyRec, total)
-	v.nodeLP, v.depth, v.kids, v.top, v.rec = s.verifyLP, s.verifyDepth, s.verifyKids, s.verifyTop, s.verifyRec
+	v.depth, v.kids, v.top, v.status, v.rec = s.verifyDepth, s.verifyKids, s.verifyTop, s.verifyStatus, s.verifyRec
 	clear(v.kids)
 	for b := range v.params {
 		if res.Errs[b] != nil {
@@ -343,15 +315,6 @@ func (v *verifyCall) check() {
 		for i, par := range tr.Parents {
 			v.depth[f+1+i] = v.depth[f+1+int(par)] + 1
 			v.kids[f+1+int(par)]++
-		}
-		for j := range len(tr.Tokens) + 1 {
-			if v.kids[f+j] > MaxDraftSiblings {
-				res.Errs[b] = fmt.Errorf("request %d: node %d has %d children, at most %d: %w", b, j-1, v.kids[f+j], MaxDraftSiblings, ErrDraft)
-				break
-			}
-			if !byToken(v.params[b], vocab) {
-				v.maxKids = max(v.maxKids, int(v.kids[f+j]))
-			}
 		}
 	}
 	if cap(res.flat) < total {
@@ -423,110 +386,61 @@ func (v *verifyCall) child(b, n, j int) int {
 	return -1
 }
 
-// inRound reports whether node n of request b has a row in scoring round j: every node
-// of a request that walks by token in round 0 (its arg-max or draw), a node of another
-// sampled one while it has a j-th child.
-func (v *verifyCall) inRound(b, n, j int, token bool) bool {
-	if token {
-		return j == 0
-	}
-	return int(v.kids[v.first[b]+n]) > j
-}
-
-// roundGroup is the launch group of request p's rows in a scoring round: arg-max, the
-// draw of its route, or the score of a child's token.
-func (v *verifyCall) roundGroup(p Params) int {
-	vocab := v.lg.Vocab
-	switch {
-	case greedyRequest(p, vocab):
-		return groupGumbel
-	case drawnRequest(p, vocab):
-		return groupOf(route(p, vocab, v.s.set.Gumbel))
-	}
-	return groupScore
-}
-
-// scoreRounds scores, in round j, the token of the j-th child of every node of the
-// unfiltered sampled requests under that node's distribution, and takes in round 0 the
-// arg-max of every node of the greedy requests and the draw of every node of the
-// filtered ones.
-func (v *verifyCall) scoreRounds() error {
+// drawRound draws, in one round, every node's token as Sample draws it at that
+// position (the arg-max for greedy requests), with its record when the request asks
+// for log-probabilities.
+func (v *verifyCall) drawRound() error {
 	s, res, vocab := v.s, v.res, v.lg.Vocab
-	for j := 0; j == 0 || j < v.maxKids; j++ {
-		var groups [numGroups]int
-		maxRows := 0
-		for b, p := range v.params {
-			if res.Errs[b] != nil {
-				continue
-			}
-			token, g := byToken(p, vocab), v.roundGroup(p)
-			for n := range len(v.trees[b].Tokens) + 1 {
-				if !v.inRound(b, n, j, token) {
-					continue
-				}
-				groups[g]++
-				if g == groupFiltered && needsRowMax(p, vocab) {
-					maxRows++
-				}
-			}
+	var groups [numGroups]int
+	maxRows := 0
+	for b, p := range v.params {
+		if res.Errs[b] != nil {
+			continue
 		}
-		rows := 0
-		var next [numGroups]int
-		for g := range numGroups {
-			next[g] = rows
-			rows += groups[g]
+		nodes := len(v.trees[b].Tokens) + 1
+		groups[groupOf(route(p, vocab, s.set.Gumbel))] += nodes
+		if needsRowMax(p, vocab) {
+			maxRows += nodes
 		}
-		if rows == 0 {
-			return nil
-		}
-		host, err := s.scratch.paramsHost.bytes(s.dev, rows*RowParamsSize)
-		if err != nil {
-			return err
-		}
-		masks := s.hostMasks[:0]
-		for b, p := range v.params {
-			if res.Errs[b] != nil {
-				continue
-			}
-			token, g := byToken(p, vocab), v.roundGroup(p)
-			r := RouteGumbel
-			if g != groupScore {
-				r = route(p, vocab, s.set.Gumbel)
-			}
-			for n := range len(v.trees[b].Tokens) + 1 {
-				if !v.inRound(b, n, j, token) {
-					continue
-				}
-				q, row := v.nodeParams(b, n), v.nodeRow(b, n)
-				m := v.maskRow(q, row, &masks)
-				flags := s.procs.flags(row, q) &^ abi.FlagRecord
-				if g != groupGumbel && g != groupScore && p.Logprobs {
-					flags |= abi.FlagLogprobs // a drawn node's token may be emitted
-				}
-				rec := host[next[g]*RowParamsSize:]
-				putRowParams(rec, row, r, q, vocab, q.Seed, flags, 0, m)
-				if g == groupScore {
-					binary.LittleEndian.PutUint32(rec[abi.TokenOffset:], uint32(v.trees[b].Tokens[v.child(b, n, j)]))
-				}
-				next[g]++
-			}
-		}
-		s.hostMasks = masks[:0]
-		pl := plan{logits: v.lg, stride: v.stride, draws: 1, groups: groups, maxRows: maxRows,
-			out: outLayout{rows: v.lg.Rows, draws: 1}}
-		results, err := v.launchPlan(&pl, host, masks)
-		if err != nil {
-			return err
-		}
-		v.readRound(j, results)
 	}
-	return nil
-}
-
-// readRound takes scoring round j's results: the arg-max or draw of every node of the
-// requests that walk by token, the log-probability of every scored child.
-func (v *verifyCall) readRound(j int, results []byte) {
-	res, vocab := v.res, v.lg.Vocab
+	rows := 0
+	var next [numGroups]int
+	for g := range numGroups {
+		next[g] = rows
+		rows += groups[g]
+	}
+	if rows == 0 {
+		return nil
+	}
+	host, err := s.scratch.paramsHost.bytes(s.dev, rows*RowParamsSize)
+	if err != nil {
+		return err
+	}
+	masks := s.hostMasks[:0]
+	for b, p := range v.params {
+		if res.Errs[b] != nil {
+			continue
+		}
+		r := route(p, vocab, s.set.Gumbel)
+		g := groupOf(r)
+		for n := range len(v.trees[b].Tokens) + 1 {
+			q, row := v.nodeParams(b, n), v.nodeRow(b, n)
+			m := v.maskRow(q, row, &masks)
+			flags := s.procs.flags(row, q) &^ abi.FlagRecord
+			if p.Logprobs {
+				flags |= abi.FlagLogprobs // any node's draw may be emitted
+			}
+			putRowParams(host[next[g]*RowParamsSize:], row, r, q, vocab, q.Seed, flags, 0, m)
+			next[g]++
+		}
+	}
+	s.hostMasks = masks[:0]
+	pl := plan{logits: v.lg, stride: v.stride, draws: 1, groups: groups, maxRows: maxRows,
+		out: outLayout{rows: v.lg.Rows, draws: 1}}
+	results, err := v.launchPlan(&pl, host, masks)
+	if err != nil {
+		return err
+	}
 	le := binary.LittleEndian
 	f32 := func(off int) float32 { return math.Float32frombits(le.Uint32(results[off:])) }
 	out := outLayout{rows: v.lg.Rows, draws: 1}
@@ -535,188 +449,61 @@ func (v *verifyCall) readRound(j int, results []byte) {
 			continue
 		}
 		f := v.first[b]
-		token := byToken(p, vocab)
 		for n := range len(v.trees[b].Tokens) + 1 {
-			if !v.inRound(b, n, j, token) {
-				continue
-			}
 			row := v.nodeRow(b, n)
-			status := le.Uint32(results[out.status()+4*row:])
-			if token {
-				tok, err := rowResult(row, int32(le.Uint32(results[out.tokens()+4*row:])), status, vocab)
-				if err != nil {
-					res.Errs[b] = fmt.Errorf("request %d: %w", b, err)
-					break
-				}
-				v.top[f+n] = tok
-				if r := out.logprobs() + 16*row; p.Logprobs && !greedyRequest(p, vocab) {
-					v.rec[f+n] = Logprob{Raw: f32(r), Processed: f32(r + 4), RawLSE: f32(r + 8), ProcessedLSE: f32(r + 12)}
-				}
-				continue
+			v.top[f+n] = int32(le.Uint32(results[out.tokens()+4*row:]))
+			v.status[f+n] = le.Uint32(results[out.status()+4*row:])
+			if r := out.logprobs() + 16*row; p.Logprobs {
+				v.rec[f+n] = Logprob{Raw: f32(r), Processed: f32(r + 4), RawLSE: f32(r + 8), ProcessedLSE: f32(r + 12)}
 			}
-			if _, err := rowResult(row, 0, status, vocab); err != nil {
-				res.Errs[b] = fmt.Errorf("request %d: %w", b, err)
-				break
-			}
-			c := v.child(b, n, j)
-			v.nodeLP[f+1+c] = f32(out.logprobs() + 16*row + 4)
 		}
-	}
-}
-
-// walk decides every request's path: greedy requests follow the arg-max, filtered ones
-// their draws, other sampled ones the acceptance rule; each ends at stop[b] with its
-// rejected tokens listed.
-func (v *verifyCall) walk() {
-	s, res, vocab := v.s, v.res, v.lg.Vocab
-	n := len(v.params)
-	s.verifyStop = resized(s.verifyStop, 3*n)
-	v.stop, v.rejStart, v.rejEnd = s.verifyStop[:n], s.verifyStop[n:2*n], s.verifyStop[2*n:]
-	rejected := s.verifyRejected[:0]
-	for b, p := range v.params {
-		if res.Errs[b] != nil {
-			continue
-		}
-		tr, f := v.trees[b], v.first[b]
-		token := byToken(p, vocab)
-		startTok, startNode := len(res.flat), len(res.flatNodes)
-		cur := 0
-		v.rejStart[b] = len(rejected)
-	walk:
-		for {
-			kids := int(v.kids[f+cur])
-			if token {
-				top := v.top[f+cur]
-				for j := range kids {
-					c := v.child(b, cur, j)
-					if tr.Tokens[c] == top {
-						res.flat = append(res.flat, top)
-						res.flatNodes = append(res.flatNodes, int32(c))
-						cur = c + 1
-						continue walk
-					}
-				}
-				res.flat = append(res.flat, top)
-				break
-			}
-			gone := 0.0 // the mass of the rejected siblings' tokens
-			for j := range kids {
-				c := v.child(b, cur, j)
-				pc := math.Exp(float64(v.nodeLP[f+1+c]))
-				for _, r := range rejected[v.rejStart[b]:] {
-					if r == tr.Tokens[c] {
-						pc = 0
-					}
-				}
-				u := philox.SpeculativeUniform(v.seeds[b], p.Step+uint64(v.depth[f+cur]), uint32(j))
-				if pc > 0 && u*(1-gone) < pc {
-					res.flat = append(res.flat, tr.Tokens[c])
-					res.flatNodes = append(res.flatNodes, int32(c))
-					cur = c + 1
-					rejected = rejected[:v.rejStart[b]]
-					continue walk
-				}
-				if pc > 0 {
-					gone += pc
-					rejected = append(rejected, tr.Tokens[c])
-				}
-			}
-			break
-		}
-		v.stop[b], v.rejEnd[b] = cur, len(rejected)
-		res.Accepted[b] = len(res.flatNodes) - startNode
-		res.Nodes[b] = res.flatNodes[startNode:len(res.flatNodes):len(res.flatNodes)]
-		if !token {
-			res.flat = append(res.flat, -1) // the draw round's token
-		}
-		res.Tokens[b] = res.flat[startTok:len(res.flat):len(res.flat)]
-	}
-	s.verifyRejected = rejected[:0]
-	v.rejected = rejected
-}
-
-// drawRound draws the last token of every unfiltered sampled request at the node where
-// its walk stopped: the first of its distinct Gumbel-max draws outside the rejected
-// tokens.
-func (v *verifyCall) drawRound() error {
-	s, res, vocab := v.s, v.res, v.lg.Vocab
-	var groups [numGroups]int
-	for b, p := range v.params {
-		if res.Errs[b] == nil && !byToken(p, vocab) {
-			groups[groupDistinct]++
-		}
-	}
-	if groups[groupDistinct] == 0 {
-		return nil
-	}
-	host, err := s.scratch.paramsHost.bytes(s.dev, groups[groupDistinct]*RowParamsSize)
-	if err != nil {
-		return err
-	}
-	masks := s.hostMasks[:0]
-	next := 0
-	for b, p := range v.params {
-		if res.Errs[b] != nil || byToken(p, vocab) {
-			continue
-		}
-		q, row := v.nodeParams(b, v.stop[b]), v.nodeRow(b, v.stop[b])
-		m := v.maskRow(q, row, &masks)
-		flags := abi.FlagPerturbed | s.procs.flags(row, q)&^abi.FlagRecord
-		draws := uint32(v.rejEnd[b]-v.rejStart[b]) + 1
-		putRowParams(host[next*RowParamsSize:], row, RouteGumbel, q, vocab, q.Seed, flags, draws, m)
-		next++
-	}
-	s.hostMasks = masks[:0]
-	results, err := v.launch(groups, 1, host, masks)
-	if err != nil {
-		return err
-	}
-	le := binary.LittleEndian
-	out := outLayout{rows: v.lg.Rows, draws: 1}
-	for b, p := range v.params {
-		if res.Errs[b] != nil || byToken(p, vocab) {
-			continue
-		}
-		row := v.nodeRow(b, v.stop[b])
-		rejected := v.rejected[v.rejStart[b]:v.rejEnd[b]]
-		tok := int32(-1)
-	draw:
-		for z := range len(rejected) + 1 {
-			o := 4 * (row*MaxTopLogprobs + z)
-			t, err := distinctResult(row, z, int32(le.Uint32(results[out.distinctTokens()+o:])),
-				math.Float32frombits(le.Uint32(results[out.distinctValues()+o:])), vocab)
-			if err != nil {
-				if z == 0 || !errors.Is(err, ErrTooFewTokens) {
-					res.Errs[b] = fmt.Errorf("request %d: %w", b, err)
-				} else {
-					// Only rejected tokens have mass: they held all of it up to
-					// rounding, so the last one rejected stands.
-					tok = rejected[len(rejected)-1]
-				}
-				break
-			}
-			for _, r := range rejected {
-				if t == r {
-					continue draw
-				}
-			}
-			tok = t
-			break
-		}
-		if res.Errs[b] != nil {
-			res.Tokens[b], res.Nodes[b] = nil, nil
-			continue
-		}
-		res.Tokens[b][len(res.Tokens[b])-1] = tok
 	}
 	return nil
 }
 
-// recordRound scores every emitted token of the requests that ask for log-probabilities
-// (Params.Logprobs) at its position's row: one more round, only when asked. A filtered
-// request's tokens are its nodes' draws, whose records the draws wrote already; in
-// VerifyChainProbs they are scored too, and keptRecordRound puts them under the filtered
-// law.
+// walk follows every request's draws from the root: into the child whose token is the
+// node's draw, emitting it, until a node where no child has it emits its draw. A node
+// whose row failed ends the request with its error when the walk reaches it.
+func (v *verifyCall) walk() {
+	res, vocab := v.res, v.lg.Vocab
+	for b := range v.params {
+		if res.Errs[b] != nil {
+			continue
+		}
+		tr, f := v.trees[b], v.first[b]
+		startTok, startNode := len(res.flat), len(res.flatNodes)
+		cur := 0
+	walk:
+		for {
+			tok, err := rowResult(v.nodeRow(b, cur), v.top[f+cur], v.status[f+cur], vocab)
+			if err != nil {
+				res.Errs[b] = fmt.Errorf("request %d: %w", b, err)
+				res.flat, res.flatNodes = res.flat[:startTok], res.flatNodes[:startNode]
+				break
+			}
+			res.flat = append(res.flat, tok)
+			for j := range int(v.kids[f+cur]) {
+				if c := v.child(b, cur, j); tr.Tokens[c] == tok {
+					res.flatNodes = append(res.flatNodes, int32(c))
+					cur = c + 1
+					continue walk
+				}
+			}
+			break
+		}
+		if res.Errs[b] != nil {
+			continue
+		}
+		res.Accepted[b] = len(res.flatNodes) - startNode
+		res.Nodes[b] = res.flatNodes[startNode:len(res.flatNodes):len(res.flatNodes)]
+		res.Tokens[b] = res.flat[startTok:len(res.flat):len(res.flat)]
+	}
+}
+
+// recordRound gives the emitted tokens of the requests that ask for log-probabilities
+// (Params.Logprobs) their records. VerifyChain's and VerifyTree's are the draws' own.
+// VerifyChainProbs scores every emitted token at its position's row, one more round,
+// and keptRecordRound puts a filtered request's under the filtered law.
 func (v *verifyCall) recordRound() error {
 	s, res, vocab := v.s, v.res, v.lg.Vocab
 	var groups [numGroups]int
@@ -726,7 +513,7 @@ func (v *verifyCall) recordRound() error {
 			continue
 		}
 		records += len(res.Tokens[b])
-		if v.scored(p) {
+		if v.probs {
 			groups[groupScore] += len(res.Tokens[b])
 		}
 	}
@@ -742,7 +529,7 @@ func (v *verifyCall) recordRound() error {
 		masks := s.hostMasks[:0]
 		next := 0
 		for b, p := range v.params {
-			if res.Errs[b] != nil || !p.Logprobs || !v.scored(p) {
+			if res.Errs[b] != nil || !p.Logprobs {
 				continue
 			}
 			for i, tok := range res.Tokens[b] {
@@ -773,7 +560,7 @@ func (v *verifyCall) recordRound() error {
 		start := len(res.flatLogprobs)
 		for i := range res.Tokens[b] {
 			n := v.emitter(b, i)
-			if !v.scored(p) {
+			if !v.probs {
 				res.flatLogprobs = append(res.flatLogprobs, v.rec[v.first[b]+n])
 				continue
 			}
@@ -789,10 +576,6 @@ func (v *verifyCall) recordRound() error {
 	}
 	return v.keptRecordRound()
 }
-
-// scored reports whether recordRound scores request p's emitted tokens: every request
-// but VerifyChain's filtered ones, whose draws wrote their records.
-func (v *verifyCall) scored(p Params) bool { return v.probs || !drawnRequest(p, v.lg.Vocab) }
 
 // keptRecordRound gives the emitted tokens of VerifyChainProbs's filtered requests that
 // ask for log-probabilities the processed words Sample's record has on the filtered
