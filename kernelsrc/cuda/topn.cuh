@@ -1,60 +1,107 @@
 // topn (ABI.md): the N <= GB_MAX_TOPN largest keys of a row (raw logits, or Gumbel
-// scores with PERTURBED), S >= 1 blocks per row, one launch. Each thread keeps its own
-// top list in registers (a fixed-size, fully unrolled insertion, so nothing goes to local
-// memory) behind one comparison with its N-th key; a block merges its threads' lists
-// warp by warp (gb_topn_merge, as the filtered kernel's blocks do), and the last block of
-// the row merges the S lists the same way. A perturbed list that may be inexact (a score
-// of GB_EXACT_LIMIT or more, or an empty entry) is made exact by the last block
-// (gb_topn_exact).
+// scores with PERTURBED), S >= 1 blocks per row, one launch. Each thread keeps its
+// GB_TOPN_THREAD largest keys in registers (a fixed-size, fully unrolled insertion, so
+// nothing goes to local memory, whatever N) behind one comparison with its threshold; a
+// block merges its threads' lists warp by warp (gb_topn_merge, as the filtered kernel's
+// blocks do), and the last block of the row merges the S published lists the same way.
+// A thread that let go of keys above the block's N-th (N > GB_TOPN_THREAD and the top N
+// bunched in one thread: rare on LLM logits) makes the block take the rest of its top N
+// by further passes below the keys it is sure of (gb_topn_merge). A perturbed list that
+// may be inexact (a score of GB_EXACT_LIMIT or more, or an empty entry) is made exact by
+// the last block (gb_topn_exact).
+
+// GB_TOPN_THREAD is the keys a thread keeps while it scans: a short list keeps every
+// thread's threshold in a few registers and rising early, and with a block's thousands of
+// lists a block's top 20 rarely puts more than 4 in one.
+#define GB_TOPN_THREAD 4
+
+// GB_TOPN_ALL is the cap of a first pass: above every key.
+#define GB_TOPN_ALL 0xFFFFFFFFFFFFFFFFull
 
 // gb_topn_insert puts key into a thread's list (largest first, 0 = empty) and returns the
-// new N-th entry, the threshold a key must beat to enter.
-__device__ __forceinline__ gb_u64 gb_topn_insert(gb_u64 lst[GB_MAX_TOPN], gb_u64 key, gb_u32 N) {
+// new entry at `at`, the threshold a key must beat to enter.
+template <int L>
+__device__ __forceinline__ gb_u64 gb_topn_insert(gb_u64 lst[L], gb_u64 key, gb_u32 at) {
     gb_u64 thr = 0ull;
 #pragma unroll
-    for (int j = 0; j < GB_MAX_TOPN; ++j) {
+    for (int j = 0; j < L; ++j) {
         const gb_u64 a = lst[j];
         const bool gt = key > a;
         lst[j] = gt ? key : a;
         key = gt ? a : key;
-        thr = (gb_u32)j + 1u == N ? lst[j] : thr;
+        thr = (gb_u32)j == at ? lst[j] : thr;
     }
     return thr;
 }
 
-// gb_topn_merge moves the block's N largest keys of the threads' lists into s_top
-// (0 where there are fewer), emptying the lists as it goes: each warp takes its N largest
-// by N warp maxima into s_wtop, then warp 0 merges the warps' sorted lists the same way,
-// so the block meets at one barrier instead of one per key.
-__device__ __forceinline__ void gb_topn_merge(gb_u64 lst[GB_MAX_TOPN], gb_u32 N, gb_u64* s_top, gb_u64* s_wtop) {
+// gb_topn_at is where a thread's threshold sits in its list for a pass that wants n keys:
+// a thread needs no more than n of its own.
+template <int L>
+__device__ __forceinline__ gb_u32 gb_topn_at(gb_u32 n) {
+    return (n < (gb_u32)L ? n : (gb_u32)L) - 1u;
+}
+
+// gb_topn_merge moves the block's n = N - have largest keys of the threads' lists into
+// s_top[have, N) (0 where there are fewer), emptying the lists as it goes: each warp takes
+// its n largest by n warp maxima into s_wtop, then warp 0 merges the warps' sorted lists
+// the same way, so the block meets at one barrier instead of one per key.
+//
+// A thread lets go only of keys below its threshold thr (0 when it let go of none), so
+// every key at or above D, the block's largest threshold, is in the lists: the merged
+// entries at or above D are sure to be the block's, and all of them are when the last
+// one reaches D (D = 0 included). gb_topn_merge advances have (the same in every thread)
+// past the sure entries and returns whether it reached N. It always advances: D's own
+// thread lists min(n, L) keys at or above D, all merged when the last entry is below D;
+// with n <= L they are n, so the last entry reaches D and the check is skipped.
+template <int L>
+__device__ __forceinline__ bool gb_topn_merge(gb_u64 lst[L], gb_u64 thr, gb_u32 N, gb_u32& have, gb_u64* s_top,
+                                              gb_u64* s_wtop, gb_u64* s_wthr, gb_u32* s_have) {
     const gb_u32 lane = gb_lane(), warp = gb_warp();
-    gb_warp_take<GB_MAX_TOPN>(lst, N, s_wtop + warp * GB_MAX_TOPN);
+    const gb_u32 n = N - have;
+    const bool check = n > (gb_u32)L; // uniform
+    if (check) {
+        const gb_u64 d = gb_warp_max_u64_all(thr);
+        if (lane == 0u) {
+            s_wthr[warp] = d;
+        }
+    }
+    gb_warp_take<L>(lst, n, s_wtop + warp * GB_MAX_TOPN);
     __syncthreads();
     if (warp == 0u) {
+        const bool own = lane < gb_num_warps();
+        const gb_u64 d = check ? gb_warp_max_u64_all(own ? s_wthr[lane] : 0ull) : 0ull;
         const gb_u64* list = s_wtop + lane * GB_MAX_TOPN;
-        gb_u32 at = 0u;
-        gb_u64 head = lane < gb_num_warps() ? list[0] : 0ull;
-        for (gb_u32 k = 0; k < N; ++k) {
-            const gb_u64 best = gb_warp_max_u64_all(head);
+        gb_u32 at = 0u, sure = 0u;
+        gb_u64 head = own ? list[0] : 0ull;
+        gb_u64 best = 0ull;
+        for (gb_u32 k = 0; k < n; ++k) {
+            best = gb_warp_max_u64_all(head);
             if (lane == 0u) {
-                s_top[k] = best;
+                s_top[have + k] = best;
             }
+            sure += best >= d ? 1u : 0u; // the entries fall: the sure ones come first
             if (best != 0ull && head == best) { // a list ends at its first 0
                 ++at;
-                head = at < N ? list[at] : 0ull;
+                head = at < n ? list[at] : 0ull;
             }
+        }
+        if (lane == 0u) {
+            *s_have = best >= d ? N : have + sure;
         }
     }
     __syncthreads();
+    have = *s_have;
+    return have == N;
 }
 
-// gb_topn_scan folds the chunk [start, end) into a thread's top list (see gb_topn):
-// NOISY ranks Gumbel scores, PROC processes the logits first.
-template <int KIND, bool NOISY, bool PROC>
+// gb_topn_scan folds the keys below cap of the chunk [start, end) into a thread's list
+// (see gb_topn), whose threshold sits at `at` (gb_topn_at): NOISY ranks Gumbel scores,
+// PROC processes the logits first.
+template <int KIND, bool NOISY, bool PROC, int L>
 __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* row, gb_u32 start, gb_u32 end,
-                                             bool vec, gb_u32 N, float invT, const gb_row_params& p,
-                                             const gb_processor& pc, gb_u64 lst[GB_MAX_TOPN], gb_u64& thr,
-                                             gb_u32& seen, gb_lse& lse) {
+                                             bool vec, gb_u32 at, gb_u64 cap, float invT, const gb_row_params& p,
+                                             const gb_processor& pc, gb_u64 lst[L], gb_u64& thr, gb_u32& seen,
+                                             gb_lse& lse) {
     for (gb_u32 g = start + 4u * threadIdx.x; g < end; g += 4u * blockDim.x) {
         float v[4];
         const gb_u32 n = gb_load_group<KIND>(row, g, end, vec, v);
@@ -75,8 +122,8 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
             continue; // -Inf keys never enter
         }
         if (!NOISY) {
-            // A group whose largest value is below the thread's N-th cannot enter (equal
-            // values still may, by a lower index).
+            // A group whose largest value is below the thread's threshold cannot enter
+            // (equal values still may, by a lower index).
             if (gb_orderkey(mx) < (gb_u32)(thr >> 32)) {
                 continue;
             }
@@ -84,14 +131,14 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
             for (gb_u32 j = 0; j < 4u; ++j) {
                 if (j < n && v[j] > -gb_inf()) {
                     const gb_u64 k = gb_pack(v[j], g + j);
-                    if (k > thr) {
-                        thr = gb_topn_insert(lst, k, N);
+                    if (k > thr && k < cap) {
+                        thr = gb_topn_insert<L>(lst, k, at);
                     }
                 }
             }
             continue;
         }
-        // A score below the thread's N-th cannot be in the block's top N: skip the noise
+        // A score below the thread's threshold cannot be in the block's top N: skip the noise
         // where a bound says so (exactly, as gumbel_argmax does).
         const float thr_score = thr != 0ull ? gb_orderkey_inverse((gb_u32)(thr >> 32)) : -gb_inf();
         if (__fadd_rn(mx, GB_MAX_GUMBEL) < thr_score) {
@@ -114,21 +161,24 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
         for (gb_u32 j = 0; j < 4u; ++j) {
             if (need[j]) {
                 const gb_u64 k = gb_pack(__fadd_rn(v[j], gb_gumbel(w[j], t[j])), g + j);
-                if (k > thr) {
-                    thr = gb_topn_insert(lst, k, N);
+                if (k > thr && k < cap) {
+                    thr = gb_topn_insert<L>(lst, k, at);
                 }
             }
         }
     }
 }
 
-// gb_topn_merge_blocks is the split phase of topn: the block publishes its top keys and
-// log-sum-exp pair, and the last block of the row to arrive merges the S lists into s_top
-// and the sets into lse, takes the row's observations into seen and resets the counters.
-// It returns whether this block is that last one (then it writes the row's entries).
-__device__ __forceinline__ bool gb_topn_merge_blocks(gb_u64 lst[GB_MAX_TOPN], gb_u32 N, gb_u32& seen, gb_lse& lse,
-                                                     gb_u64* partials, gb_u32* counters, gb_u64* s_top,
-                                                     gb_u64* s_wtop, gb_u64* s_pair, gb_u32* s_last) {
+// gb_topn_merge_blocks is the split phase of topn: the block publishes its top N keys
+// and log-sum-exp pair, and the last block of the row to arrive merges the sets into lse
+// and the S lists into s_top (each thread keeping a short list of the published keys, by
+// passes as gb_topn's when one lets go of keys that belong), takes the row's
+// observations into seen and resets the counters. It returns whether this block is that
+// last one (then it writes the row's entries).
+__device__ __forceinline__ bool gb_topn_merge_blocks(gb_u32 N, gb_u32& seen, gb_lse& lse, gb_u64* partials,
+                                                     gb_u32* counters, gb_u64* s_top, gb_u64* s_wtop,
+                                                     gb_u64* s_wthr, gb_u64* s_pair, gb_u32* s_last,
+                                                     gb_u32* s_have) {
     const gb_u32 y = blockIdx.y;
     const gb_u32 nblocks = gridDim.x;
     gb_u64* part = partials + (gb_u64)GB_TOPN_STRIDE * ((gb_u64)y * nblocks + blockIdx.x);
@@ -150,24 +200,34 @@ __device__ __forceinline__ bool gb_topn_merge_blocks(gb_u64 lst[GB_MAX_TOPN], gb
     }
     __threadfence();
     const gb_u64* row_part = partials + (gb_u64)GB_TOPN_STRIDE * y * nblocks;
-    // What the block merge left in the lists is below this block's published N.
-#pragma unroll
-    for (int j = 0; j < GB_MAX_TOPN; ++j) {
-        lst[j] = 0ull;
-    }
-    gb_u64 thr = 0ull;
     gb_lse_init(lse);
-    for (gb_u32 i = threadIdx.x; i < nblocks * GB_MAX_TOPN; i += blockDim.x) {
-        const gb_u64 k = gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * (i / GB_MAX_TOPN) + i % GB_MAX_TOPN);
-        if (k > thr) {
-            thr = gb_topn_insert(lst, k, N);
-        }
-    }
     for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
         gb_lse_merge_packed(lse, gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * i + GB_MAX_TOPN));
     }
     gb_block_lse(lse, lse, false, s_pair);
-    gb_topn_merge(lst, N, s_top, s_wtop);
+    // The row's top N is among the blocks' (their words past N hold 0).
+    gb_u32 have = 0u;
+    gb_u64 cap = GB_TOPN_ALL;
+    for (;;) {
+        gb_u64 lst[GB_TOPN_THREAD];
+#pragma unroll
+        for (int j = 0; j < GB_TOPN_THREAD; ++j) {
+            lst[j] = 0ull;
+        }
+        gb_u64 thr = 0ull;
+        const gb_u32 at = gb_topn_at<GB_TOPN_THREAD>(N - have);
+        for (gb_u32 i = threadIdx.x; i < nblocks * GB_MAX_TOPN; i += blockDim.x) {
+            const gb_u64 k =
+                gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * (i / GB_MAX_TOPN) + i % GB_MAX_TOPN);
+            if (k > thr && k < cap) {
+                thr = gb_topn_insert<GB_TOPN_THREAD>(lst, k, at);
+            }
+        }
+        if (gb_topn_merge<GB_TOPN_THREAD>(lst, thr, N, have, s_top, s_wtop, s_wthr, s_have)) {
+            break;
+        }
+        cap = s_top[have - 1u];
+    }
     if (threadIdx.x == 0u) {
         seen = atomicExch(&counters[2u * y + 1u], 0u);
         atomicExch(&counters[2u * y], 0u);
@@ -284,6 +344,8 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     __shared__ gb_u64 s_bcast[2];
     __shared__ gb_u64 s_top[GB_MAX_TOPN];
     __shared__ gb_u64 s_wtop[GB_MAX_WARPS * GB_MAX_TOPN]; // each warp's largest keys
+    __shared__ gb_u64 s_wthr[GB_MAX_WARPS];               // each warp's largest threshold
+    __shared__ gb_u32 s_have;                             // the sure entries of s_top
     __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
     __shared__ gb_u32 s_last;
     __shared__ gb_lse s_lse; // the row's merged log-sum-exp
@@ -326,32 +388,52 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     // Keys: the raw logit; with PERTURBED the Gumbel score fl(fl(x' · invT) + g) (greedy:
     // x'). The log-sum-exp runs over the values the keys perturb: x, or fl(x' · invT).
     // Each kind of row has its own instantiation of the scan, so the plain one (top
-    // log-probabilities) carries neither Philox nor processor state.
-    gb_u64 lst[GB_MAX_TOPN];
-#pragma unroll
-    for (int j = 0; j < GB_MAX_TOPN; ++j) {
-        lst[j] = 0ull;
-    }
-    gb_u64 thr = 0ull;
+    // log-probabilities) carries neither Philox nor processor state. The first pass takes
+    // every key; a further one (gb_topn_merge was not sure of all N) only those below the
+    // sure entries, into s_top after them, and its observations are dropped.
     gb_u32 seen = 0u;
     gb_lse lse;
-    gb_lse_init(lse);
-    if (!perturbed || (greedy && pc.flags == 0u)) {
-        gb_topn_scan<KIND, false, false>(row, start, end, vec, N, invT, p, pc, lst, thr, seen, lse);
-    } else if (greedy) {
-        gb_topn_scan<KIND, false, true>(row, start, end, vec, N, invT, p, pc, lst, thr, seen, lse);
-    } else if (pc.flags == 0u) {
-        gb_topn_scan<KIND, true, false>(row, start, end, vec, N, invT, p, pc, lst, thr, seen, lse);
-    } else {
-        gb_topn_scan<KIND, true, true>(row, start, end, vec, N, invT, p, pc, lst, thr, seen, lse);
+    gb_u32 have = 0u;
+    gb_u64 cap = GB_TOPN_ALL;
+    for (;;) {
+        gb_u64 lst[GB_TOPN_THREAD];
+#pragma unroll
+        for (int j = 0; j < GB_TOPN_THREAD; ++j) {
+            lst[j] = 0ull;
+        }
+        gb_u64 thr = 0ull;
+        gb_u32 pseen = 0u;
+        gb_lse plse;
+        gb_lse_init(plse);
+        const gb_u32 at = gb_topn_at<GB_TOPN_THREAD>(N - have);
+        if (!perturbed || (greedy && pc.flags == 0u)) {
+            gb_topn_scan<KIND, false, false, GB_TOPN_THREAD>(row, start, end, vec, at, cap, invT, p, pc, lst, thr,
+                                                             pseen, plse);
+        } else if (greedy) {
+            gb_topn_scan<KIND, false, true, GB_TOPN_THREAD>(row, start, end, vec, at, cap, invT, p, pc, lst, thr,
+                                                            pseen, plse);
+        } else if (pc.flags == 0u) {
+            gb_topn_scan<KIND, true, false, GB_TOPN_THREAD>(row, start, end, vec, at, cap, invT, p, pc, lst, thr,
+                                                            pseen, plse);
+        } else {
+            gb_topn_scan<KIND, true, true, GB_TOPN_THREAD>(row, start, end, vec, at, cap, invT, p, pc, lst, thr,
+                                                           pseen, plse);
+        }
+        if (cap == GB_TOPN_ALL) { // uniform: the first pass
+            seen = pseen;
+            lse = plse;
+            gb_u32 none = 0u;
+            gb_block_max_or(none, seen, s_red, s_bcast);
+            gb_block_lse(lse, lse, false, s_pair);
+        }
+        if (gb_topn_merge<GB_TOPN_THREAD>(lst, thr, N, have, s_top, s_wtop, s_wthr, &s_have)) {
+            break;
+        }
+        cap = s_top[have - 1u];
     }
-    gb_u32 none = 0u;
-    gb_block_max_or(none, seen, s_red, s_bcast);
-    gb_block_lse(lse, lse, false, s_pair);
-    gb_topn_merge(lst, N, s_top, s_wtop);
 
-    if (nblocks > 1u &&
-        !gb_topn_merge_blocks(lst, N, seen, lse, partials, counters, s_top, s_wtop, s_pair, &s_last)) {
+    if (nblocks > 1u && !gb_topn_merge_blocks(N, seen, lse, partials, counters, s_top, s_wtop, s_wthr, s_pair,
+                                              &s_last, &s_have)) {
         return;
     }
     if (threadIdx.x == 0u) {

@@ -12,7 +12,9 @@
 // emulation's fast 2^x is exact, the GPU's is not, and the Go edition sums in float64).
 // The filtered route (filter_max, then filtered, filtered_test.go) is run on both of its
 // paths, which the driver observes without code in the kernel: the draw on the blocks'
-// published candidates and the one-block fallback. The score kernel (score_test.go) is
+// published candidates and the one-block fallback. The topn kernel's further passes
+// (a thread's short list let go of keys of its block's top n) are observed the same way
+// and driven by rows whose top n bunches in one thread (topn_test.go). The score kernel (score_test.go) is
 // compared the same way (ranks and statuses bit for bit, records within 1e-5 relative),
 // and the Go edition's ranks, statuses and raw records are checked against the rows.
 // The residual kernel (residual_test.go) verifies chains of draft tokens on the Go

@@ -100,6 +100,10 @@ func decodeResults(t *testing.T, data []byte, ls []*launch) []outcome {
 			o.paths = make([]uint32, len(l.params)*l.draws())
 			get(o.paths)
 		}
+		if l.kernel == kernelTopN {
+			o.passes = make([]uint32, 2*l.launchRows())
+			get(o.passes)
+		}
 		out[i] = o
 	}
 	require.Zero(t, r.Len(), "trailing bytes in the result file")

@@ -100,6 +100,10 @@ type outcome struct {
 	// paths is what the emulated filtered kernel's last block did for draw z of launch
 	// row y, at z·n + y: pathNone, pathList or pathRow (emulation only).
 	paths []uint32
+	// passes is what the emulated topn kernel's blocks did for launch row y: at 2y the
+	// passes over their chunks beyond the first (summed over the blocks), at 2y + 1 the
+	// last block's passes over the published lists beyond the first (emulation only).
+	passes []uint32
 }
 
 // The filtered kernel's ways to a draw, as the emulation driver reports them.

@@ -39,7 +39,10 @@
 //   0 when the row's last block never asked whether its candidate list holds the kept
 //   set (greedy, min-p alone, bad or skipped rows, a non-finite row), 1 when it drew on
 //   the list, 2 when it fell back to the one-block path;
-//   topn: i32 tokens[slots * 20], f32 values[slots * 20], u32 counters[counters_words].
+//   topn: i32 tokens[slots * 20], f32 values[slots * 20], u32 counters[counters_words],
+//   u32 passes[2 * grid_y]: for launch row y, at 2y the passes its blocks made over their
+//   chunks beyond the first (summed over the blocks), at 2y + 1 those its last block made
+//   over the published lists beyond the first (see gb_emu_topn).
 //
 // With GB_EMU_TRACE set, each launch is named on stderr as it ends (to see where the
 // time goes: the emulation is slow per barrier, not per element).
@@ -87,9 +90,48 @@ bool gb_filter_finish_list(A&&... a) {
 }
 #define gb_filter_finish_list(...) gb_filter_finish_list_impl(__VA_ARGS__)
 
+// The topn kernel's observable, the same way: gb_topn_merge (topn.cuh) reports whether
+// the block is sure of its top N or passes again below its sure keys (a thread's short
+// list let go of keys that belong). A block's merges of its chunk come first, until one
+// is sure; any later ones are the last block's merges of the published lists. The
+// wrapper's call to the definition is declared ahead (its arguments are all of built-in
+// types, which argument-dependent lookup does not search): should topn.cuh change the
+// function's parameters, the declared template is never defined and the link fails.
+namespace gb_emu_topn {
+inline std::vector<std::uint32_t> passes; // per launch row: see RESULT
+inline std::vector<std::uint8_t> merged;  // per block: whether its chunk's merge is sure
+
+inline void note(bool sure) {
+    const std::size_t b = std::size_t{gb_emu::block_idx.y} * gb_emu::grid_dim.x + gb_emu::block_idx.x;
+    if (b >= merged.size()) {
+        gb_emu::fail("gb_topn_merge: called outside a topn launch");
+    }
+    if (!sure) {
+        ++passes[2u * std::size_t{gb_emu::block_idx.y} + merged[b]];
+    }
+    merged[b] = sure ? 1u : merged[b];
+}
+} // namespace gb_emu_topn
+
+template <int L>
+inline bool gb_topn_merge_impl(unsigned long long lst[L], unsigned long long thr, unsigned int N, unsigned int& have,
+                               unsigned long long* s_top, unsigned long long* s_wtop, unsigned long long* s_wthr,
+                               unsigned int* s_have);
+
+template <int L, typename... A>
+bool gb_topn_merge(A&&... a) {
+    const bool sure = gb_topn_merge_impl<L>(static_cast<A&&>(a)...);
+    if (threadIdx.x == 0u) {
+        gb_emu_topn::note(sure); // uniform: every thread returns the same
+    }
+    return sure;
+}
+#define gb_topn_merge(...) gb_topn_merge_impl(__VA_ARGS__)
+
 #include "../../cuda/sampling.cu"
 
 #undef gb_filter_finish_list
+#undef gb_topn_merge
 #if !defined(GB_EMU_SHADOW_ABI)
 #error "build with -I testdata/shadow ahead of the kernelsrc folder (see shadow/abi.h)"
 #endif
@@ -341,6 +383,8 @@ int main(int argc, char** argv) {
         const float* df = draft->as<const float>();
         const int w = static_cast<int>(warp);
         if (topn) {
+            gb_emu_topn::passes.assign(2u * std::size_t{grid_y}, 0u);
+            gb_emu_topn::merged.assign(std::size_t{grid_y} * grid_x, 0u);
             float* values = reinterpret_cast<float*>(st);
             if (dtype == 0) {
                 gb_emu::launch(topn_fn<float>(topn_f32), grid, block, w, logits.as<const float>(), prm, tok, values,
@@ -429,7 +473,12 @@ int main(int argc, char** argv) {
         if (filtered) {
             put(out, gb_emu_filter::path.data(), gb_emu_filter::path.size());
         }
+        if (topn) {
+            put(out, gb_emu_topn::passes.data(), gb_emu_topn::passes.size());
+        }
         gb_emu_filter::path.clear();
+        gb_emu_topn::passes.clear();
+        gb_emu_topn::merged.clear();
     }
     if (r.off != r.buf.size()) {
         gb_emu::fail("trailing bytes in job file");
