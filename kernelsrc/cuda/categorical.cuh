@@ -69,20 +69,24 @@ __device__ __forceinline__ gb_u64 gb_kept_q(float x, const gb_row_state& st) {
 
 // gb_cat_load_trip reads a thread's GB_CAT_GROUPS groups of one trip over the row (group i
 // at base + i * 4 * blockDim.x + 4 * threadIdx.x) and replaces them by their processed
-// logits when the row has processors. All loads are issued before any is used: one block
-// holds a whole row, so the bytes in flight per thread, not the instruction count, bound
-// the speed of a pass (32 warps with one 16-byte load each keep too little in flight to
-// cover the L2 or HBM latency).
+// logits when the row has processors. All loads, the groups' mask words included, are
+// issued before any is used: one block holds a whole row, so the bytes in flight per
+// thread, not the instruction count, bound the speed of a pass (32 warps with one 16-byte
+// load each keep too little in flight to cover the L2 or HBM latency), and a mask word
+// read only when its group is processed would add a wait per group.
 template <int KIND>
 __device__ __forceinline__ void gb_cat_load_trip(const typename gb_io<KIND>::elem* row, gb_u32 base, gb_u32 vocab,
                                                  bool vec, const gb_processor& pc, float x[GB_CAT_GROUPS][4],
                                                  gb_u32 n[GB_CAT_GROUPS]) {
     const gb_u32 chunk = 4u * blockDim.x;
-    gb_load_groups<KIND, GB_CAT_GROUPS>(row, base + 4u * threadIdx.x, chunk, vocab, vec, x, n);
+    const gb_u32 g = base + 4u * threadIdx.x;
+    gb_load_groups<KIND, GB_CAT_GROUPS>(row, g, chunk, vocab, vec, x, n);
     if (pc.flags != 0u) {
+        gb_u32 mw[GB_CAT_GROUPS];
+        gb_load_mask_words<true, GB_CAT_GROUPS>(pc, g, chunk, vocab, mw);
 #pragma unroll
         for (int i = 0; i < GB_CAT_GROUPS; ++i) {
-            gb_process_group(pc, base + (gb_u32)i * chunk + 4u * threadIdx.x, n[i], x[i], x[i]);
+            gb_process_group_w(pc, mw[i], g + (gb_u32)i * chunk, n[i], x[i], x[i]);
         }
     }
 }
@@ -323,8 +327,10 @@ __device__ __forceinline__ void gb_cat_first_pass(const gb_cat_row<KIND>& r, boo
     gb_lse_init(proc);
     for (gb_u32 base = 0u; base < r.vocab; base += GB_CAT_GROUPS * chunk) {
         float xs[GB_CAT_GROUPS][4];
-        gb_u32 ns[GB_CAT_GROUPS];
+        gb_u32 ns[GB_CAT_GROUPS], mw[GB_CAT_GROUPS];
+        // The mask words load with the logits (see gb_cat_load_trip); all ones without masks.
         gb_load_groups<KIND, GB_CAT_GROUPS>(r.row, base + 4u * threadIdx.x, chunk, r.vocab, r.vec, xs, ns);
+        gb_load_mask_words<true, GB_CAT_GROUPS>(r.pc, base + 4u * threadIdx.x, chunk, r.vocab, mw);
 #pragma unroll
         for (int i = 0; i < GB_CAT_GROUPS; ++i) {
             float* x = xs[i];
@@ -334,7 +340,7 @@ __device__ __forceinline__ void gb_cat_first_pass(const gb_cat_row<KIND>& r, boo
                 gb_lse_add4(raw, x, gb_max4(x));
             }
             if (r.pc.flags != 0u) {
-                seen |= gb_process_group(r.pc, g, n, x, x);
+                seen |= gb_process_group_w(r.pc, mw[i], g, n, x, x);
             }
             if (r.lp && greedy) {
                 gb_lse_add4(proc, x, gb_max4(x));
@@ -563,24 +569,34 @@ __device__ __forceinline__ void gb_cat_tiles(const gb_cat_row<KIND>& r, const gb
     }
     __syncthreads();
     gb_u64 tile_part = 0ull;
-    for (gb_u32 c = 0u; c < nchunks; ++c) {
-        const gb_u32 g = c * chunk + 4u * threadIdx.x;
-        float x[4];
-        const gb_u32 n = gb_load_processed<KIND>(r.row, g, r.vocab, r.vec, r.pc, x);
+    // A trip is GB_CAT_GROUPS chunks, one group of each per thread (gb_cat_load_trip): the
+    // pass reads the whole row, and with one group in flight per thread it would wait on
+    // every load.
+    for (gb_u32 c0 = 0u; c0 < nchunks; c0 += GB_CAT_GROUPS) {
+        float x[GB_CAT_GROUPS][4];
+        gb_u32 n[GB_CAT_GROUPS];
+        gb_cat_load_trip<KIND>(r.row, c0 * chunk, r.vocab, r.vec, r.pc, x, n);
 #pragma unroll
-        for (gb_u32 j = 0; j < 4u; ++j) {
-            if (j < n) {
-                tile_part += gb_kept_q(x[j], st);
+        for (int i = 0; i < GB_CAT_GROUPS; ++i) {
+            const gb_u32 c = c0 + (gb_u32)i;
+            if (c >= nchunks) {
+                break; // uniform for the block
             }
-        }
-        if ((c + 1u) % tile_chunks == 0u || c + 1u == nchunks) {
-            for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
-                tile_part += gb_shfl_down_u64(tile_part, d);
+#pragma unroll
+            for (gb_u32 j = 0; j < 4u; ++j) {
+                if (j < n[i]) {
+                    tile_part += gb_kept_q(x[i][j], st);
+                }
             }
-            if (gb_lane() == 0u && tile_part != 0ull) {
-                atomicAdd(&sh.tile[c / tile_chunks], tile_part);
+            if ((c + 1u) % tile_chunks == 0u || c + 1u == nchunks) {
+                for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
+                    tile_part += gb_shfl_down_u64(tile_part, d);
+                }
+                if (gb_lane() == 0u && tile_part != 0ull) {
+                    atomicAdd(&sh.tile[c / tile_chunks], tile_part);
+                }
+                tile_part = 0ull;
             }
-            tile_part = 0ull;
         }
     }
     __syncthreads();

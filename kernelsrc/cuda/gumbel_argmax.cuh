@@ -38,17 +38,6 @@ __device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], gb_
     }
 }
 
-// gb_load_mask_words reads the mask words of a thread's G groups (all ones without
-// processors).
-template <bool PROC, int G>
-__device__ __forceinline__ void gb_load_mask_words(const gb_processor& pc, gb_u32 g, gb_u32 stride, gb_u32 end,
-                                                   gb_u32 mw[G]) {
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-        mw[i] = PROC ? gb_group_mask_word(pc, g + (gb_u32)i * stride, end) : 0xFFFFFFFFu;
-    }
-}
-
 // gb_prepare processes a thread's groups of one trip: the row flags, the values the scan
 // ranks (xp: the processed logits with PROC, else the logits; mw: the groups' mask
 // words) and, with NL = 2, the raw log-sum-exp over the logits themselves, whose groups'

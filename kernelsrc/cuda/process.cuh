@@ -88,12 +88,27 @@ __device__ __forceinline__ gb_u32 gb_group_mask_word(const gb_processor& pc, gb_
     return g < end ? gb_mask_word(pc, g) : 0xFFFFFFFFu;
 }
 
+// gb_load_mask_words reads the mask words of a thread's G groups g, g + stride, ... (all
+// ones without processors, or past end). A scan calls it right after it issues the
+// groups' loads and before it uses any of them, so that the logits and the mask words
+// are in flight together and a trip waits once, not once more per group.
+template <bool PROC, int G>
+__device__ __forceinline__ void gb_load_mask_words(const gb_processor& pc, gb_u32 g, gb_u32 stride, gb_u32 end,
+                                                   gb_u32 mw[G]) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        mw[i] = PROC ? gb_group_mask_word(pc, g + (gb_u32)i * stride, end) : 0xFFFFFFFFu;
+    }
+}
+
 // gb_mask_group is gb_process_group_w for a row whose only processors are masks (a
 // grammar's bitmask, allowed and banned tokens): a select per element, and the
 // observations settled by one test of the logits when all four are finite. xp may be x:
-// every logit is read before its slot is written.
+// every logit is read before its slot is written. The logits past n are already -Inf
+// (gb_load_group) and stay so whatever their bits, so the group's four bits serve
+// unclipped: no clip to n in every trip of every masked scan.
 __device__ __forceinline__ gb_u32 gb_mask_group(gb_u32 mword, gb_u32 g, gb_u32 n, const float x[4], float xp[4]) {
-    const gb_u32 bits = n == 0u ? 0u : (mword >> (g & 31u)) & (n >= 4u ? 0xFu : (1u << n) - 1u);
+    const gb_u32 bits = (mword >> (g & 31u)) & 0xFu;
     gb_u32 f;
     if (n == 4u && fabsf(__fadd_rn(__fadd_rn(x[0], x[1]), __fadd_rn(x[2], x[3]))) < gb_inf()) {
         f = bits != 0u ? GB_SEEN_FINITE : 0u;
@@ -115,8 +130,9 @@ __device__ __forceinline__ gb_u32 gb_mask_group(gb_u32 mword, gb_u32 g, gb_u32 n
 }
 
 // gb_process_group_w writes the processed logits of the n elements g..g+3 (g a multiple
-// of 4, so one mask word, mword, holds all four) to xp, -Inf past n, and returns their
-// observations: NaN or +Inf is taken before the mask, a finite logit after it (ABI.md).
+// of 4, so one mask word, mword, holds all four; x as gb_load_group leaves it, -Inf past
+// n) to xp, -Inf past n, and returns their observations: NaN or +Inf is taken before the
+// mask, a finite logit after it (ABI.md).
 __device__ __forceinline__ gb_u32 gb_process_group_w(const gb_processor& pc, gb_u32 mword, gb_u32 g, gb_u32 n,
                                                      const float x[4], float xp[4]) {
     if (!(pc.flags & (GB_FLAG_BIAS | GB_FLAG_PENALTIES))) {

@@ -170,3 +170,63 @@ func TestCategoricalListMatchesGoEdition(t *testing.T) {
 		require.Positive(t, kinds[k], "no slot sampled a token on the %s path", k)
 	}
 }
+
+// maskedPassLaunches is the workload of rows whose only processors are masks (a grammar's
+// bitmask, with or without the allowed-token mask) on every row pass of the categorical
+// kernel: the first pass, the full-row path's tiles (no filter), top-p's radix levels
+// over the row, top-k's and min-p's lists, and greedy rows. The passes read each trip's
+// mask words with its logits (gb_cat_load_trip), so the vocabularies end inside a trip
+// and inside a group: 4099 elements are 65 chunks of a 16-thread block (a last trip of
+// one chunk), and 16485 are 258 chunks, more than GB_MAX_TILES, so that a tile holds two
+// chunks and tiles end inside a trip. Rows with NaN or +Inf logits, which a mask may ban,
+// take status 1 all the same.
+func maskedPassLaunches(r *rand.Rand) []*launch {
+	var ls []*launch
+	filters := [][3]float32{{0, 0, 0}, {0, 0, 0}, {0, 0.9, 0}, {0, 0.5, 0}, {50, 0, 0}, {3, 0.9, 0}, {0, 0, 0.05}}
+	temps := []float32{0, 0.7, 1, 1.8}
+	shapes := []func(*rand.Rand, int) []float32{llmRow, llmRow, llmRow, tiedRow, maskedRow, nanRow, posInfRow}
+	for dt := range 3 {
+		for _, v := range []int{4099, 16485} {
+			l := &launch{kernel: kernelCategorical, dtype: dt, gridX: 1, gridZ: 1 + r.IntN(2), block: 16, warp: 8,
+				vocab: v, stride: stride(r, v), slack: r.IntN(16), slots: 7}
+			l.name = fmt.Sprintf("masked passes dtype=%d D=%d V=%d", dt, l.gridZ, v)
+			l.fillWith(r, shapes)
+			l.withProcessors(r) // the rows below apply only its mask and bitmask
+			l.logprobs = true
+			l.rows(r, func(p *rowParams) {
+				f := filters[r.IntN(len(filters))]
+				p.Temperature = temps[r.IntN(len(temps))]
+				p.TopK, p.TopP, p.MinP = uint32(f[0]), f[1], f[2]
+				p.Flags = abi.FlagBitmask
+				p.BitmaskRow = uint32(r.IntN(l.bitmaskRows()))
+				if r.IntN(3) == 0 {
+					p.Flags |= abi.FlagMask
+				}
+				if r.IntN(6) == 0 {
+					p.Flags = 0 // an unmasked row among masked ones
+				}
+				if r.IntN(3) == 0 {
+					p.Flags |= abi.FlagLogprobs
+				}
+			})
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
+// TestCategoricalMaskedPassesMatchGoEdition runs the masked-passes workload and requires
+// the Go edition's outcomes.
+func TestCategoricalMaskedPassesMatchGoEdition(t *testing.T) {
+	ls := maskedPassLaunches(rand.New(rand.NewPCG(20261201, 23)))
+	got := decodeResults(t, runDriver(t, encodeJob(t, ls)), ls)
+	seen, kinds := matchGo(t, ls, got)
+	cov := featureCoverage(ls, got)
+	t.Logf("slots by status %v; sampled by path %v; coverage %v", seen, kinds, cov)
+	require.Positive(t, cov["bitmask token "+abi.Categorical], "no masked row sampled a token")
+	require.Positive(t, cov["bitmask status 1 of a masked NaN or +Inf"], "no masked NaN or +Inf reached status 1")
+	require.Positive(t, cov["bitmask allows nothing"], "no row's bitmask allowed nothing")
+	for _, k := range []string{"categorical", "top-p", "top-k", "min-p", "greedy"} {
+		require.Positive(t, kinds[k], "no slot sampled a token on the %s path", k)
+	}
+}
