@@ -107,10 +107,11 @@ __device__ __forceinline__ float gb_element_gumbel(const gb_row_params& p, gb_u3
                                                    gb_u32 i) {
     gb_u32 w[4], t[4] = {0u, 0u, 0u, 0u};
     gb_philox(i >> 2, step_lo, step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
-    if (w[i & 3u] < GB_TAIL_THRESHOLD) {
+    const gb_u32 wi = gb_word_of(w, i);
+    if (wi < GB_TAIL_THRESHOLD) {
         gb_philox(i >> 2, step_lo, step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi, t);
     }
-    return gb_gumbel(w[i & 3u], t[i & 3u]);
+    return gb_gumbel(wi, gb_word_of(t, i));
 }
 
 // gb_exact_warp leaves in every lane the warp's best value.
