@@ -79,15 +79,17 @@ __device__ __forceinline__ int gb_exact_sign(const gb_exact& a, const gb_exact& 
         }
         return gb_sign_sum(p, __fmaf_rn(dx, invT, -p), a.g, b.g);
     }
-    // One float32 score f against one exact value q: s_f - (p + e) - g_q.
-    const gb_exact& f = a.exact ? b : a;
-    const gb_exact& q = a.exact ? a : b;
-    const float p = __fmul_rn(q.x, invT);
+    // One float32 score f against one exact value q: s_f - (p + e) - g_q. The fields are
+    // picked by value: a reference picked at run time would put a and b in local memory.
+    const float fs = a.exact ? b.s : a.s;
+    const float qx = a.exact ? a.x : b.x;
+    const float qg = a.exact ? a.g : b.g;
+    const float p = __fmul_rn(qx, invT);
     int sign;
-    if (!gb_within2(f.s, p)) {
-        sign = gb_cmp(f.s, p);
+    if (!gb_within2(fs, p)) {
+        sign = gb_cmp(fs, p);
     } else {
-        sign = gb_sign_sum(__fadd_rn(f.s, -p), -__fmaf_rn(q.x, invT, -p), 0.0f, q.g);
+        sign = gb_sign_sum(__fadd_rn(fs, -p), -__fmaf_rn(qx, invT, -p), 0.0f, qg);
     }
     return a.exact ? -sign : sign;
 }
