@@ -275,28 +275,6 @@ struct gb_cat_row {
     gb_u32* counts;
 };
 
-// gb_cat_row_fill fills r for draw blockIdx.z of its launch row (r.y and r.p set) from
-// the kernel's arguments, the row's parameters checked already.
-template <int KIND>
-__device__ __forceinline__ void gb_cat_row_fill(gb_cat_row<KIND>& r, const typename gb_io<KIND>::elem* logits,
-                                                gb_row_params* params, gb_i32* tokens, gb_i32* status,
-                                                gb_u32* counters, gb_u64 row_stride, gb_u32 vocab, float* logprobs,
-                                                const float* bias, gb_u32* counts, const gb_u32* mask,
-                                                const gb_u32* bitmask) {
-    r.o = (gb_u64)r.p.row * gridDim.z + blockIdx.z;
-    r.lp = (r.p.flags & GB_FLAG_LOGPROBS) != 0u;
-    r.row = logits + (gb_u64)r.p.row * row_stride;
-    r.vocab = vocab;
-    r.vec = gb_io<KIND>::vec_ok(r.row);
-    r.pc = gb_processor_of(r.p, bias, counts, mask, bitmask, vocab);
-    r.params = params;
-    r.tokens = tokens;
-    r.status = status;
-    r.logprobs = logprobs;
-    r.counters = counters;
-    r.counts = counts;
-}
-
 // gb_cat_row_bind fills r for draw blockIdx.z of its launch row (r.y and r.p set) and
 // returns true; a row with bad parameters gets status 3 and a NaN record from thread 0 of
 // block 0 instead, and false.
@@ -317,8 +295,16 @@ __device__ __forceinline__ bool gb_cat_row_bind(gb_cat_row<KIND>& r, const typen
         }
         return false;
     }
-    gb_cat_row_fill<KIND>(r, logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts, mask,
-                          bitmask);
+    r.row = logits + (gb_u64)r.p.row * row_stride;
+    r.vocab = vocab;
+    r.vec = gb_io<KIND>::vec_ok(r.row);
+    r.pc = gb_processor_of(r.p, bias, counts, mask, bitmask, vocab);
+    r.params = params;
+    r.tokens = tokens;
+    r.status = status;
+    r.logprobs = logprobs;
+    r.counters = counters;
+    r.counts = counts;
     return true;
 }
 
@@ -736,12 +722,12 @@ __device__ __forceinline__ gb_u64 gb_noisy_key(float x, gb_u32 i, float invT, gb
                                                const gb_row_params& p) {
     gb_u32 w[4];
     gb_philox(i >> 2, lo, hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
-    const gb_u32 wi = gb_word_of(w, i);
+    const gb_u32 wi = w[i & 3u];
     gb_u32 tail = 0u;
     if (wi < GB_TAIL_THRESHOLD) {
         gb_u32 t[4];
         gb_philox(i >> 2, lo, hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi, t);
-        tail = gb_word_of(t, i);
+        tail = t[i & 3u];
     }
     return gb_pack(__fadd_rn(__fmul_rn(x, invT), gb_gumbel(wi, tail)), i);
 }

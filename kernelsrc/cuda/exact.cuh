@@ -79,17 +79,15 @@ __device__ __forceinline__ int gb_exact_sign(const gb_exact& a, const gb_exact& 
         }
         return gb_sign_sum(p, __fmaf_rn(dx, invT, -p), a.g, b.g);
     }
-    // One float32 score f against one exact value q: s_f - (p + e) - g_q. The fields are
-    // picked by value: a reference picked at run time would put a and b in local memory.
-    const float fs = a.exact ? b.s : a.s;
-    const float qx = a.exact ? a.x : b.x;
-    const float qg = a.exact ? a.g : b.g;
-    const float p = __fmul_rn(qx, invT);
+    // One float32 score f against one exact value q: s_f - (p + e) - g_q.
+    const gb_exact& f = a.exact ? b : a;
+    const gb_exact& q = a.exact ? a : b;
+    const float p = __fmul_rn(q.x, invT);
     int sign;
-    if (!gb_within2(fs, p)) {
-        sign = gb_cmp(fs, p);
+    if (!gb_within2(f.s, p)) {
+        sign = gb_cmp(f.s, p);
     } else {
-        sign = gb_sign_sum(__fadd_rn(fs, -p), -__fmaf_rn(qx, invT, -p), 0.0f, qg);
+        sign = gb_sign_sum(__fadd_rn(f.s, -p), -__fmaf_rn(q.x, invT, -p), 0.0f, q.g);
     }
     return a.exact ? -sign : sign;
 }
@@ -109,11 +107,10 @@ __device__ __forceinline__ float gb_element_gumbel(const gb_row_params& p, gb_u3
                                                    gb_u32 i) {
     gb_u32 w[4], t[4] = {0u, 0u, 0u, 0u};
     gb_philox(i >> 2, step_lo, step_hi, GB_PURPOSE_GUMBEL, p.seed_lo, p.seed_hi, w);
-    const gb_u32 wi = gb_word_of(w, i);
-    if (wi < GB_TAIL_THRESHOLD) {
+    if (w[i & 3u] < GB_TAIL_THRESHOLD) {
         gb_philox(i >> 2, step_lo, step_hi, GB_PURPOSE_GUMBEL_TAIL, p.seed_lo, p.seed_hi, t);
     }
-    return gb_gumbel(wi, gb_word_of(t, i));
+    return gb_gumbel(w[i & 3u], t[i & 3u]);
 }
 
 // gb_exact_warp leaves in every lane the warp's best value.

@@ -105,8 +105,7 @@ __device__ __forceinline__ gb_u32 gb_filter_take(const gb_row_params& p, const g
 // - min-p alone (MINP): the best Gumbel key over its kept elements and their mass;
 // - otherwise: the thread's GB_FILTER_THREAD largest keys (lst, largest first) and the
 //   largest key it let go (rej), with TOPP_MASS the fixed-point mass of every element.
-// PROC is a row with processors: without them the scan holds none of r.pc's registers.
-template <int KIND, bool PROC, bool MINP, bool TOPP_MASS, bool LP>
+template <int KIND, bool MINP, bool TOPP_MASS, bool LP>
 __device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32 start, gb_u32 end,
                                                const gb_row_state& st, float dmin, gb_u32 lo, gb_u32 hi,
                                                gb_u64 lst[GB_FILTER_THREAD], gb_u32& rej, gb_u32& mkey,
@@ -115,7 +114,7 @@ __device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32
     // waiting on its load otherwise.
     const gb_u32 stride = 4u * blockDim.x;
     // The mask word travels with its group.
-    const bool procs = PROC;
+    const bool procs = r.pc.flags != 0u;
     float nxt[4];
     gb_u32 nn = gb_load_group<KIND>(r.row, start + 4u * threadIdx.x, end, r.vec, nxt);
     gb_u32 nmw = procs ? gb_group_mask_word(r.pc, start + 4u * threadIdx.x, end) : 0xFFFFFFFFu;
@@ -203,38 +202,6 @@ __device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32
     }
 }
 
-// gb_filter_scan_row runs the scan for the row's filters (s) and records (r.lp).
-template <int KIND, bool PROC>
-__device__ __forceinline__ void gb_filter_scan_row(const gb_cat_row<KIND>& r, const gb_filter_shape& s, gb_u32 start,
-                                                   gb_u32 end, const gb_row_state& st, float dmin, gb_u32 lo,
-                                                   gb_u32 hi, gb_u64 lst[GB_FILTER_THREAD], gb_u32& rej,
-                                                   gb_u32& mkey, gb_u32& seen, gb_u64& mass, gb_u64& best,
-                                                   gb_lse& raw) {
-    if (s.minp_only) {
-        if (r.lp) {
-            gb_filter_scan<KIND, PROC, true, false, true>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass,
-                                                          best, raw);
-        } else {
-            gb_filter_scan<KIND, PROC, true, false, false>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass,
-                                                           best, raw);
-        }
-    } else if (s.topp && !s.topk) {
-        if (r.lp) {
-            gb_filter_scan<KIND, PROC, false, true, true>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass,
-                                                          best, raw);
-        } else {
-            gb_filter_scan<KIND, PROC, false, true, false>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass,
-                                                           best, raw);
-        }
-    } else if (r.lp) {
-        gb_filter_scan<KIND, PROC, false, false, true>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass,
-                                                       best, raw);
-    } else {
-        gb_filter_scan<KIND, PROC, false, false, false>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass,
-                                                        best, raw);
-    }
-}
-
 // gb_filter_shared is the filtered kernel's shared memory beside the categorical
 // kernel's (gb_cat_smem), whose list arrays and reduction words it shares.
 struct gb_filter_shared {
@@ -286,36 +253,26 @@ __device__ __forceinline__ gb_u32 gb_filter_publish(gb_u64 lst[GB_FILTER_THREAD]
     return left;
 }
 
-// gb_filter_warp_end puts each warp's largest key (mkey) and observations (seen) in
-// sh.red as soon as the scan ends, so that they hold no registers across the rest of the
-// block's work (gb_filter_block_end reads them back).
-__device__ __forceinline__ void gb_filter_warp_end(gb_u32 mkey, gb_u32 seen, gb_cat_shared& sh) {
-    mkey = gb_warp_max_u32_all(mkey);
-    seen = gb_warp_or_all(seen);
-    if (gb_lane() == 0u) {
-        sh.red[gb_warp()] = ((gb_u64)mkey << 32) | seen;
-    }
-}
-
 // gb_filter_block_end merges the block's scan results in one round of shared memory:
-// thread 0 gets the largest key (mkey) and the observations (seen) from the warps' words
-// gb_filter_warp_end left, the largest meta1 (the min-p winner, or Kcov) and the summed
-// mass; the other threads' values are left as they were.
+// thread 0 gets the largest key (mkey), the observations (seen), the largest meta1 (the
+// min-p winner, or Kcov) and the summed mass; the other threads' values are left as
+// they were.
 __device__ __forceinline__ void gb_filter_block_end(gb_u32& mkey, gb_u32& seen, gb_u64& meta1, gb_u64& mass,
                                                     gb_cat_shared& sh) {
+    mkey = gb_warp_max_u32_all(mkey);
+    seen = gb_warp_or_all(seen);
     meta1 = gb_warp_max_u64_all(meta1);
     for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
         mass += gb_shfl_down_u64(mass, d); // lane 0's sum is exact
     }
     const gb_u32 w = gb_warp();
     if (gb_lane() == 0u) {
+        sh.red[w] = ((gb_u64)mkey << 32) | seen;
         sh.wc[w] = meta1;
         sh.wc[GB_MAX_WARPS + w] = mass;
     }
     __syncthreads();
     if (threadIdx.x == 0u) {
-        mkey = (gb_u32)(sh.red[0] >> 32);
-        seen = (gb_u32)sh.red[0];
         for (gb_u32 i = 1u; i < gb_num_warps(); ++i) {
             mkey = gb_max_u32(mkey, (gb_u32)(sh.red[i] >> 32));
             seen |= (gb_u32)sh.red[i];
@@ -428,58 +385,137 @@ __device__ __forceinline__ bool gb_filter_finish_list(gb_cat_row<KIND>& r, const
     return true;
 }
 
-// gb_filter_shape_of is the shape of launch row y's filters and its words, for block
-// blockIdx.x of draw blockIdx.z.
-__device__ __forceinline__ gb_filter_shape gb_filter_shape_of(const gb_row_params& p, gb_u32 y, gb_u32 vocab,
-                                                              gb_u64* partials) {
+// gb_filtered is the kernel: block (x, y, z) scans its chunk of launch row y for draw z
+// and publishes its words; the row's last block to arrive finishes the draw.
+template <int KIND>
+__device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __restrict__ logits,
+                                            gb_row_params* params, gb_i32* tokens, gb_i32* status,
+                                            gb_u64* partials, gb_u32* counters, gb_u64 row_stride, gb_u32 vocab,
+                                            float* logprobs, const float* bias, gb_u32* counts, const gb_u32* mask, const gb_u32* bitmask) {
+    gb_cat_row<KIND> r;
+    r.y = blockIdx.y;
+    r.p = params[r.y];
+    if (!gb_filter_owns(r.p.flags)) {
+        return; // another kernel's row: left entirely alone
+    }
+    const gb_u32 z = blockIdx.z;
     const gb_u32 nblocks = gridDim.x;
+    if (!gb_cat_row_bind<KIND>(r, logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts,
+                               mask, bitmask)) {
+        return;
+    }
+    gb_cat_shared& sh = gb_cat_smem();
+    if (r.p.temperature == 0.0f) {
+        if (blockIdx.x == 0u) {
+            gb_categorical_row<KIND, true>(r, sh); // greedy: the first largest logit
+        }
+        return;
+    }
+
     gb_filter_shape s;
-    s.topk = p.top_k > 0u && p.top_k < vocab;
-    s.topp = p.top_p > 0.0f && p.top_p < 1.0f;
-    s.minp = p.min_p > 0.0f && p.min_p <= 1.0f;
+    s.topk = r.p.top_k > 0u && r.p.top_k < vocab;
+    s.topp = r.p.top_p > 0.0f && r.p.top_p < 1.0f;
+    s.minp = r.p.min_p > 0.0f && r.p.min_p <= 1.0f;
     s.minp_only = s.minp && !s.topk && !s.topp;
     s.needs_max = !s.topk && (s.topp || s.minp);
     s.cands = gb_max_u32(GB_FILTER_MIN_CANDS, GB_FILTER_LIST / nblocks);
     s.stride = s.cands + GB_FILTER_META;
     const gb_u64 rows = gridDim.y;
-    s.row_part = partials + rows * nblocks + ((gb_u64)blockIdx.z * rows + y) * nblocks * s.stride;
+    s.row_part = partials + rows * nblocks + ((gb_u64)z * rows + r.y) * nblocks * s.stride;
     s.part = s.row_part + (gb_u64)blockIdx.x * s.stride;
-    return s;
-}
 
-// gb_filter_state_of is the row state of a filtered row before its maximum is known.
-__device__ __forceinline__ gb_row_state gb_filter_state_of(const gb_row_params& p, gb_u32 vocab, bool minp) {
     gb_row_state st;
-    st.invT = 1.0f / p.temperature;
+    st.invT = 1.0f / r.p.temperature;
     st.bitlen = 32u - (gb_u32)__clz((int)vocab);
     st.two_pow_f = __uint_as_float((127u + 63u - st.bitlen) << 23);
     st.cutoff = gb_weight_cutoff(st.bitlen);
     st.threshold = 0u;
-    st.minp_on = minp;
-    st.min_p = p.min_p;
+    st.minp_on = s.minp;
+    st.min_p = r.p.min_p;
     st.m = 0.0f;
-    return st;
-}
+    if (s.needs_max) {
+        // filter_max's words: a previous launch wrote them.
+        gb_u32 mk = 0u, none = 0u;
+        for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
+            mk = gb_max_u32(mk, (gb_u32)partials[(gb_u64)r.y * nblocks + i]);
+        }
+        gb_block_max_or(mk, none, sh.red, sh.bcast);
+        st.m = gb_orderkey_inverse(mk);
+    }
+    gb_u32 lo, hi;
+    gb_step_plus(r.p, z, lo, hi);
+    const float dmin = s.minp_only ? __fadd_rn(__fmul_rn(logf(st.min_p), 1.0001f), -1.0e-3f) : 0.0f;
 
-// gb_filtered_last is the work of the row's last block to arrive, seen the row's
-// observations: the row's maximum, mass and log-sum-exp from the blocks' words, then the
-// draw. It takes the row again from params and the kernel's arguments, so that no value
-// lives across the scans only for this block and its rare paths (the exact redraw, the
-// kept-set descriptor, the one-block path): such values take registers from the scans.
-// params[y] still holds what the block read: gb_row_done rewrites it only once every
-// draw of the row has finished.
-template <int KIND>
-__device__ __forceinline__ void gb_filtered_last(const typename gb_io<KIND>::elem* __restrict__ logits,
-                                                 gb_row_params* params, gb_i32* tokens, gb_i32* status,
-                                                 gb_u64* partials, gb_u32* counters, gb_u64 row_stride, gb_u32 vocab,
-                                                 float* logprobs, const float* bias, gb_u32* counts,
-                                                 const gb_u32* mask, const gb_u32* bitmask, gb_u32 seen) {
-    gb_cat_shared& sh = gb_cat_smem();
-    gb_cat_row<KIND> r;
-    r.y = blockIdx.y;
-    r.p = params[r.y];
-    gb_cat_row_fill<KIND>(r, logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts, mask,
-                          bitmask);
+    gb_u32 start, end;
+    gb_chunk_of(vocab, nblocks, blockIdx.x, start, end);
+    gb_u64 lst[GB_FILTER_THREAD];
+#pragma unroll
+    for (int i = 0; i < GB_FILTER_THREAD; ++i) {
+        lst[i] = 0ull;
+    }
+    gb_u32 rej = 0u, mkey = 0u, seen = 0u;
+    gb_u64 mass = 0ull, best = 0ull;
+    gb_lse raw;
+    gb_lse_init(raw);
+    const bool topp_mass = s.topp && !s.topk;
+    if (s.minp_only) {
+        if (r.lp) {
+            gb_filter_scan<KIND, true, false, true>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw);
+        } else {
+            gb_filter_scan<KIND, true, false, false>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw);
+        }
+    } else if (topp_mass) {
+        if (r.lp) {
+            gb_filter_scan<KIND, false, true, true>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw);
+        } else {
+            gb_filter_scan<KIND, false, true, false>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw);
+        }
+    } else if (r.lp) {
+        gb_filter_scan<KIND, false, false, true>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw);
+    } else {
+        gb_filter_scan<KIND, false, false, false>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw);
+    }
+
+    // The block's words: candidates (or, min-p alone, none), then the meta words
+    // [mkey << 32, Kcov or the min-p winner, mass, raw log-sum-exp].
+    gb_u64 meta1 = best;
+    if (!s.minp_only) {
+        meta1 = gb_filter_publish(lst, rej, gb_filter_take(r.p, s, nblocks), s, gb_filter_smem());
+    }
+    if (r.lp) {
+        gb_block_lse(raw, raw, false, sh.pair);
+    }
+    gb_filter_block_end(mkey, seen, meta1, mass, sh);
+    if (threadIdx.x == 0u) {
+        s.part[s.cands] = (gb_u64)mkey << 32;
+        s.part[s.cands + 1u] = meta1;
+        s.part[s.cands + 2u] = mass;
+        s.part[s.cands + 3u] = gb_lse_pack(raw);
+        gb_u32 last = 1u;
+        if (nblocks > 1u) {
+            gb_u32* cnt = counters + 2u * ((gb_u64)z * rows + r.y);
+            if (seen != 0u) {
+                atomicOr(&cnt[1], seen);
+            }
+            __threadfence();
+            last = atomicAdd(&cnt[0], 1u) == nblocks - 1u ? 1u : 0u;
+            if (last) {
+                __threadfence();
+                seen = atomicExch(&cnt[1], 0u);
+                atomicExch(&cnt[0], 0u);
+            }
+        }
+        sh.word = last ? (seen | 0x80000000u) : 0u;
+    }
+    __syncthreads();
+    const gb_u32 verdict = sh.word;
+    if (verdict == 0u) {
+        return;
+    }
+    __threadfence();
+
+    // The last block: the row's observations, maximum, mass and log-sum-exp.
+    seen = verdict & ~0x80000000u;
     if (gb_seen_status(seen) != GB_STATUS_OK) {
         if (threadIdx.x == 0u) {
             gb_finish(tokens, status, r.o, 0ull, seen);
@@ -490,11 +526,6 @@ __device__ __forceinline__ void gb_filtered_last(const typename gb_io<KIND>::ele
         }
         return;
     }
-    const gb_u32 nblocks = gridDim.x;
-    const gb_filter_shape s = gb_filter_shape_of(r.p, r.y, vocab, partials);
-    gb_row_state st = gb_filter_state_of(r.p, vocab, s.minp);
-    gb_u32 lo, hi;
-    gb_step_plus(r.p, blockIdx.z, lo, hi);
     // Warp 0 merges the blocks' meta words (no block-wide round: the list below waits on
     // them) and hands them on through shared memory.
     if (gb_warp() == 0u) {
@@ -551,106 +582,4 @@ __device__ __forceinline__ void gb_filtered_last(const typename gb_io<KIND>::ele
     if (!gb_filter_finish_list<KIND>(r, s, st, kcov, z_row, lo, hi, sh)) {
         gb_categorical_row<KIND, true>(r, sh);
     }
-}
-
-// gb_filtered is the kernel: block (x, y, z) scans its chunk of launch row y for draw z
-// and publishes its words; the row's last block to arrive finishes the draw
-// (gb_filtered_last).
-template <int KIND>
-__device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __restrict__ logits,
-                                            gb_row_params* params, gb_i32* tokens, gb_i32* status,
-                                            gb_u64* partials, gb_u32* counters, gb_u64 row_stride, gb_u32 vocab,
-                                            float* logprobs, const float* bias, gb_u32* counts, const gb_u32* mask, const gb_u32* bitmask) {
-    gb_cat_row<KIND> r;
-    r.y = blockIdx.y;
-    r.p = params[r.y];
-    if (!gb_filter_owns(r.p.flags)) {
-        return; // another kernel's row: left entirely alone
-    }
-    const gb_u32 z = blockIdx.z;
-    const gb_u32 nblocks = gridDim.x;
-    if (!gb_cat_row_bind<KIND>(r, logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts,
-                               mask, bitmask)) {
-        return;
-    }
-    gb_cat_shared& sh = gb_cat_smem();
-    if (r.p.temperature == 0.0f) {
-        if (blockIdx.x == 0u) {
-            gb_categorical_row<KIND, true>(r, sh); // greedy: the first largest logit
-        }
-        return;
-    }
-
-    const gb_filter_shape s = gb_filter_shape_of(r.p, r.y, vocab, partials);
-    gb_row_state st = gb_filter_state_of(r.p, vocab, s.minp);
-    if (s.needs_max) {
-        // filter_max's words: a previous launch wrote them.
-        gb_u32 mk = 0u, none = 0u;
-        for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
-            mk = gb_max_u32(mk, (gb_u32)partials[(gb_u64)r.y * nblocks + i]);
-        }
-        gb_block_max_or(mk, none, sh.red, sh.bcast);
-        st.m = gb_orderkey_inverse(mk);
-    }
-    gb_u32 lo, hi;
-    gb_step_plus(r.p, z, lo, hi);
-    const float dmin = s.minp_only ? __fadd_rn(__fmul_rn(logf(st.min_p), 1.0001f), -1.0e-3f) : 0.0f;
-
-    gb_u32 start, end;
-    gb_chunk_of(vocab, nblocks, blockIdx.x, start, end);
-    gb_u64 lst[GB_FILTER_THREAD];
-#pragma unroll
-    for (int i = 0; i < GB_FILTER_THREAD; ++i) {
-        lst[i] = 0ull;
-    }
-    gb_u32 rej = 0u, mkey = 0u, seen = 0u;
-    gb_u64 mass = 0ull, best = 0ull;
-    gb_lse raw;
-    gb_lse_init(raw);
-    if (r.pc.flags != 0u) {
-        gb_filter_scan_row<KIND, true>(r, s, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw);
-    } else {
-        gb_filter_scan_row<KIND, false>(r, s, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw);
-    }
-
-    gb_filter_warp_end(mkey, seen, sh);
-    // The block's words: candidates (or, min-p alone, none), then the meta words
-    // [mkey << 32, Kcov or the min-p winner, mass, raw log-sum-exp].
-    gb_u64 meta1 = best;
-    if (!s.minp_only) {
-        meta1 = gb_filter_publish(lst, rej, gb_filter_take(r.p, s, nblocks), s, gb_filter_smem());
-    }
-    if (r.lp) {
-        gb_block_lse(raw, raw, false, sh.pair);
-    }
-    gb_filter_block_end(mkey, seen, meta1, mass, sh);
-    if (threadIdx.x == 0u) {
-        s.part[s.cands] = (gb_u64)mkey << 32;
-        s.part[s.cands + 1u] = meta1;
-        s.part[s.cands + 2u] = mass;
-        s.part[s.cands + 3u] = gb_lse_pack(raw);
-        gb_u32 last = 1u;
-        if (nblocks > 1u) {
-            gb_u32* cnt = counters + 2u * ((gb_u64)z * gridDim.y + r.y);
-            if (seen != 0u) {
-                atomicOr(&cnt[1], seen);
-            }
-            __threadfence();
-            last = atomicAdd(&cnt[0], 1u) == nblocks - 1u ? 1u : 0u;
-            if (last) {
-                __threadfence();
-                seen = atomicExch(&cnt[1], 0u);
-                atomicExch(&cnt[0], 0u);
-            }
-        }
-        sh.word = last ? (seen | 0x80000000u) : 0u;
-    }
-    __syncthreads();
-    const gb_u32 verdict = sh.word;
-    if (verdict == 0u) {
-        return;
-    }
-    __threadfence();
-    gb_filtered_last<KIND>(logits, params, tokens, status, partials, counters, row_stride, vocab, logprobs, bias,
-                           counts, mask, bitmask, verdict & ~0x80000000u);
 }

@@ -129,11 +129,3 @@ __device__ __forceinline__ float gb_cheap_bound(gb_u32 w) {
     }
     return gb_gumbel_bound(w);
 }
-
-// gb_word_of is w[k & 3] by selects: an index not known at compile time would put w in
-// local memory (a store and a load each time).
-__device__ __forceinline__ gb_u32 gb_word_of(const gb_u32 w[4], gb_u32 k) {
-    const gb_u32 lo = (k & 1u) != 0u ? w[1] : w[0];
-    const gb_u32 hi = (k & 1u) != 0u ? w[3] : w[2];
-    return (k & 2u) != 0u ? hi : lo;
-}
