@@ -51,11 +51,6 @@ __device__ __forceinline__ gb_u64 gb_shfl_down_u64(gb_u64 v, gb_u32 d) {
     gb_u32 hi = __shfl_down_sync(0xFFFFFFFFu, (gb_u32)(v >> 32), d);
     return ((gb_u64)hi << 32) | lo;
 }
-__device__ __forceinline__ gb_u64 gb_shfl_xor_u64(gb_u64 v, gb_u32 m) {
-    gb_u32 lo = __shfl_xor_sync(0xFFFFFFFFu, (gb_u32)v, m);
-    gb_u32 hi = __shfl_xor_sync(0xFFFFFFFFu, (gb_u32)(v >> 32), m);
-    return ((gb_u64)hi << 32) | lo;
-}
 __device__ __forceinline__ gb_u64 gb_shfl_up_u64(gb_u64 v, gb_u32 d) {
     gb_u32 lo = __shfl_up_sync(0xFFFFFFFFu, (gb_u32)v, d);
     gb_u32 hi = __shfl_up_sync(0xFFFFFFFFu, (gb_u32)(v >> 32), d);

@@ -2,9 +2,8 @@
 // scores with PERTURBED), S >= 1 blocks per row, one launch. Each thread keeps its
 // GB_TOPN_THREAD largest keys in registers (a fixed-size, fully unrolled insertion, so
 // nothing goes to local memory, whatever N) behind one comparison with its threshold; a
-// block merges its threads' lists by bitonic networks across lanes, a warp's lists into
-// sorted runs and then the warps' runs by a tree (gb_topn_merge), and the last block of
-// the row merges the S published lists, sorted already, by the same tree.
+// block merges its threads' lists warp by warp (gb_topn_merge, as the filtered kernel's
+// blocks do), and the last block of the row merges the S published lists the same way.
 // A thread that let go of keys above the block's N-th (N > GB_TOPN_THREAD and the top N
 // bunched in one thread: rare on LLM logits) makes the block take the rest of its top N
 // by further passes below the keys it is sure of (gb_topn_merge). A perturbed list that
@@ -42,151 +41,10 @@ __device__ __forceinline__ gb_u32 gb_topn_at(gb_u32 n) {
     return (n < (gb_u32)L ? n : (gb_u32)L) - 1u;
 }
 
-// Sorted runs across lanes, the merges' building block: a run of R = L·g keys, largest
-// first (0 = empty, below every key), lies in an aligned group of g lanes (g a power of
-// two), lane offset o holding positions L·o .. L·o + L - 1 in k[0, L). Two runs merge by
-// bitonic compare-exchanges, whose shuffles within a stage are independent: a merge costs
-// about log2(R) shuffle latencies where taking keys one warp maximum at a time costs two
-// dependent reductions per key.
-
-// gb_topn_group is g for lists of n keys: the fewest lanes, a power of two, whose L keys
-// each hold n (GB_MAX_TOPN <= L · the warp size: 8 lanes for 20 keys).
-template <int L>
-__device__ __forceinline__ gb_u32 gb_topn_group(gb_u32 n) {
-    gb_u32 g = 1u;
-    while ((gb_u32)L * g < n) {
-        g <<= 1;
-    }
-    return g;
-}
-
-// gb_topn_cx puts the larger of a and b in a.
-__device__ __forceinline__ void gb_topn_cx(gb_u64& a, gb_u64& b) {
-    const bool gt = a > b;
-    const gb_u64 lo = gt ? b : a;
-    a = gt ? a : b;
-    b = lo;
-}
-
-// gb_topn_exchange compares each key with lane (lane ^ m)'s key at the same position, or
-// with MIRROR at the mirrored one (L - 1 - j), and keeps the larger where up, else the
-// smaller.
-template <int L, bool MIRROR>
-__device__ __forceinline__ void gb_topn_exchange(gb_u64 k[L], gb_u32 m, bool up) {
-    gb_u64 o[L];
-#pragma unroll
-    for (int j = 0; j < L; ++j) {
-        o[j] = gb_shfl_xor_u64(k[MIRROR ? L - 1 - j : j], m);
-    }
-#pragma unroll
-    for (int j = 0; j < L; ++j) {
-        k[j] = (k[j] > o[j]) == up ? k[j] : o[j];
-    }
-}
-
-// gb_topn_clean sorts the runs of g lanes that each hold a bitonic sequence: half-cleaners
-// across lanes, then within the lane.
-template <int L>
-__device__ __forceinline__ void gb_topn_clean(gb_u64 k[L], gb_u32 g) {
-    const gb_u32 lane = gb_lane();
-    for (gb_u32 d = g >> 1; d > 0u; d >>= 1) {
-        gb_topn_exchange<L, false>(k, d, (lane & d) == 0u);
-    }
-#pragma unroll
-    for (int s = L / 2; s > 0; s >>= 1) {
-#pragma unroll
-        for (int j = 0; j < L; ++j) {
-            if ((j & s) == 0) {
-                gb_topn_cx(k[j], k[j + s]);
-            }
-        }
-    }
-}
-
-// gb_topn_sort_runs sorts the lanes' lists (each sorted) into runs of g lanes: bitonic
-// merges of neighbouring runs of 1, 2, ... lanes, the upper run's keys met mirrored.
-template <int L>
-__device__ __forceinline__ void gb_topn_sort_runs(gb_u64 k[L], gb_u32 g) {
-    const gb_u32 lane = gb_lane();
-    for (gb_u32 m = 1u; m < g; m <<= 1) {
-        gb_topn_exchange<L, true>(k, 2u * m - 1u, (lane & m) == 0u);
-        gb_topn_clean<L>(k, m);
-    }
-}
-
-// gb_topn_top_runs leaves in group 0 of the warp the top R keys of the runs of its first
-// `runs` groups (the others hold 0 or copies): pairs of runs keep the larger of each key
-// and its mirror, the top R of the two as a bitonic sequence, which a clean sorts; both
-// runs of a pair end with it, so the next level pairs runs twice as far apart.
-template <int L>
-__device__ __forceinline__ void gb_topn_top_runs(gb_u64 k[L], gb_u32 g, gb_u32 runs) {
-    for (gb_u32 m = g; m < g * runs; m <<= 1) {
-        gb_topn_exchange<L, true>(k, 2u * m - 1u, true);
-        gb_topn_clean<L>(k, g);
-    }
-}
-
-// gb_topn_merge_lists merges K lists of at most n keys (largest first, 0 past their end;
-// list i at lists + i · GB_MAX_TOPN) into out[0, n) (0 where there are fewer) and returns
-// to warp 0 how many of those reach d. Rounds of a tree: each group of a working warp
-// takes a pair of lists (the second read mirrored, so no shuffle forms the bitonic
-// sequence), and the warp merges its groups' runs (gb_topn_top_runs), so one round takes
-// 2 · W / g lists to one; a round's result replaces its warp's first list, and only the
-// last round's warp 0 writes out. Every thread calls it; only the rounds between meet at
-// a barrier, so the caller's barrier must come before out is read.
-template <int L>
-__device__ __forceinline__ gb_u32 gb_topn_merge_lists(gb_u32 K, gb_u32 n, gb_u64* lists, gb_u64* out, gb_u64 d) {
-    const gb_u32 lane = gb_lane(), warp = gb_warp();
-    const gb_u32 g = gb_topn_group<L>(n);
-    const gb_u32 R = (gb_u32)L * g;
-    const gb_u32 groups = (gb_u32)GB_WARP_SIZE / g;
-    const gb_u32 per = 2u * groups;
-    const gb_u32 o = lane % g;
-    for (gb_u32 stride = GB_MAX_TOPN;; stride *= per) {
-        const gb_u32 warps = (K + per - 1u) / per; // uniform
-        if (warp < warps) {
-            const gb_u32 first = warp * per;
-            const gb_u32 a = first + 2u * (lane / g);
-            gb_u64 k[L];
-#pragma unroll
-            for (int j = 0; j < L; ++j) {
-                const gb_u32 p = (gb_u32)L * o + (gb_u32)j;
-                const gb_u64 x = a < K && p < n ? lists[a * stride + p] : 0ull;
-                const gb_u64 y = a + 1u < K && R - 1u - p < n ? lists[(a + 1u) * stride + R - 1u - p] : 0ull;
-                k[j] = gb_max_u64(x, y);
-            }
-            gb_topn_clean<L>(k, g);
-            gb_topn_top_runs<L>(k, g, gb_min_u32((K - first + 1u) / 2u, groups));
-            gb_u64* dst = warps == 1u ? out : lists + first * stride;
-            gb_u32 sure = 0u;
-#pragma unroll
-            for (int j = 0; j < L; ++j) {
-                const gb_u32 p = (gb_u32)L * o + (gb_u32)j;
-                const bool mine = lane < g && p < n;
-                if (mine) {
-                    dst[p] = k[j];
-                }
-                if (warps == 1u) {
-                    // The entries fall: those that reach d come first.
-                    sure += (gb_u32)__popcll(__ballot_sync(0xFFFFFFFFu, mine && k[j] >= d));
-                }
-            }
-            if (warps == 1u) {
-                return sure;
-            }
-        }
-        if (warps == 1u) {
-            return 0u;
-        }
-        __syncthreads();
-        K = warps;
-    }
-}
-
 // gb_topn_merge moves the block's n = N - have largest keys of the threads' lists into
-// s_top[have, N) (0 where there are fewer): each warp sorts its lanes' lists into runs and
-// keeps the top ones (gb_topn_sort_runs, gb_topn_top_runs) in s_wtop, and the block merges
-// the warps' lists (gb_topn_merge_lists).
+// s_top[have, N) (0 where there are fewer), emptying the lists as it goes: each warp takes
+// its n largest by n warp maxima into s_wtop, then warp 0 merges the warps' sorted lists
+// the same way, so the block meets at one barrier instead of one per key.
 //
 // A thread lets go only of keys below its threshold thr (0 when it let go of none), so
 // every key at or above D, the block's largest threshold, is in the lists: the merged
@@ -207,23 +65,29 @@ __device__ __forceinline__ bool gb_topn_merge(gb_u64 lst[L], gb_u64 thr, gb_u32 
             s_wthr[warp] = d;
         }
     }
-    const gb_u32 g = gb_topn_group<L>(n);
-    if (gb_warp_or_all(lst[0] != 0ull ? 1u : 0u) != 0u) { // uniform: a warp with no keys has nothing to sort
-        gb_topn_sort_runs<L>(lst, g);
-        gb_topn_top_runs<L>(lst, g, (gb_u32)GB_WARP_SIZE / g);
-    }
-#pragma unroll
-    for (int j = 0; j < L; ++j) {
-        const gb_u32 p = (gb_u32)L * lane + (gb_u32)j;
-        if (lane < g && p < n) {
-            s_wtop[warp * GB_MAX_TOPN + p] = lst[j];
-        }
-    }
+    gb_warp_take<L>(lst, n, s_wtop + warp * GB_MAX_TOPN);
     __syncthreads();
-    const gb_u64 d = check && warp == 0u ? gb_warp_max_u64_all(lane < gb_num_warps() ? s_wthr[lane] : 0ull) : 0ull;
-    const gb_u32 sure = gb_topn_merge_lists<L>(gb_num_warps(), n, s_wtop, s_top + have, d);
-    if (threadIdx.x == 0u) {
-        *s_have = have + sure; // all n when the last entry reaches D: the entries fall
+    if (warp == 0u) {
+        const bool own = lane < gb_num_warps();
+        const gb_u64 d = check ? gb_warp_max_u64_all(own ? s_wthr[lane] : 0ull) : 0ull;
+        const gb_u64* list = s_wtop + lane * GB_MAX_TOPN;
+        gb_u32 at = 0u, sure = 0u;
+        gb_u64 head = own ? list[0] : 0ull;
+        gb_u64 best = 0ull;
+        for (gb_u32 k = 0; k < n; ++k) {
+            best = gb_warp_max_u64_all(head);
+            if (lane == 0u) {
+                s_top[have + k] = best;
+            }
+            sure += best >= d ? 1u : 0u; // the entries fall: the sure ones come first
+            if (best != 0ull && head == best) { // a list ends at its first 0
+                ++at;
+                head = at < n ? list[at] : 0ull;
+            }
+        }
+        if (lane == 0u) {
+            *s_have = best >= d ? N : have + sure;
+        }
     }
     __syncthreads();
     have = *s_have;
@@ -307,15 +171,14 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
 
 // gb_topn_merge_blocks is the split phase of topn: the block publishes its top N keys
 // and log-sum-exp pair, and the last block of the row to arrive merges the sets into lse
-// and the S lists into s_top, takes the row's observations into seen and resets the
-// counters. It returns whether this block is that last one (then it writes the row's
-// entries). The published lists are sorted, so they enter the runs of
-// gb_topn_merge_lists as they are: each group of g lanes takes lists q, q + G, ... (G
-// groups in the block), the warps' runs merge to one list a warp, and the block merges
-// those; nothing is let go, so no further pass is ever needed.
+// and the S lists into s_top (each thread keeping a short list of the published keys, by
+// passes as gb_topn's when one lets go of keys that belong), takes the row's
+// observations into seen and resets the counters. It returns whether this block is that
+// last one (then it writes the row's entries).
 __device__ __forceinline__ bool gb_topn_merge_blocks(gb_u32 N, gb_u32& seen, gb_lse& lse, gb_u64* partials,
                                                      gb_u32* counters, gb_u64* s_top, gb_u64* s_wtop,
-                                                     gb_u64* s_pair, gb_u32* s_last) {
+                                                     gb_u64* s_wthr, gb_u64* s_pair, gb_u32* s_last,
+                                                     gb_u32* s_have) {
     const gb_u32 y = blockIdx.y;
     const gb_u32 nblocks = gridDim.x;
     gb_u64* part = partials + (gb_u64)GB_TOPN_STRIDE * ((gb_u64)y * nblocks + blockIdx.x);
@@ -343,44 +206,28 @@ __device__ __forceinline__ bool gb_topn_merge_blocks(gb_u32 N, gb_u32& seen, gb_
     }
     gb_block_lse(lse, lse, false, s_pair);
     // The row's top N is among the blocks' (their words past N hold 0).
-    constexpr int L = GB_TOPN_THREAD;
-    const gb_u32 lane = gb_lane(), warp = gb_warp();
-    const gb_u32 g = gb_topn_group<L>(N);
-    const gb_u32 R = (gb_u32)L * g;
-    const gb_u32 groups = (gb_u32)GB_WARP_SIZE / g;
-    const gb_u32 G = gb_num_warps() * groups;
-    const gb_u32 first = warp * groups; // the warp's first group and list
-    const gb_u32 o = lane % g;
-    gb_u64 k[L];
+    gb_u32 have = 0u;
+    gb_u64 cap = GB_TOPN_ALL;
+    for (;;) {
+        gb_u64 lst[GB_TOPN_THREAD];
 #pragma unroll
-    for (int j = 0; j < L; ++j) {
-        const gb_u32 p = (gb_u32)L * o + (gb_u32)j;
-        const gb_u32 i = first + lane / g;
-        k[j] = i < nblocks && p < N ? gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * i + p) : 0ull;
-    }
-    if (first < nblocks) { // uniform
-        for (gb_u32 f = first + G; f < nblocks; f += G) {
-            const gb_u32 i = f + lane / g;
-#pragma unroll
-            for (int j = 0; j < L; ++j) {
-                const gb_u32 p = R - 1u - ((gb_u32)L * o + (gb_u32)j); // mirrored: a bitonic sequence
-                k[j] = gb_max_u64(k[j], i < nblocks && p < N
-                                            ? gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * i + p)
-                                            : 0ull);
-            }
-            gb_topn_clean<L>(k, g);
+        for (int j = 0; j < GB_TOPN_THREAD; ++j) {
+            lst[j] = 0ull;
         }
-        gb_topn_top_runs<L>(k, g, gb_min_u32(nblocks - first, groups));
-#pragma unroll
-        for (int j = 0; j < L; ++j) {
-            const gb_u32 p = (gb_u32)L * lane + (gb_u32)j;
-            if (lane < g && p < N) {
-                s_wtop[warp * GB_MAX_TOPN + p] = k[j];
+        gb_u64 thr = 0ull;
+        const gb_u32 at = gb_topn_at<GB_TOPN_THREAD>(N - have);
+        for (gb_u32 i = threadIdx.x; i < nblocks * GB_MAX_TOPN; i += blockDim.x) {
+            const gb_u64 k =
+                gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * (i / GB_MAX_TOPN) + i % GB_MAX_TOPN);
+            if (k > thr && k < cap) {
+                thr = gb_topn_insert<GB_TOPN_THREAD>(lst, k, at);
             }
         }
+        if (gb_topn_merge<GB_TOPN_THREAD>(lst, thr, N, have, s_top, s_wtop, s_wthr, s_have)) {
+            break;
+        }
+        cap = s_top[have - 1u];
     }
-    __syncthreads();
-    gb_topn_merge_lists<L>(gb_min_u32(gb_num_warps(), (nblocks + groups - 1u) / groups), N, s_wtop, s_top, 0ull);
     if (threadIdx.x == 0u) {
         seen = atomicExch(&counters[2u * y + 1u], 0u);
         atomicExch(&counters[2u * y], 0u);
@@ -585,7 +432,8 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
         cap = s_top[have - 1u];
     }
 
-    if (nblocks > 1u && !gb_topn_merge_blocks(N, seen, lse, partials, counters, s_top, s_wtop, s_pair, &s_last)) {
+    if (nblocks > 1u && !gb_topn_merge_blocks(N, seen, lse, partials, counters, s_top, s_wtop, s_wthr, s_pair,
+                                              &s_last, &s_have)) {
         return;
     }
     if (threadIdx.x == 0u) {

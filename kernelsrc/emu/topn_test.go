@@ -13,9 +13,8 @@ import (
 
 // This file drives the topn kernel's further passes (topn.cuh, gb_topn_merge): a thread
 // keeps only its GB_TOPN_THREAD (4) largest keys, so a row whose top n (n > 4) bunches in
-// one thread's elements makes the block pass again below the keys it is sure of. The last
-// block merges the published lists whole (gb_topn_merge_blocks), so rows whose top n
-// bunches in a few blocks' lists must never make it pass again. The rows below put their
+// one thread's elements, or in the published keys one thread of the last block reads,
+// makes the block pass again below the keys it is sure of. The rows below put their
 // largest values there on purpose, and the outputs must still be the Go edition's.
 
 // topnThreadKeys is GB_TOPN_THREAD: with n at most this, no further pass is ever needed.
@@ -83,11 +82,10 @@ func oneThreadRow(r *rand.Rand, v, s, threads, h int) []float32 {
 	return row
 }
 
-// publishedRow puts hot values at the top of blocks chosen so that the published words
-// 0, T, 2T, ... (word w: block w / 20's key of rank w % 20), which one thread of the last
-// block read when it kept a short list of them, hold as many of the row's top n as they
-// can: a word of rank k costs the block k+1 hot values, cheapest first, n in all at most.
-// The row's top n then sits deep in a few blocks' lists.
+// publishedRow puts hot values at the top of blocks chosen so that thread 0 of the last
+// block, which reads the published words 0, T, 2T, ... (word w: block w / 20's key of rank
+// w % 20), reads as many of the row's top n as it can: a word of rank k costs the block k+1
+// hot values, cheapest first, n in all at most.
 func publishedRow(r *rand.Rand, v, s, threads, n int) []float32 {
 	row := background(r, v)
 	need := make([]int, s)
@@ -129,17 +127,15 @@ func sortedRow(r *rand.Rand, v int) []float32 {
 }
 
 // TestCUDATopNBunchedMatchesGoEdition runs topn on rows whose top n bunches in one thread
-// or in a few blocks' published lists (one block and split, every dtype, plain and
-// perturbed, processors, ties, -Inf, NaN, scores that need the exact comparison, tiny
-// vocabularies and ones not a multiple of 4) and requires the Go edition's entries,
-// further passes over a block's chunk on plain and perturbed rows, none where n <=
-// GB_TOPN_THREAD, and none ever over the published lists.
+// (one block and split, every dtype, plain and perturbed, processors, ties, -Inf, NaN,
+// scores that need the exact comparison, tiny vocabularies and ones not a multiple of 4)
+// and requires the Go edition's entries, further passes over a block's chunk and over the
+// published lists on plain and perturbed rows, and none where n <= GB_TOPN_THREAD.
 func TestCUDATopNBunchedMatchesGoEdition(t *testing.T) {
 	r := rand.New(rand.NewPCG(20240520, 4))
 	type shape struct{ s, block, warp, v int }
 	shapes := []shape{{1, 32, 8, 1001}, {1, 16, 8, 130}, {1, 24, 8, 37}, {1, 16, 8, 5}, {3, 32, 16, 1001},
-		{2, 16, 8, 255}, {16, 16, 8, 1001}, {16, 16, 8, 1003}, {8, 16, 8, 640}, {40, 16, 8, 1001},
-		{5, 128, 64, 1001}}
+		{2, 16, 8, 255}, {16, 16, 8, 1001}, {16, 16, 8, 1003}, {8, 16, 8, 640}}
 	ns := []uint32{5, 8, 13, 20, 20, 4, 1}
 	var ls []*launch
 	for _, sh := range shapes {
@@ -194,9 +190,8 @@ func TestCUDATopNBunchedMatchesGoEdition(t *testing.T) {
 		for y, p := range l.params {
 			chunk, lists := got[i].passes[2*y], got[i].passes[2*y+1]
 			if p.TopN <= topnThreadKeys {
-				require.Zero(t, chunk, "%s: launch row %d (%+v): n <= GB_TOPN_THREAD passed again", l.name, y, p)
+				require.Zero(t, chunk+lists, "%s: launch row %d (%+v): n <= GB_TOPN_THREAD passed again", l.name, y, p)
 			}
-			require.Zero(t, lists, "%s: launch row %d (%+v): the last block passed again", l.name, y, p)
 			kind := "plain"
 			if p.Flags&abi.FlagPerturbed != 0 {
 				kind = "perturbed"
@@ -204,10 +199,14 @@ func TestCUDATopNBunchedMatchesGoEdition(t *testing.T) {
 			if chunk > 0 {
 				cov["chunk passes "+kind]++
 			}
+			if lists > 0 {
+				cov["list passes "+kind]++
+			}
 		}
 	}
 	t.Logf("rows that passed again: %v", cov)
-	for _, k := range []string{"chunk passes plain", "chunk passes perturbed"} {
+	for _, k := range []string{"chunk passes plain", "chunk passes perturbed", "list passes plain",
+		"list passes perturbed"} {
 		require.Positive(t, cov[k], "no row took %q", k)
 	}
 }

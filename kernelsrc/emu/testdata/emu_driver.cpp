@@ -93,8 +93,7 @@ bool gb_filter_finish_list(A&&... a) {
 // The topn kernel's observable, the same way: gb_topn_merge (topn.cuh) reports whether
 // the block is sure of its top N or passes again below its sure keys (a thread's short
 // list let go of keys that belong). A block's merges of its chunk come first, until one
-// is sure; any later ones would be the last block's (which merges the published lists
-// whole, and should never call it: the tests require none). The
+// is sure; any later ones are the last block's merges of the published lists. The
 // wrapper's call to the definition is declared ahead (its arguments are all of built-in
 // types, which argument-dependent lookup does not search): should topn.cuh change the
 // function's parameters, the declared template is never defined and the link fails.
