@@ -406,26 +406,10 @@ func BenchmarkGPUVerifyChain(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			dus, gus, err := bench.DeviceTime(dev, s.Stream(), s.Relaunch, cfg)
-			require.NoError(b, err)
-			b.ReportMetric(dus, "device-us")
-			b.ReportMetric(gus, "graph-us")
+			reportDeviceTime(b, dev, s, cfg)
 		})
 		b.Run(fmt.Sprintf("sample-%d%s", requests*(k+1), suffix), func(b *testing.B) {
-			ps := make([]sampler.Params, requests*(k+1))
-			for j := range ps {
-				ps[j] = sampler.Params{Temperature: 0.8, Seed: uint64(j + 1)}
-			}
-			var res sampler.Result
-			for b.Loop() {
-				if err := s.Sample(lg, ps, &res); err != nil {
-					b.Fatal(err)
-				}
-			}
-			dus, gus, err := bench.DeviceTime(dev, s.Stream(), s.Relaunch, cfg)
-			require.NoError(b, err)
-			b.ReportMetric(dus, "device-us")
-			b.ReportMetric(gus, "graph-us")
+			benchSampleRows(b, dev, s, lg, requests*(k+1), cfg)
 		})
 	}
 }

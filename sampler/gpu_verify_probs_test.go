@@ -134,26 +134,35 @@ func BenchmarkGPUVerifyChainProbs(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			dus, gus, err := bench.DeviceTime(dev, s.Stream(), s.Relaunch, cfg)
-			require.NoError(b, err)
-			b.ReportMetric(dus, "device-us")
-			b.ReportMetric(gus, "graph-us")
+			reportDeviceTime(b, dev, s, cfg)
 		})
 		b.Run(fmt.Sprintf("sample-%d%s", requests*(k+1), suffix), func(b *testing.B) {
-			ps := make([]sampler.Params, requests*(k+1))
-			for j := range ps {
-				ps[j] = sampler.Params{Temperature: 0.8, Seed: uint64(j + 1)}
-			}
-			var res sampler.Result
-			for b.Loop() {
-				if err := s.Sample(lg, ps, &res); err != nil {
-					b.Fatal(err)
-				}
-			}
-			dus, gus, err := bench.DeviceTime(dev, s.Stream(), s.Relaunch, cfg)
-			require.NoError(b, err)
-			b.ReportMetric(dus, "device-us")
-			b.ReportMetric(gus, "graph-us")
+			benchSampleRows(b, dev, s, lg, requests*(k+1), cfg)
 		})
 	}
+}
+
+// benchSampleRows times one Sample call over the first rows rows of lg at temperature
+// 0.8, each row its own seed: the Gumbel step a verification call is measured against.
+func benchSampleRows(b *testing.B, dev runtime.Device, s *sampler.Sampler, lg sampler.Logits, rows int, cfg bench.Config) {
+	ps := make([]sampler.Params, rows)
+	for j := range ps {
+		ps[j] = sampler.Params{Temperature: 0.8, Seed: uint64(j + 1)}
+	}
+	var res sampler.Result
+	for b.Loop() {
+		if err := s.Sample(lg, ps, &res); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportDeviceTime(b, dev, s, cfg)
+}
+
+// reportDeviceTime reports the device time of s's last call's launches, replayed back
+// to back (device-us) and from a CUDA graph (graph-us).
+func reportDeviceTime(b *testing.B, dev runtime.Device, s *sampler.Sampler, cfg bench.Config) {
+	dus, gus, err := bench.DeviceTime(dev, s.Stream(), s.Relaunch, cfg)
+	require.NoError(b, err)
+	b.ReportMetric(dus, "device-us")
+	b.ReportMetric(gus, "graph-us")
 }

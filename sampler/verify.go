@@ -348,10 +348,12 @@ func (v *verifyCall) maskRow(p Params, row int, masks *[][]int32) int {
 	return m
 }
 
-// launch runs one round: its RowParams already written in host, the host masks listed
-// in masks.
-func (v *verifyCall) launch(groups [numGroups]int, draws int, host []byte, masks [][]int32) ([]byte, error) {
-	pl := plan{logits: v.lg, stride: v.stride, draws: draws, groups: groups, out: outLayout{rows: v.lg.Rows, draws: draws}}
+// launch runs one round of one draw per row: its RowParams already written in host
+// (maxRows of them filtered rows that need their row maximum), the host masks listed in
+// masks.
+func (v *verifyCall) launch(groups [numGroups]int, maxRows int, host []byte, masks [][]int32) ([]byte, error) {
+	pl := plan{logits: v.lg, stride: v.stride, draws: 1, groups: groups, maxRows: maxRows,
+		out: outLayout{rows: v.lg.Rows, draws: 1}}
 	return v.launchPlan(&pl, host, masks)
 }
 
@@ -435,9 +437,7 @@ func (v *verifyCall) drawRound() error {
 		}
 	}
 	s.hostMasks = masks[:0]
-	pl := plan{logits: v.lg, stride: v.stride, draws: 1, groups: groups, maxRows: maxRows,
-		out: outLayout{rows: v.lg.Rows, draws: 1}}
-	results, err := v.launchPlan(&pl, host, masks)
+	results, err := v.launch(groups, maxRows, host, masks)
 	if err != nil {
 		return err
 	}
@@ -545,7 +545,7 @@ func (v *verifyCall) recordRound() error {
 			}
 		}
 		s.hostMasks = masks[:0]
-		if results, err = v.launch(groups, 1, host, masks); err != nil {
+		if results, err = v.launch(groups, 0, host, masks); err != nil {
 			return err
 		}
 	}
@@ -624,9 +624,7 @@ func (v *verifyCall) keptRecordRound() error {
 		}
 	}
 	s.hostMasks = masks[:0]
-	pl := plan{logits: v.lg, stride: v.stride, draws: 1, groups: groups, maxRows: maxRows,
-		out: outLayout{rows: v.lg.Rows, draws: 1}}
-	results, err := v.launchPlan(&pl, host, masks)
+	results, err := v.launch(groups, maxRows, host, masks)
 	if err != nil {
 		return err
 	}
