@@ -864,7 +864,6 @@ func (s *Sampler) launchRows(pl *plan, lk launchKernel, first, n, split, draws, 
 // decode turns the outputs in results (laid out by out) into res.
 func (s *Sampler) decode(results []byte, out outLayout, params []Params, mode drawMode, vocab int, res *Result) {
 	le := binary.LittleEndian
-	f32 := func(off int) float32 { return math.Float32frombits(le.Uint32(results[off:])) }
 	draws := out.draws
 	for i, p := range params {
 		if res.Errs[i] != nil {
@@ -878,7 +877,7 @@ func (s *Sampler) decode(results []byte, out outLayout, params []Params, mode dr
 			if mode == drawDistinct {
 				j := 4 * (i*MaxTopLogprobs + z)
 				token = int32(le.Uint32(results[out.distinctTokens()+j:]))
-				value := f32(out.distinctValues() + j)
+				value := f32At(results, out.distinctValues()+j)
 				token, err = distinctResult(i, z, token, value, vocab)
 				if err == nil && p.Logprobs {
 					res.Logprobs[o].Processed = value
@@ -889,7 +888,7 @@ func (s *Sampler) decode(results []byte, out outLayout, params []Params, mode dr
 				token, err = rowResult(i, token, status, vocab)
 				if err == nil && p.Logprobs {
 					r := out.logprobs() + 16*o
-					res.Logprobs[o] = Logprob{Raw: f32(r), Processed: f32(r + 4), RawLSE: f32(r + 8), ProcessedLSE: f32(r + 12)}
+					res.Logprobs[o] = recordAt(results, r)
 				}
 			}
 			res.Tokens[o] = token
@@ -943,6 +942,18 @@ func (res *Result) failRow(i int, err error) {
 var nanLogprob = Logprob{
 	Raw: float32(math.NaN()), Processed: float32(math.NaN()),
 	RawLSE: float32(math.NaN()), ProcessedLSE: float32(math.NaN()),
+}
+
+// f32At reads the float32 at byte off of a results mirror.
+func f32At(results []byte, off int) float32 {
+	return math.Float32frombits(binary.LittleEndian.Uint32(results[off:]))
+}
+
+// recordAt reads the log-probability record (raw, processed, raw LSE, processed LSE) at
+// byte off of a results mirror.
+func recordAt(results []byte, off int) Logprob {
+	return Logprob{Raw: f32At(results, off), Processed: f32At(results, off+4),
+		RawLSE: f32At(results, off+8), ProcessedLSE: f32At(results, off+12)}
 }
 
 // rowResult turns a row's kernel output into its token and error.

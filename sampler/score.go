@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 )
@@ -157,7 +156,6 @@ func (s *Sampler) score(logits Logits, params []Params, tokens []int32, res *Sco
 	}
 
 	le := binary.LittleEndian
-	f32 := func(off int) float32 { return math.Float32frombits(le.Uint32(results[off:])) }
 	out := pl.out
 	for i, p := range params {
 		if res.Errs[i] != nil {
@@ -174,7 +172,7 @@ func (s *Sampler) score(logits Logits, params []Params, tokens []int32, res *Sco
 			continue
 		}
 		r := out.logprobs() + 16*i
-		res.Logprobs[i] = Logprob{Raw: f32(r), Processed: f32(r + 4), RawLSE: f32(r + 8), ProcessedLSE: f32(r + 12)}
+		res.Logprobs[i] = recordAt(results, r)
 		res.Ranks[i] = rank
 		if p.TopLogprobs > 0 {
 			decodeTop(results, out, i, p.TopLogprobs, vocab, &res.Top[i])

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 )
@@ -400,9 +399,10 @@ func (v *verifyCall) drawRound() error {
 			continue
 		}
 		nodes := len(v.trees[b].Tokens) + 1
-		groups[groupOf(route(p, vocab, s.set.Gumbel))] += nodes
-		if needsRowMax(p, vocab) {
-			maxRows += nodes
+		g := groupOf(route(p, vocab, s.set.Gumbel))
+		groups[g] += nodes
+		if g == groupFiltered && needsRowMax(p, vocab) {
+			maxRows += nodes // filter_max runs first for them
 		}
 	}
 	rows := 0
@@ -442,7 +442,6 @@ func (v *verifyCall) drawRound() error {
 		return err
 	}
 	le := binary.LittleEndian
-	f32 := func(off int) float32 { return math.Float32frombits(le.Uint32(results[off:])) }
 	out := outLayout{rows: v.lg.Rows, draws: 1}
 	for b, p := range v.params {
 		if res.Errs[b] != nil {
@@ -454,7 +453,7 @@ func (v *verifyCall) drawRound() error {
 			v.top[f+n] = int32(le.Uint32(results[out.tokens()+4*row:]))
 			v.status[f+n] = le.Uint32(results[out.status()+4*row:])
 			if r := out.logprobs() + 16*row; p.Logprobs {
-				v.rec[f+n] = Logprob{Raw: f32(r), Processed: f32(r + 4), RawLSE: f32(r + 8), ProcessedLSE: f32(r + 12)}
+				v.rec[f+n] = recordAt(results, r)
 			}
 		}
 	}
@@ -550,7 +549,6 @@ func (v *verifyCall) recordRound() error {
 		}
 	}
 	le := binary.LittleEndian
-	f32 := func(off int) float32 { return math.Float32frombits(le.Uint32(results[off:])) }
 	out := outLayout{rows: v.lg.Rows, draws: 1}
 	res.flatLogprobs = resized(res.flatLogprobs, records)[:0]
 	for b, p := range v.params {
@@ -568,7 +566,7 @@ func (v *verifyCall) recordRound() error {
 			lp := nanLogprob
 			if _, err := rowResult(row, 0, le.Uint32(results[out.status()+4*row:]), vocab); err == nil {
 				r := out.logprobs() + 16*row
-				lp = Logprob{Raw: f32(r), Processed: f32(r + 4), RawLSE: f32(r + 8), ProcessedLSE: f32(r + 12)}
+				lp = recordAt(results, r)
 			}
 			res.flatLogprobs = append(res.flatLogprobs, lp)
 		}
@@ -629,7 +627,6 @@ func (v *verifyCall) keptRecordRound() error {
 		return err
 	}
 	le := binary.LittleEndian
-	f32 := func(off int) float32 { return math.Float32frombits(le.Uint32(results[off:])) }
 	out := outLayout{rows: v.lg.Rows, draws: 1}
 	for b, p := range v.params {
 		if !kept(b, p) {
@@ -644,8 +641,8 @@ func (v *verifyCall) keptRecordRound() error {
 				continue
 			}
 			d := out.logprobs() + 16*row
-			lp.Processed = f32(d + 4)
-			lp.ProcessedLSE = float32(float64(f32(d+8))*invT + float64(f32(d+12)))
+			lp.Processed = f32At(results, d+4)
+			lp.ProcessedLSE = float32(float64(f32At(results, d+8))*invT + float64(f32At(results, d+12)))
 		}
 	}
 	return nil
