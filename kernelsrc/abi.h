@@ -23,7 +23,7 @@
 #define GB_FLAG_PERTURBED 256u // The topn kernels rank Gumbel scores instead of raw logits (sampling without replacement).
 #define GB_FLAG_FILTERED 512u // With FlagRouted, the row belongs to the filter_max and filtered kernels.
 #define GB_FLAG_BITMASK 1024u // Apply mask row BitmaskRow of the bitmask argument (a grammar's allowed tokens), on top of FlagMask.
-#define GB_FLAG_SHARD 2048u // The row is a vocabulary shard (gumbel_argmax only; status 3 elsewhere): element i is global token vocab_offset + i, noised there, and the draw also writes its shard key.
+#define GB_FLAG_SHARD 2048u // The row is a vocabulary shard (gumbel_argmax and shard_select; status 3 elsewhere): element i is global token vocab_offset + i, noised there, and the draw also writes its shard key.
 #define GB_FLAG_CHAIN_END 4096u // The row is the last position of its chain (residual): it has no draft token, and draws from p when every draft before it is accepted.
 #define GB_FLAG_KEPT_SET 8192u // With FlagLogprobs, a categorical or filtered row writes its kept set's descriptor in place of the record, and a residual row takes its target law from the descriptor at its slot (ABI.md, "The kept-set descriptor").
 #define GB_FLAGS_PROCESSORS 1248u // The flags of the logit processors.
@@ -64,6 +64,11 @@
 #define GB_FILTER_LIST 4096 // The candidates of one filtered row and draw, over all its blocks: a block publishes FilterList/S of them, and at least FilterMinCands.
 #define GB_FILTER_MIN_CANDS 32 // The fewest candidates a filtered block publishes.
 #define GB_FILTER_META 4 // The uint64 words a filtered block publishes after its candidates.
+#define GB_SELECT_BINS 256 // The bins of one shard_select histogram: one 8-bit digit of a key.
+
+// Flags of a shard_select query's second word (ABI.md, "shard_select").
+#define GB_SELECT_MIN_P 0x1000000000000ull // An element matches only with a weight of at least the row's min_p.
+#define GB_SELECT_DRAW 0x2000000000000ull // The row's Gumbel-max winner over the matching elements goes to its key word.
 
 #define GB_SHARD_KEY_FAILED 0xFFFFFFFF00000000ull // Marks a failed draw in the high word of its shard key; the low word is its status (1, 3 or 5), so the worse failure wins the maximum.
 #define GB_ROW_PARAMS_SIZE 64 // The bytes of one RowParams record: 16 little-endian 32-bit words.

@@ -43,6 +43,11 @@ const (
 	// launch row and draw rescans the row and takes its winner by the exact comparison
 	// (ABI.md, "Exact scores").
 	GumbelExact = "gumbel_exact"
+	// ShardSelect is a vocabulary shard's part of the filtered route: histograms of its
+	// keys and masses, from which the ranks find the top-k and top-p thresholds together,
+	// and its Gumbel-max winner over a kept set whose thresholds it is given (ABI.md,
+	// "shard_select").
+	ShardSelect = "shard_select"
 )
 
 // DType is the element type of the logits, the kernel's name suffix and its template
@@ -128,7 +133,8 @@ const (
 	// vocabulary shard), a multiple of 4 with vocab_offset + V ≤ MaxVocab.
 	ArgVocabOffset Arg = 13
 	// ArgShard (buffer, uint64): the shard key of each output slot of the rows with
-	// FlagShard (gumbel_argmax), merged across shards by a maximum.
+	// FlagShard (gumbel_argmax), merged across shards by a maximum; shard_select: its
+	// queries, histograms and keys.
 	ArgShard Arg = 14
 	// ArgDraft (buffer, float32): V draft probabilities per draft row (residual): row
 	// topn of a launch row is the drafter's distribution at that row's position.
@@ -172,9 +178,9 @@ const (
 	// FlagBitmask: apply mask row BitmaskRow of the bitmask argument (a grammar's
 	// allowed tokens), on top of FlagMask.
 	FlagBitmask Flags = 1 << 10
-	// FlagShard: the row is a vocabulary shard (gumbel_argmax only; status 3 elsewhere):
-	// element i is global token vocab_offset + i, noised there, and the draw also writes
-	// its shard key.
+	// FlagShard: the row is a vocabulary shard (gumbel_argmax and shard_select; status 3
+	// elsewhere): element i is global token vocab_offset + i, noised there, and the draw
+	// also writes its shard key.
 	FlagShard Flags = 1 << 11
 	// FlagChainEnd: the row is the last position of its chain (residual): it has no
 	// draft token, and draws from p when every draft before it is accepted.
@@ -276,6 +282,17 @@ const (
 	FilterMinCands = 32
 	// FilterMeta is the uint64 words a filtered block publishes after its candidates.
 	FilterMeta = 4
+	// SelectBins is the bins of one shard_select histogram: one 8-bit digit of a key.
+	SelectBins = 256
+)
+
+// Flags of a shard_select query's second word (ABI.md, "shard_select").
+const (
+	// SelectMinP: an element matches only with a weight of at least the row's min_p.
+	SelectMinP uint64 = 1 << 48
+	// SelectDraw: the row's Gumbel-max winner over the matching elements goes to its key
+	// word.
+	SelectDraw uint64 = 1 << 49
 )
 
 // Shard keys: what a FlagShard draw writes to ArgShard. The largest key over the shards

@@ -1,5 +1,7 @@
 package abi
 
+import "math"
+
 // Launch is the shape of one launch as the buffers see it: n launch rows (grid.y), S
 // blocks per row (grid.x) and D draws per row (grid.z; topn draws once).
 type Launch struct {
@@ -8,7 +10,7 @@ type Launch struct {
 
 // draws is D, at least 1; topn and score launches count one.
 func (l Launch) draws(family string) int {
-	if family == TopN || family == Score || family == Residual || l.Draws < 1 {
+	if family == TopN || family == Score || family == Residual || family == ShardSelect || l.Draws < 1 {
 		return 1
 	}
 	return l.Draws
@@ -90,7 +92,7 @@ func (l Launch) CountersWords(family string) int {
 	switch family {
 	case TopN, Score, Residual:
 		return 2 * l.Rows
-	case FilterMax:
+	case FilterMax, ShardSelect:
 		return 0
 	}
 	return 2*l.Rows*d + l.Rows
@@ -124,6 +126,61 @@ func (l Launch) DrawCounter(y, z int) int { return 2 * (z*l.Rows + y) }
 
 // RowCounter is the counters word that counts launch row y's finished draws.
 func (l Launch) RowCounter(y int) int { return 2*l.Rows*l.draws(GumbelArgmax) + y }
+
+// SelectQueryWord is the first of launch row y's two query words in the shard argument
+// of a shard_select launch.
+func (l Launch) SelectQueryWord(y int) int { return 2 * y }
+
+// SelectHistWord is launch row y's count of bin b in the shard argument of a
+// shard_select launch; its mass follows SelectBins words later.
+func (l Launch) SelectHistWord(y, b int) int { return 2*l.Rows + 2*SelectBins*y + b }
+
+// SelectKeyWord is launch row y's key word in the shard argument of a shard_select
+// launch.
+func (l Launch) SelectKeyWord(y int) int { return 2*l.Rows + 2*SelectBins*l.Rows + y }
+
+// SelectWords is the uint64 words of the shard argument of a shard_select launch: the
+// queries, then the histograms, then the key words.
+func (l Launch) SelectWords() int { return (2 + 2*SelectBins + 1) * l.Rows }
+
+// SelectQuery is a shard_select query: which elements of a row match and what they add
+// up (ABI.md, "shard_select").
+type SelectQuery struct {
+	// Floor: a matching key is at least Floor.
+	Floor uint32
+	// Prefix: a matching key's bits above Shift+8 are Prefix's.
+	Prefix uint32
+	// M is the largest processed logit of the whole row, over every shard.
+	M float32
+	// Shift is the lowest bit of the histogram's digit: 24, 16, 8 or 0.
+	Shift uint8
+	// F is the fixed-point scale of the weights, 63 - bitlen(V) for the whole
+	// vocabulary V.
+	F uint8
+	// MinP and Draw are SelectMinP and SelectDraw.
+	MinP, Draw bool
+}
+
+// Words encodes q as the two query words.
+func (q SelectQuery) Words() (w0, w1 uint64) {
+	w0 = uint64(q.Prefix)<<32 | uint64(q.Floor)
+	w1 = uint64(q.F)<<40 | uint64(q.Shift)<<32 | uint64(math.Float32bits(q.M))
+	if q.MinP {
+		w1 |= SelectMinP
+	}
+	if q.Draw {
+		w1 |= SelectDraw
+	}
+	return w0, w1
+}
+
+// DecodeSelectQuery reads a query from its two words.
+func DecodeSelectQuery(w0, w1 uint64) SelectQuery {
+	return SelectQuery{
+		Floor: uint32(w0), Prefix: uint32(w0 >> 32), M: math.Float32frombits(uint32(w1)),
+		Shift: uint8(w1 >> 32), F: uint8(w1 >> 40), MinP: w1&SelectMinP != 0, Draw: w1&SelectDraw != 0,
+	}
+}
 
 // Slots is the output slots of rows logits rows with draws draws each: row r's draw z
 // writes slot r·draws + z of tokens, status and logprobs.

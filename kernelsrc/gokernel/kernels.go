@@ -12,7 +12,7 @@
 //
 // The files follow the other editions' split by concern: kernels (the entry points),
 // launch (argument checks), base, reduce, lse, process, draw, gumbel_argmax, categorical,
-// exact, topn, filtered, score and residual.
+// exact, topn, filtered, score, residual and shard_select.
 package gokernel
 
 import (
@@ -22,7 +22,7 @@ import (
 
 // Kernels returns the Go edition: kernel name to function.
 func Kernels() map[string]runtime.GoKernel {
-	m := make(map[string]runtime.GoKernel, 8*len(abi.DTypes))
+	m := make(map[string]runtime.GoKernel, 9*len(abi.DTypes))
 	for _, d := range abi.DTypes {
 		m[abi.KernelName(abi.GumbelArgmax, d)] = gumbelArgmaxKernel(d, true)
 		m[abi.KernelName(abi.Categorical, d)] = categoricalKernel(d)
@@ -32,6 +32,7 @@ func Kernels() map[string]runtime.GoKernel {
 		m[abi.KernelName(abi.Score, d)] = func(b *runtime.BlockContext) { score(b, d) }
 		m[abi.KernelName(abi.Residual, d)] = func(b *runtime.BlockContext) { residual(b, d) }
 		m[abi.KernelName(abi.GumbelExact, d)] = func(b *runtime.BlockContext) { gumbelExact(b, d) }
+		m[abi.KernelName(abi.ShardSelect, d)] = func(b *runtime.BlockContext) { shardSelect(b, d) }
 	}
 	return m
 }

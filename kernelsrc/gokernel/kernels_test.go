@@ -24,6 +24,7 @@ func TestKernelsNames(t *testing.T) {
 		"gumbel_exact_bf16", "gumbel_exact_f16", "gumbel_exact_f32",
 		"residual_bf16", "residual_f16", "residual_f32",
 		"score_bf16", "score_f16", "score_f32",
+		"shard_select_bf16", "shard_select_f16", "shard_select_f32",
 		"topn_bf16", "topn_f16", "topn_f32",
 	}, names)
 }

@@ -92,7 +92,7 @@ func setupRecord(b *runtime.BlockContext, d abi.DType, family string, rec int) (
 // z > 0 have no work) and ignore LOGPROBS (score writes its records regardless), RECORD,
 // ADVANCE and ROUTED.
 func singleDraw(family string) bool {
-	return family == abi.TopN || family == abi.Score || family == abi.Residual
+	return family == abi.TopN || family == abi.Score || family == abi.Residual || family == abi.ShardSelect
 }
 
 // rowsOf is the family whose rows a kernel family serves: gumbel_exact finishes
@@ -165,10 +165,14 @@ func (l *launchRow) bind(a *runtime.Args, d abi.DType, family string) bool {
 // aligned, and neither log-probability records nor token counts, which need the merged
 // token, are written by a shard.
 func (l *launchRow) bindShard(a *runtime.Args, family string, vocab uint32, lastSlot uint64) bool {
-	if family != abi.GumbelArgmax {
+	switch family {
+	case abi.GumbelArgmax:
+		l.shard = u64Words(a.HostBytesArg(int(abi.ArgShard)), lastSlot)
+	case abi.ShardSelect:
+		l.shard = u64Words(a.HostBytesArg(int(abi.ArgShard)), uint64(abi.Launch{Rows: l.shape.Rows}.SelectWords()))
+	default:
 		return false // the other kernels write no shard keys
 	}
-	l.shard = u64Words(a.HostBytesArg(int(abi.ArgShard)), lastSlot)
 	off := a.U32Arg(int(abi.ArgVocabOffset))
 	l.offset = int(off)
 	return l.shard != nil && off%4 == 0 &&
