@@ -60,10 +60,27 @@ func (g *gpuShards) step(buf runtime.Buffer, rows, vocab int, params []sampler.P
 	wg.Wait()
 }
 
+// shardRowParams is row i's parameters at a step of the shard tests: greedy, Gumbel-max
+// and the filters engines ship (top-k + top-p, top-p, min-p, top-k alone).
+func shardRowParams(i int, step uint64) sampler.Params {
+	p := sampler.Params{Temperature: []float32{0, 0.6, 1, 1.3}[i%4], RequestID: uint64(i + 1), Step: step}
+	switch i % 8 {
+	case 5:
+		p.TopK, p.TopP = 50, 0.9
+	case 6:
+		p.TopP = 0.95
+	case 7:
+		p.MinP = 0.05
+	case 4:
+		p.Temperature, p.TopK = 0.7, 20
+	}
+	return p
+}
+
 // TestGPUShardMatchesWholeVocabulary: on the GPU, 2 and 4 vocabulary shards merged by
 // the in-process collective give every rank the whole vocabulary's tokens (and, for a
-// third of the rows, log-probabilities) at Qwen's vocabulary, greedy and Gumbel-max
-// rows, over many steps.
+// third of the rows, log-probabilities) at Qwen's vocabulary, greedy, Gumbel-max and
+// filtered rows, over many steps.
 func TestGPUShardMatchesWholeVocabulary(t *testing.T) {
 	dev := openGPU(t)
 	const rows, steps = 8, 300
@@ -77,8 +94,8 @@ func TestGPUShardMatchesWholeVocabulary(t *testing.T) {
 		for step := range uint64(steps) {
 			params := make([]sampler.Params, rows)
 			for i := range params {
-				params[i] = sampler.Params{Temperature: []float32{0, 0.6, 1, 1.3}[i%4], RequestID: uint64(i + 1), Step: step,
-					Logprobs: i%3 == 0}
+				params[i] = shardRowParams(i, step)
+				params[i].Logprobs = i%3 == 0
 			}
 			require.NoError(t, whole.Sample(lg, params, &ref))
 			g.step(buf, rows, qwenVocab, params)
@@ -100,37 +117,52 @@ func TestGPUShardMatchesWholeVocabulary(t *testing.T) {
 }
 
 // BenchmarkGPUShard times one SampleShard step over all ranks (shard launches, the
-// in-process merge through the host, the tokens back) beside Sample over the whole
-// vocabulary, on one GPU, Gumbel-max rows at Qwen's vocabulary.
+// in-process merge through the host, the tokens back; for filtered rows the selection
+// rounds) beside Sample over the whole vocabulary, on one GPU, Gumbel-max rows and
+// top-k 50 + top-p 0.9 rows at Qwen's vocabulary.
 func BenchmarkGPUShard(b *testing.B) {
 	dev := openGPU(b)
 	for _, rows := range []int{1, 8, 64} {
 		buf := uploadTo(b, dev, bench.LLMLogits(rows, qwenVocab, 24))
-		params := make([]sampler.Params, rows)
-		for i := range params {
-			params[i] = sampler.Params{Temperature: 0.8, RequestID: uint64(i + 1)}
+		for _, filtered := range []bool{false, true} {
+			params := make([]sampler.Params, rows)
+			for i := range params {
+				params[i] = sampler.Params{Temperature: 0.8, RequestID: uint64(i + 1)}
+				if filtered {
+					params[i].TopK, params[i].TopP = 50, 0.9
+				}
+			}
+			name := "gumbel"
+			if filtered {
+				name = "topk50-topp0.9"
+			}
+			benchShard(b, dev, buf, rows, name, params)
 		}
-		b.Run(fmt.Sprintf("whole/batch=%d", rows), func(b *testing.B) {
-			s := gpuSampler(b, dev, sampler.Options{Seed: 9})
-			lg := sampler.Logits{Data: buf, DType: sampler.Float32, Rows: rows, Vocab: qwenVocab}
-			var res sampler.Result
+	}
+}
+
+// benchShard is BenchmarkGPUShard for one batch of params.
+func benchShard(b *testing.B, dev runtime.Device, buf runtime.Buffer, rows int, name string, params []sampler.Params) {
+	b.Run(fmt.Sprintf("%s/whole/batch=%d", name, rows), func(b *testing.B) {
+		s := gpuSampler(b, dev, sampler.Options{Seed: 9})
+		lg := sampler.Logits{Data: buf, DType: sampler.Float32, Rows: rows, Vocab: qwenVocab}
+		var res sampler.Result
+		for b.Loop() {
+			if err := s.Sample(lg, params, &res); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, ranks := range []int{2, 4} {
+		b.Run(fmt.Sprintf("%s/shards=%d/batch=%d", name, ranks, rows), func(b *testing.B) {
+			g := newGPUShards(b, dev, ranks, qwenVocab)
 			for b.Loop() {
-				if err := s.Sample(lg, params, &res); err != nil {
-					b.Fatal(err)
+				g.step(buf, rows, qwenVocab, params)
+				if g.errs[0] != nil {
+					b.Fatal(g.errs[0])
 				}
 			}
 		})
-		for _, ranks := range []int{2, 4} {
-			b.Run(fmt.Sprintf("shards=%d/batch=%d", ranks, rows), func(b *testing.B) {
-				g := newGPUShards(b, dev, ranks, qwenVocab)
-				for b.Loop() {
-					g.step(buf, rows, qwenVocab, params)
-					if g.errs[0] != nil {
-						b.Fatal(g.errs[0])
-					}
-				}
-			})
-		}
 	}
 }
 
@@ -197,7 +229,7 @@ func TestGPUShardNCCLTwoRanks(t *testing.T) {
 		for step := range uint64(steps[rows]) {
 			params := make([]sampler.Params, rows)
 			for i := range params {
-				params[i] = sampler.Params{Temperature: []float32{0, 0.6, 1, 1.3}[i%4], RequestID: uint64(i + 1), Step: step}
+				params[i] = shardRowParams(i, step)
 			}
 			require.NoError(t, whole.Sample(sampler.Logits{Data: full, DType: sampler.Float32, Rows: rows, Vocab: qwenVocab}, params, &ref))
 			var wg sync.WaitGroup

@@ -28,6 +28,8 @@ const (
 	kernelResidual
 	// kernelExact finishes the Gumbel draws gumbel_argmax leaves with status 5.
 	kernelExact
+	// kernelSelect is the filtered route's part on a vocabulary shard (SampleShard).
+	kernelSelect
 	numKernels
 )
 
@@ -36,7 +38,7 @@ const numDTypes = len(abi.DTypes)
 // kernelFamilies are the ABI's kernel families of the slots.
 var kernelFamilies = [numKernels]string{kernelGumbel: abi.GumbelArgmax, kernelCategorical: abi.Categorical,
 	kernelTopN: abi.TopN, kernelFilterMax: abi.FilterMax, kernelFiltered: abi.Filtered, kernelScore: abi.Score,
-	kernelResidual: abi.Residual, kernelExact: abi.GumbelExact}
+	kernelResidual: abi.Residual, kernelExact: abi.GumbelExact, kernelSelect: abi.ShardSelect}
 
 // launchKernel is a kernel with the block width it is launched with.
 type launchKernel struct {
@@ -63,10 +65,13 @@ type Sampler struct {
 	// residualErr says why the module has no residual kernels; VerifyChainProbs
 	// reports it.
 	residualErr error
-	set         Settings
-	args        runtime.Args
-	scratch     scratch
-	procs       processors
+	// selectErr says why the module has no shard_select kernels; the filtered rows of
+	// SampleShard report it.
+	selectErr error
+	set       Settings
+	args      runtime.Args
+	scratch   scratch
+	procs     processors
 	// dirty is set when a call failed after queuing work: the next call waits for
 	// the stream and zeroes the counters, which a half-done launch may have left set.
 	dirty bool
@@ -92,6 +97,10 @@ type Sampler struct {
 	// row), of a SampleShard call.
 	shardLSE []float64
 	shardTop []uint64
+	// selRows are the filtered rows of a SampleShard call during their selection
+	// rounds, and shardKept each row's kept law for its record (shardFilter).
+	selRows   []shardSelectRow
+	shardKept []keptLaw
 	// The verification calls' reused state (verifyCall).
 	verifyOwner, verifyFirst   []int
 	verifySeeds                []uint64
@@ -148,15 +157,18 @@ func New(dev runtime.Device, opts Options) (*Sampler, error) {
 		for k, family := range kernelFamilies {
 			name := abi.KernelName(family, dt)
 			kern, err := module.Kernel(name)
-			if err != nil && (k == kernelTopN || k == kernelScore || k == kernelResidual) && errors.Is(err, runtime.ErrNoKernel) {
-				// Sampling works without topn, score and residual; only the calls that
-				// need them fail.
+			if err != nil && (k == kernelTopN || k == kernelScore || k == kernelResidual || k == kernelSelect) &&
+				errors.Is(err, runtime.ErrNoKernel) {
+				// Sampling works without topn, score, residual and shard_select; only the
+				// calls that need them fail.
 				missing := fmt.Errorf("gumbel/sampler: kernel %s: %w", name, err)
 				switch k {
 				case kernelTopN:
 					s.topnErr = missing
 				case kernelScore:
 					s.scoreErr = missing
+				case kernelSelect:
+					s.selectErr = missing
 				default:
 					s.residualErr = missing
 				}
@@ -346,8 +358,13 @@ func (s *Sampler) sampleCall(lg Logits, params []Params, draws int, mode drawMod
 	res.Errs = resized(res.Errs, rows)
 	s.maskRows = resized(s.maskRows, rows)
 	masks := bitmaskCall{dev: lg.Bitmask, host: s.hostMasks[:0]}
+	// A shard routes by the whole vocabulary, so that every rank routes a row alike.
+	routeVocab := vocab
+	if sh != nil {
+		routeVocab = sh.Global
+	}
 	for i, p := range params {
-		r := route(p, vocab, s.set.Gumbel)
+		r := route(p, routeVocab, s.set.Gumbel)
 		err := checkParams(i, p)
 		if err == nil && mode == drawDistinct {
 			if r != RouteGreedy && filtered(p, vocab) {
@@ -371,6 +388,10 @@ func (s *Sampler) sampleCall(lg Logits, params []Params, draws int, mode drawMod
 		switch {
 		case mode == drawDistinct:
 			groups[groupDistinct]++
+		case r == RouteFiltered && sh != nil:
+			// Drawn greedily first: the merged key holds the row's largest logit,
+			// which its selection rounds start from (shardFilter).
+			groups[groupGumbel]++
 		case r == RouteFiltered:
 			groups[groupFiltered]++
 			if needsRowMax(p, vocab) {
@@ -440,6 +461,9 @@ func (s *Sampler) sampleCall(lg Logits, params []Params, draws int, mode drawMod
 			switch {
 			case sh != nil:
 				flags |= abi.FlagShard // a shard's log-probabilities come from shardLogprobs
+				if r == RouteFiltered {
+					g, r = groupGumbel, RouteGreedy
+				}
 			case p.Logprobs:
 				flags |= abi.FlagLogprobs
 			}
@@ -504,6 +528,9 @@ func (s *Sampler) sampleCall(lg Logits, params []Params, draws int, mode drawMod
 
 	if sh != nil {
 		decodeShard(results, pl.out, sh.Global, res)
+		if err := s.shardFilter(&pl, params, results[pl.out.keys():], res); err != nil {
+			return err
+		}
 		if !wantLogprobs && !wantTop {
 			return nil
 		}

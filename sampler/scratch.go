@@ -119,6 +119,10 @@ type scratch struct {
 	// mergeHost is its pinned staging copy.
 	merge     deviceScratch
 	mergeHost hostScratch
+	// sel holds a SampleShard call's shard_select rounds (queries, histograms, keys,
+	// then the rows' RowParams); selHost is its pinned staging copy.
+	sel     deviceScratch
+	selHost hostScratch
 }
 
 func newScratch() scratch {
@@ -135,6 +139,8 @@ func newScratch() scratch {
 		unused:      deviceScratch{name: "placeholder"},
 		merge:       deviceScratch{name: "shard merge"},
 		mergeHost:   hostScratch{name: "shard merge"},
+		sel:         deviceScratch{name: "shard selection"},
+		selHost:     hostScratch{name: "shard selection"},
 	}
 }
 
@@ -145,5 +151,6 @@ func (s *scratch) free() error {
 		s.partials.free(), s.counters.free(), s.logits.free(), s.unused.free(),
 		s.bitmask.free(), s.bitmaskHost.free(),
 		s.merge.free(), s.mergeHost.free(),
+		s.sel.free(), s.selHost.free(),
 	)
 }

@@ -14,9 +14,8 @@ import (
 
 // ErrShard: a vocabulary-shard call that cannot be served: a Shard whose offset, size or
 // communicator does not fit (a call error), or a row that asks for what a shard cannot
-// give yet (a row error): filters, the categorical route, token tracking, several draws,
-// a score beyond the exact-comparison limit, or no seed and no request id to key its
-// noise on every rank.
+// give yet (a row error): the categorical route, token tracking, a score beyond the
+// exact-comparison limit, or no seed and no request id to key its noise on every rank.
 var ErrShard = errors.New("gumbel/sampler: not served on a vocabulary shard")
 
 // Shard places a call's logits in a vocabulary split across ranks (tensor parallelism
@@ -42,25 +41,32 @@ type Shard struct {
 // rank gets the tokens (global indices) that Sample would give over the whole
 // vocabulary, bit for bit, for any number of shards and any split.
 //
-// Greedy and Gumbel-max rows are served, with their log-probabilities on request
+// Greedy, Gumbel-max and filtered rows are served. A filtered row (top-k, top-p, min-p)
+// takes rounds (kernelsrc/ABI.md, "shard_select"): a greedy draw whose merged key gives
+// its largest logit, then one round per 8-bit digit of top-k's and top-p's thresholds
+// (at most four each, usually fewer), each an all-reduce (sum) of a histogram of 256
+// counts and 256 masses, 4 KB per row, and a last round that draws each shard's winner
+// over the kept set and merges it by a maximum (8 bytes per row). The thresholds are
+// integer selections over exact sums, so the token is the whole vocabulary's on every
+// route, bit for bit. Filtered rows route by the whole vocabulary: top-k at or above
+// Global is off on every rank. Each row has its log-probabilities on request
 // (Params.Logprobs: each rank scores its shard at the merged token, and one more
 // all-reduce adds up the shards' log-normalisers, 8·(ranks+1) bytes per row) and their
 // top log-probabilities (Params.TopLogprobs: each rank lists its shard's top N, and one
 // more all-reduce hands every rank every list, 320·ranks bytes per row; the merged list
 // is the whole vocabulary's, its values agree to float32 rounding, and float32 logits of
 // different shards within 16 units in the last place of each other count as equal and
-// go in index order). A row with top-k, top-p or min-p, on the categorical route
-// (Options.Gumbel off), tracked by TrackTokens, or without Seed and RequestID gets
-// ErrShard, on every rank alike. The
-// logit processors apply with the shard's own rows (SetLogitBias and the masks are
+// go in index order). A row on the categorical route (Options.Gumbel off), tracked by
+// TrackTokens, or sampled without Seed and RequestID gets ErrShard, on every rank alike.
+// The logit processors apply with the shard's own rows (SetLogitBias and the masks are
 // indexed by the shard's local token ids; Params.Bitmask is ceil(Vocab/32) words of the
 // shard). A row that fails on any rank fails on all of them. Sampler seeds must be the
 // same on every rank for rows keyed by RequestID.
 //
 // Every rank must make the same calls in the same order: a call that returns an error
 // before the merge (a bad Shard or shape) on one rank leaves the others waiting in it.
-// Relaunch after SampleShard repeats the call's last kernels only (the log-probability
-// pass's, when a row asked for them), never the merge.
+// Relaunch after SampleShard repeats the call's first launches, or the log-probability
+// pass's when a row asked for them; never a merge nor a filtered row's rounds.
 func (s *Sampler) SampleShard(logits Logits, params []Params, sh Shard, res *Result) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -92,11 +98,11 @@ func checkShard(sh Shard, vocab int) error {
 func (s *Sampler) checkShardRow(i int, p Params, r Route) error {
 	var why string
 	switch {
-	case r != RouteGreedy && r != RouteGumbel:
-		why = fmt.Sprintf("route %v (filters and the categorical route are not merged across shards)", r)
+	case r == RouteCategorical:
+		why = "the categorical route (its inverse CDF is not merged across shards)"
 	case s.procs.flags(i, p)&abi.FlagRecord != 0:
 		why = "a tracked row (TrackTokens)"
-	case r == RouteGumbel && !named(p):
+	case r != RouteGreedy && !named(p):
 		why = "a sampled row without Seed or RequestID, which every rank needs to draw the same noise"
 	default:
 		return nil
@@ -157,7 +163,9 @@ func (s *Sampler) shardLogprobs(lg Logits, params []Params, sh *Shard, res *Resu
 	s.shardParams = resized(s.shardParams, rows)
 	s.shardTokens = resized(s.shardTokens, rows)
 	for i, p := range params {
-		p.TopLogprobs = 0
+		// Score takes no filters: a filtered row's owner reports x'·invT, which the
+		// kept law (s.shardKept) turns into its record.
+		p.TopLogprobs, p.TopK, p.TopP, p.MinP = 0, 0, 0, 0
 		s.shardParams[i], s.shardTokens[i] = p, 0
 		if t := int(res.Tokens[i]); res.Errs[i] == nil && t >= sh.Offset && t < sh.Offset+lg.Vocab {
 			s.shardTokens[i] = int32(t - sh.Offset)
@@ -212,6 +220,10 @@ func (s *Sampler) shardLogprobs(lg Logits, params []Params, sh *Shard, res *Resu
 		}
 		s.shardLSE[i] = raw
 		if p.Logprobs {
+			if k := s.shardKept[i]; k.on {
+				// A filtered row's processed law is its kept set renormalised.
+				proc = float64(k.m)*float64(k.invT) + k.logKept
+			}
 			res.Logprobs[i] = Logprob{
 				Raw: float32(float64(row[2*ranks]) - raw), Processed: float32(float64(row[2*ranks+1]) - proc),
 				RawLSE: float32(raw), ProcessedLSE: float32(proc),

@@ -1,8 +1,10 @@
 package sampler
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -169,7 +171,7 @@ func TestSampleShardRowErrors(t *testing.T) {
 	rng := rand.New(rand.NewPCG(42, 42))
 	params := []Params{
 		{Temperature: 0.8, Seed: 1, HasSeed: true},                 // served
-		{Temperature: 0.8, TopK: 50, Seed: 2, HasSeed: true},       // filtered
+		{Temperature: 0.8, TopK: 50, Seed: 2, HasSeed: true},       // filtered: served
 		{Temperature: 0.8, Seed: 3, HasSeed: true, TopLogprobs: 2}, // served, with top log-probabilities
 		{Temperature: 0.8},                         // no seed, no request id
 		{Temperature: 0.8, RequestID: 9},           // served: keyed by request id
@@ -190,7 +192,7 @@ func TestSampleShardRowErrors(t *testing.T) {
 	})
 	whole := newSampler(t, dev, Options{Seed: 77})
 	var ref Result
-	require.NoError(t, whole.SampleFloat32(logits[:vocab], vocab, params[:1], &ref))
+	require.NoError(t, whole.SampleFloat32(logits[:2*vocab], vocab, params[:2], &ref))
 	for r := range res {
 		require.NoError(t, errs[r])
 		e := res[r].Errs
@@ -199,10 +201,10 @@ func TestSampleShardRowErrors(t *testing.T) {
 		assert.NoError(t, e[4])
 		assert.NoError(t, e[2])
 		assert.NoError(t, e[5])
-		for _, i := range []int{1, 3} {
-			assert.ErrorIs(t, e[i], ErrShard, "rank %d row %d", r, i)
-			assert.Equal(t, int32(-1), res[r].Tokens[i])
-		}
+		assert.NoError(t, e[1])
+		assert.Equal(t, ref.Tokens[1], res[r].Tokens[1], "rank %d: the filtered row", r)
+		assert.ErrorIs(t, e[3], ErrShard, "rank %d row 3", r)
+		assert.Equal(t, int32(-1), res[r].Tokens[3])
 		assert.ErrorIs(t, e[6], ErrNonFiniteLogit, "rank %d", r)
 		assert.ErrorIs(t, e[7], ErrTemperature, "rank %d", r)
 		assert.Equal(t, int32(-1), res[r].Tokens[8])
@@ -233,8 +235,8 @@ func TestSampleShardCallErrors(t *testing.T) {
 	}
 }
 
-// TestSampleShardAllocatesNothing: a steady-state shard call, log-probabilities
-// included, allocates nothing (nor does the in-process merge).
+// TestSampleShardAllocatesNothing: a steady-state shard call, log-probabilities and a
+// filtered row's rounds included, allocates nothing (nor does the in-process merge).
 func TestSampleShardAllocatesNothing(t *testing.T) {
 	dev := openCPU(t)
 	s := newSampler(t, dev, Options{})
@@ -245,7 +247,7 @@ func TestSampleShardAllocatesNothing(t *testing.T) {
 	lg := Logits{Data: upload(t, dev, runtime.BytesOf(randomLogits(rand.New(rand.NewPCG(1, 2)), 4, vocab, 2))),
 		DType: Float32, Rows: 4, Vocab: vocab}
 	params := []Params{{Temperature: 1, Seed: 1, HasSeed: true, Logprobs: true}, {Temperature: 0, TopLogprobs: 5},
-		{Temperature: 0.5, RequestID: 3}, {Temperature: 2, Seed: 4, HasSeed: true}}
+		{Temperature: 0.5, RequestID: 3}, {Temperature: 2, Seed: 4, HasSeed: true, TopK: 40, TopP: 0.9, Logprobs: true}}
 	sh := Shard{Offset: 0, Global: vocab, Comm: comms[0]}
 	var res Result
 	require.NoError(t, s.SampleShard(lg, params, sh, &res))
@@ -376,4 +378,137 @@ func TestSampleShardTopLogprobs(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 3, want.Top[2].Count, "row 2 has three finite logits")
+}
+
+// TestSampleShardFilteredMatchesWholeVocabulary: top-k, top-p and min-p rows, alone and
+// together, sampled shard by shard (the selection rounds of shard_select) give on every
+// rank the tokens of the whole vocabulary, and log-probability records that agree with
+// its own to float32 rounding: for one to four shards, even and uneven splits, a top-k
+// above a shard's size, ties at the k-th value across shards, min-p at 1 and below the
+// weights' cut-off, bitmasks, and several steps.
+func TestSampleShardFilteredMatchesWholeVocabulary(t *testing.T) {
+	dev := openCPU(t)
+	const vocab = 3001
+	tiny := float32(1e-30)
+	params := []Params{
+		{Temperature: 0.7, TopK: 50},
+		{Temperature: 1, TopP: 0.9},
+		{Temperature: 0.6, MinP: 0.05},
+		{Temperature: 0.7, TopK: 20, TopP: 0.8},
+		{Temperature: 1, TopK: 40, TopP: 0.95, MinP: 0.02},
+		{Temperature: 1.3, TopK: 2000},     // more than one shard holds
+		{Temperature: 1, TopK: 7},          // row 6: flat, ties at the k-th value everywhere
+		{Temperature: 1, TopP: 0.3},        // row 7: a few finite logits in two shards
+		{Temperature: 0.9, MinP: 1},        // only the largest logits
+		{Temperature: 1, MinP: tiny},       // below the fixed-point cut-off
+		{Temperature: 0.5, TopP: 0.999},    // a bitmask row
+		{Temperature: 2, TopK: 3000},       // top-k just below V
+		{Temperature: 0.05, TopP: 0.5},     // sharp
+		{Temperature: 0, TopK: 50},         // greedy with a filter
+		{Temperature: 1, TopK: 5, MinP: 1}, // row 14: flat, min-p at 1 keeps every tie
+	}
+	rows := len(params)
+	rng := rand.New(rand.NewPCG(48, 48))
+	logits := randomLogits(rng, rows, vocab, 3)
+	for i := range vocab {
+		logits[6*vocab+i] = float32(i % 3) // ties: 1000 elements at the top value
+		logits[14*vocab+i] = 1
+		if i != 3 && i != 1700 && i != 1701 && i != 2999 {
+			logits[7*vocab+i] = float32(math.Inf(-1))
+		}
+	}
+	mask := make([]int32, (vocab+31)/32)
+	for j := 1; j < vocab; j += 7 {
+		mask[j/32] |= 1 << (j % 32)
+	}
+	for i := range params {
+		params[i].Seed, params[i].HasSeed, params[i].Logprobs = uint64(300+i), true, i%2 == 0
+	}
+	whole := newSampler(t, dev, Options{})
+	tests := []struct {
+		name     string
+		bounds   []int
+		opts     Options
+		onDevice bool
+	}{
+		{"one shard", []int{0, vocab}, Options{}, false},
+		{"two uneven", []int{0, 1200, vocab}, Options{}, false},
+		{"three, a tiny one", []int{0, 4, 1700, vocab}, Options{}, false},
+		{"four, split blocks", []int{0, 800, 1600, 2400, vocab}, Options{Policy: &forcedSplit}, false},
+		{"two, merged on the device", []int{0, 1600, vocab}, Options{}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			run := newShardRun(t, dev, tc.bounds, tc.opts)
+			if tc.onDevice {
+				run.onDevice()
+			}
+			for step := range uint64(3) {
+				want := append([]Params(nil), params...)
+				for i := range want {
+					want[i].Step = step*7 + uint64(i)
+				}
+				want[10].Bitmask = mask
+				var ref Result
+				require.NoError(t, whole.SampleFloat32(logits, vocab, want, &ref))
+				res, errs := run.sample(t, dev, logits, vocab, func(r int) []Params {
+					ps := append([]Params(nil), want...)
+					ps[10].Bitmask = shardMask(mask, tc.bounds[r], tc.bounds[r+1])
+					return ps
+				})
+				for r := range res {
+					require.NoError(t, errs[r], "rank %d", r)
+					for i, p := range want {
+						require.NoError(t, res[r].Errs[i], "rank %d row %d", r, i)
+						require.Equal(t, ref.Tokens[i], res[r].Tokens[i], "rank %d row %d step %d", r, i, step)
+						if !p.Logprobs {
+							continue
+						}
+						w, g := ref.Logprobs[i], res[r].Logprobs[i]
+						for _, pair := range [][2]float32{{w.Raw, g.Raw}, {w.Processed, g.Processed},
+							{w.RawLSE, g.RawLSE}, {w.ProcessedLSE, g.ProcessedLSE}} {
+							assert.InDelta(t, pair[0], pair[1], 2e-5*math.Max(1, math.Abs(float64(w.ProcessedLSE))),
+								"rank %d row %d: %+v against %+v", r, i, g, w)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSampleShardFilteredSteps: a top-k + top-p row drawn over two shards for many steps
+// lands only on its kept set, with the whole vocabulary's tokens at every step: the
+// rounds serve a decode loop, not one lucky step.
+func TestSampleShardFilteredSteps(t *testing.T) {
+	dev := openCPU(t)
+	const vocab = 1000
+	logits := randomLogits(rand.New(rand.NewPCG(49, 49)), 1, vocab, 2)
+	p := Params{Temperature: 1, TopK: 30, TopP: 0.9, Seed: 11, HasSeed: true}
+	whole := newSampler(t, dev, Options{})
+	run := newShardRun(t, dev, []int{0, 500, vocab}, Options{})
+	order := make([]int, vocab)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(logits[b], logits[a]) })
+	top := map[int32]bool{}
+	for _, i := range order[:30] {
+		top[int32(i)] = true
+	}
+	seen := map[int32]bool{}
+	for step := range uint64(200) {
+		p.Step = step
+		var ref Result
+		require.NoError(t, whole.SampleFloat32(logits, vocab, []Params{p}, &ref))
+		res, errs := run.sample(t, dev, logits, vocab, func(int) []Params { return []Params{p} })
+		for r := range res {
+			require.NoError(t, errs[r])
+			require.NoError(t, res[r].Errs[0])
+			require.Equal(t, ref.Tokens[0], res[r].Tokens[0], "step %d rank %d", step, r)
+		}
+		require.True(t, top[ref.Tokens[0]], "step %d: token %d is not among the top 30", step, ref.Tokens[0])
+		seen[ref.Tokens[0]] = true
+	}
+	assert.Greater(t, len(seen), 5, "the draws vary over the kept set")
 }
