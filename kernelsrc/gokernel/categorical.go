@@ -770,8 +770,13 @@ func topPSorted(keys []uint32, w []float32, twoPowF float32, z uint64, topP floa
 // 0 for x = -Inf and below cutoff (where q = 0 whatever exp32's last bit).
 type weigher struct{ m, invT, cutoff float32 }
 
-// weightCutoff is the d below which exp(d) < 2^-F, F = f.
-func weightCutoff(f int) float32 { return -float32(float64(f)*math.Ln2 + 1) }
+// weightCutoff is the d below which exp(d) < 2^-F, F = f: -(F ln 2 + 1) in float32
+// arithmetic, each operation rounded, as the GPU editions compute it (the conversions
+// keep Go from fusing them).
+func weightCutoff(f int) float32 {
+	const ln2 = float32(0.6931472)
+	return -float32(float32(float32(f)*ln2) + 1)
+}
 
 func (wt weigher) weight(x float32) float32 {
 	d := float32(float32(x-wt.m) * wt.invT)
