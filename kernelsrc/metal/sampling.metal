@@ -20,8 +20,8 @@
 // Launch shape. Threadgroups are 1-D of T threads, T a multiple of the SIMD-group width
 // (32 on every Apple GPU; any power of two from 8 to 64 works) and at most 1024. The
 // grid is (S, n, D) for gumbel_argmax and filtered, (1, n, D) for categorical and (S, n, 1)
-// for topn, filter_max, score and residual; threadgroup (x, y, z) works on launch row y,
-// draw z (filtered: threadgroup x == 0 only).
+// for topn, filter_max, score, residual and shard_select; threadgroup (x, y, z) works on
+// launch row y, draw z (filtered and shard_select: threadgroup x == 0 only).
 //
 // Arguments bind at the index of their ABI position (all sixteen): buffers with
 // setBuffer, row_stride (6), vocab (7) and vocab_offset (13) with setBytes. Every
@@ -48,6 +48,7 @@ using namespace metal;
 #include "filtered.metal"
 #include "score.metal"
 #include "residual.metal"
+#include "shard_select.metal"
 
 // ---------------------------------------------------------------------------------------
 // Entry points (ABI.md: buffers 0-5, 8-12, 14 and 15, row_stride at 6, vocab at 7,
@@ -69,7 +70,8 @@ using namespace metal;
 
 #define GB_THREAD_IDS gb_thread_ids{tid, tg_size.x, lane, sg, width, nsg}
 
-// Arguments 1-15 of gumbel_argmax, categorical, filter_max, filtered, score and residual.
+// Arguments 1-15 of gumbel_argmax, categorical, filter_max, filtered, score, residual and
+// shard_select.
 #define GB_SAMPLING_ARGS                                         \
     device gb_row_params* params [[buffer(1)]],                  \
     device atomic_int* tokens [[buffer(2)]],                     \
@@ -335,4 +337,27 @@ kernel void gumbel_exact_f16(device const ushort* logits [[buffer(0)]], GB_SAMPL
 kernel void gumbel_exact_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
     GB_EXACT_SCRATCH;
     gb_gumbel_exact<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+#define GB_SELECT_SCRATCH                                     \
+    threadgroup atomic_uint hist_count[GB_BINS];              \
+    threadgroup atomic_uint hist_lo[GB_BINS];                 \
+    threadgroup atomic_uint hist_hi[GB_BINS];                 \
+    threadgroup ulong scratch_u64[GB_MAX_SIMDGROUPS];         \
+    threadgroup uint scratch_u32[GB_MAX_SIMDGROUPS];          \
+    gb_select_scratch tg = {hist_count, hist_lo, hist_hi, scratch_u64, scratch_u32}
+
+kernel void shard_select_f32(device const float* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    GB_SELECT_SCRATCH;
+    gb_shard_select<GB_F32>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+kernel void shard_select_f16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    GB_SELECT_SCRATCH;
+    gb_shard_select<GB_F16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
+}
+
+kernel void shard_select_bf16(device const ushort* logits [[buffer(0)]], GB_SAMPLING_ARGS, GB_THREAD_ARGS) {
+    GB_SELECT_SCRATCH;
+    gb_shard_select<GB_BF16>(logits, GB_SAMPLING_BUFFERS, group, groups, GB_THREAD_IDS, tg);
 }

@@ -6,15 +6,16 @@
 // vector types, SIMD-group functions, barriers, atomics, precise and fast math);
 // cxx/mslemu.cpp runs every GPU thread as a fiber under a seeded random scheduler;
 // cxx/driver.cpp reads launch cases from a file (every kernel, with draws, processors
-// and records; the filtered route as filter_max then filtered on the same buffers), runs
-// them and writes back tokens (score: ranks), status, records, topn outputs, counts and
-// params, and answers probes of the kernels' building blocks (cxx/probes.inc). The
-// tests of this package translate kernelsrc.Metal (Translate), compile it with g++
-// through these files (the binary is cached under $GUMBEL_CACHE_DIR or the user cache
-// folder, keyed by every source and the compiler version) and require the Go edition's
-// tokens, status, counts and steps on random inputs, its log-probability records and
-// topn values to 1e-5 of the normaliser, and package philox's noise bit for bit. Without
-// g++ they skip.
+// and records; the filtered route as filter_max then filtered on the same buffers;
+// shard_select with its shard buffer's starting contents), runs them and writes back
+// tokens (score: ranks), status, records, topn outputs, shard keys (shard_select: the
+// whole shard buffer), counts and params, and answers probes of the kernels' building
+// blocks (cxx/probes.inc). The tests of this package translate kernelsrc.Metal
+// (Translate), compile it with g++ through these files (the binary is cached under
+// $GUMBEL_CACHE_DIR or the user cache folder, keyed by every source and the compiler
+// version) and require the Go edition's tokens, status, counts, steps and shard buffers
+// on random inputs, its log-probability records and topn values to 1e-5 of the
+// normaliser, and package philox's noise bit for bit. Without g++ they skip.
 //
 // What the emulation proves: the kernels' control flow, indexing (every buffer, every
 // threadgroup array and every fiber stack ends at a guard page; an optional buffer that

@@ -126,6 +126,10 @@ const (
 	// residual, like score, writes one slot per row. (5 is filter_max, which driver.cpp
 	// runs only as part of a filtered case.)
 	residual kernelKind = 6
+	// shardSelect writes nothing but its shard buffer (the case's shard0); its grid is
+	// (S, n, D) with D usually 1, the threadgroups past z = 0 idle. (7 is gumbel_exact,
+	// which driver.cpp runs only after a gumbel_argmax case.)
+	shardSelect kernelKind = 8
 )
 
 // launchCase is one launch: logits of outRows rows, n launch rows sampling some of them.
@@ -157,6 +161,10 @@ type launchCase struct {
 	// vocabOffset is kernel argument 13; shard passes the shard keys (argument 14).
 	vocabOffset uint32
 	shard       bool
+	// shard0, when set (with shard), is the shard buffer's contents before the launch
+	// and its length (shard_select: queries, histograms and key words); otherwise the
+	// buffer holds one key per slot, starting as 0xA5 bytes.
+	shard0 []uint64
 	// draft is argument 15, the draft probabilities; nil when no row of the launch
 	// uses them.
 	draft []float32
@@ -182,6 +190,9 @@ func (c *launchCase) numDraws() int { return max(c.draws, 1) }
 
 // keySlots is the length of the shard keys: one per slot when the case passes them.
 func (c *launchCase) keySlots() int {
+	if c.shard0 != nil {
+		return len(c.shard0)
+	}
 	if !c.shard || c.kernel == topN {
 		return 0
 	}
@@ -193,7 +204,7 @@ func (c *launchCase) slots() int {
 	switch c.kernel {
 	case topN:
 		return abi.TopNSlots(c.outRows)
-	case score, residual:
+	case score, residual, shardSelect:
 		return abi.Slots(c.outRows, 1)
 	}
 	return abi.Slots(c.outRows, c.numDraws())
@@ -241,7 +252,12 @@ func (c *launchCase) partialWords() int {
 	return 1
 }
 
-func (c *launchCase) counterWords() int { return c.launch().CountersWords(c.family()) }
+func (c *launchCase) counterWords() int {
+	if c.kernel == shardSelect {
+		return 2 // it uses none: an 8-byte buffer that it must not touch
+	}
+	return c.launch().CountersWords(c.family())
+}
 
 // family is the kernel family's name in package abi.
 func (c *launchCase) family() string {
@@ -256,6 +272,8 @@ func (c *launchCase) family() string {
 		return abi.Score
 	case residual:
 		return abi.Residual
+	case shardSelect:
+		return abi.ShardSelect
 	}
 	return abi.GumbelArgmax
 }
@@ -471,7 +489,7 @@ func pick[T any](r *rand.Rand, values ...T) T { return values[r.IntN(len(values)
 func writeCases(cases []*launchCase) []byte {
 	var b bytes.Buffer
 	le := binary.LittleEndian
-	b.WriteString("MSLEMU07")
+	b.WriteString("MSLEMU08")
 	_ = binary.Write(&b, le, uint32(len(cases)))
 	for _, c := range cases {
 		for _, v := range []uint32{uint32(c.kernel), uint32(c.dtype), uint32(c.T), uint32(c.S),
@@ -498,6 +516,8 @@ func writeCases(cases []*launchCase) []byte {
 			sk = 1
 		}
 		_ = binary.Write(&b, le, []uint32{c.vocabOffset, sk})
+		_ = binary.Write(&b, le, uint64(8*len(c.shard0)))
+		b.Write(runtime.BytesOf(c.shard0))
 		for _, extra := range [][]byte{runtime.BytesOf(c.draft), runtime.BytesOf(c.records0)} {
 			_ = binary.Write(&b, le, uint64(len(extra)))
 			b.Write(extra)
@@ -524,7 +544,7 @@ func (res result) rowParams(y int) abi.RowParams {
 // readResults decodes the driver's output.
 func readResults(t *testing.T, out []byte, cases []*launchCase) []result {
 	t.Helper()
-	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU07")), "driver output has no header")
+	require.True(t, bytes.HasPrefix(out, []byte("MSLEMU08")), "driver output has no header")
 	rd := bytes.NewReader(out[8:])
 	res := make([]result, len(cases))
 	for i, c := range cases {
@@ -572,6 +592,7 @@ func runGoEdition(t *testing.T, c *launchCase, kernels map[string]runtime.GoKern
 	for i := range res.keys {
 		res.keys[i] = 0xA5A5A5A5A5A5A5A5 // as the driver leaves them
 	}
+	copy(res.keys, c.shard0)
 	for i := range res.tokens {
 		res.tokens[i], res.status[i] = untouched, untouched
 	}

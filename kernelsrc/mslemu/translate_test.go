@@ -4,6 +4,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/gumbel-go/gumbel/kernelsrc"
+	"github.com/gumbel-go/gumbel/kernelsrc/gokernel"
 )
 
 func TestTranslate(t *testing.T) {
@@ -24,5 +27,14 @@ func TestTranslate(t *testing.T) {
 			assert.Equal(t, c.want, got)
 			assert.Equal(t, c.rewrites, n)
 		})
+	}
+}
+
+// TestMetalEditionHasEveryKernel: every kernel of the Go edition, the reference, is an
+// entry point of the Metal edition (kernelsrc.Metal) by the same name. It needs no
+// compiler, so it runs where the emulation tests skip.
+func TestMetalEditionHasEveryKernel(t *testing.T) {
+	for name := range gokernel.Kernels() {
+		assert.Contains(t, kernelsrc.Metal, "kernel void "+name+"(", "the Metal edition has no kernel %s", name)
 	}
 }

@@ -1,10 +1,11 @@
 // driver.cpp runs the emulated MSL kernels on cases read from a file and writes what
 // they produced, for mslemu_test.go.
 //
-// Input (little-endian): "MSLEMU07", u32 case count, then per case
+// Input (little-endian): "MSLEMU08", u32 case count, then per case
 //   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn, 3 filtered: filter_max over an
-//   (S, n, 1) grid, then filtered over (S, n, D), on the same buffers, 4 score and
-//   6 residual: grid.z is D, whose threadgroups past z = 0 have no work), u32 dtype
+//   (S, n, 1) grid, then filtered over (S, n, D), on the same buffers, 4 score,
+//   6 residual and 8 shard_select: grid.z is D, whose threadgroups past z = 0 have no
+//   work), u32 dtype
 //   (0 f32, 1 f16, 2 bf16), u32 T, u32 S (threadgroups per row), u32 n (RowParams
 //   records), u32 Y (launch rows, grid.y: n but for residual, one per chain), u32 D
 //   (draws, grid.z), u32 vocab, u64 row_stride, u32 rows (logits rows: outputs are
@@ -13,15 +14,19 @@
 //   the logits, n RowParams of 64 bytes, then the bias, counts, mask and bitmask buffers,
 //   each as a u64 byte count and the bytes (0 bytes: an 8-byte buffer of poison, which a
 //   kernel must not touch), then u32 vocab_offset and u32 shard (1: a buffer of shard
-//   keys, one per slot, starting as 0xA5 bytes; 0: 8 bytes of poison), then the draft
+//   keys, one per slot, starting as 0xA5 bytes; 0: 8 bytes of poison) and the shard
+//   buffer's starting contents as a u64 byte count and the bytes (0 bytes: as just said;
+//   else, with shard 1, the bytes fill it exactly: shard_select's queries, histograms and
+//   key words), then the draft
 //   probabilities (argument 15) and the logprobs buffer's starting contents (residual
 //   reads score's records from it), each as a u64 byte count and the bytes (draft: 0
 //   bytes is 8 bytes of poison; logprobs: 0 bytes starts it as below, else the bytes
 //   fill it exactly).
-// Output: "MSLEMU07", then per case, with slots = rows * D (topn: rows * 20; score and
-//   residual: rows): int32 tokens[slots], int32 status[slots] (topn: float32
-//   values[slots]), float32 logprobs[4 * slots] (none for topn), uint64 shard
-//   keys[slots] (when asked for), the counts buffer after the launch, the n RowParams
+// Output: "MSLEMU08", then per case, with slots = rows * D (topn: rows * 20; score,
+//   residual and shard_select: rows): int32 tokens[slots], int32 status[slots] (topn:
+//   float32 values[slots]), float32 logprobs[4 * slots] (none for topn), the uint64 shard
+//   buffer (keys[slots], or as many words as its given contents, when asked for), the
+//   counts buffer after the launch, the n RowParams
 //   after the launch, and a u32 count of counter words left non-zero.
 //
 // Probe input: "MSLPROBE", u32 probe, u32 count, then count inputs; the output is
@@ -114,6 +119,15 @@ void residual_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal
 void residual_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
     const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
     uint, uint, uint);
+void shard_select_f32(const float*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
+void shard_select_f16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
+void shard_select_bf16(const ushort*, gb_row_params*, metal::atomic_int*, int*, metal::atomic_uint*, metal::atomic_uint*,
+    const ulong&, const uint&, float*, const float*, uint*, const uint*, const uint*, const uint&, ulong*, const float*, uint3, uint3, uint, uint3, uint,
+    uint, uint, uint);
 void topn_f32(const float*, const gb_row_params*, int*, float*, metal::atomic_uint*, metal::atomic_uint*, const ulong&,
     const uint&, const float*, const uint*, const uint*, const uint*, uint3, uint3, uint, uint3, uint, uint, uint,
     uint);
@@ -198,7 +212,8 @@ enum : uint32_t {
     kScore = 4,
     kFilterMax = 5,
     kResidual = 6,
-    kGumbelExact = 7 // run after gumbel_argmax when a draw ends with status 5
+    kGumbelExact = 7, // run after gumbel_argmax when a draw ends with status 5
+    kShardSelect = 8
 };
 
 // GB_STATUS_EXACT (kernelsrc/abi.h): the status gumbel_exact finishes.
@@ -311,6 +326,15 @@ void thunk(void* ctx, const mslemu::ThreadIds& id) {
         break;
     case 23:
         SAMPLING_CALL(gumbel_exact_bf16, ushort);
+        break;
+    case 24:
+        SAMPLING_CALL(shard_select_f32, float);
+        break;
+    case 25:
+        SAMPLING_CALL(shard_select_f16, ushort);
+        break;
+    case 26:
+        SAMPLING_CALL(shard_select_bf16, ushort);
         break;
     default:
         die("unknown kernel or dtype");
@@ -468,10 +492,10 @@ int main(int argc, char** argv) {
         }
         return 0;
     }
-    if (std::memcmp(magic, "MSLEMU07", 8) != 0) {
+    if (std::memcmp(magic, "MSLEMU08", 8) != 0) {
         die("bad magic");
     }
-    std::fwrite("MSLEMU07", 1, 8, out);
+    std::fwrite("MSLEMU08", 1, 8, out);
     uint32_t cases = r.get<uint32_t>();
     for (uint32_t c = 0; c < cases; ++c) {
         uint32_t which = r.get<uint32_t>();
@@ -491,7 +515,7 @@ int main(int argc, char** argv) {
         uint64_t partialWords = r.get<uint64_t>();
         uint64_t counterWords = r.get<uint64_t>();
         uint64_t logitBytes = r.get<uint64_t>();
-        if ((which > kScore && which != kResidual) || dtype > 2 || T == 0 || S == 0 || n == 0 || Y == 0 || D == 0 ||
+        if ((which > kScore && which != kResidual && which != kShardSelect) || dtype > 2 || T == 0 || S == 0 || n == 0 || Y == 0 || D == 0 ||
             (which == kTopN && D != 1) || partialWords == 0 || counterWords == 0) {
             die("case " + std::to_string(c) + ": bad header");
         }
@@ -513,13 +537,19 @@ int main(int argc, char** argv) {
         }
         const uint32_t vocabOffset = r.get<uint32_t>();
         const bool wantShard = r.get<uint32_t>() != 0;
+        const uint64_t givenShardBytes = r.get<uint64_t>();
+        if (givenShardBytes % 8 != 0 || (givenShardBytes > 0 && !wantShard)) {
+            die("case " + std::to_string(c) + ": bad shard contents");
+        }
+        std::vector<unsigned char> givenShard(givenShardBytes);
+        r.bytes(givenShard.data(), givenShardBytes);
         const uint64_t draftBytes = r.get<uint64_t>();
         Guarded draft(draftBytes == 0 ? 8 : draftBytes, 0xA5);
         r.bytes(draft.data, draftBytes);
         const uint64_t givenRecordBytes = r.get<uint64_t>();
         const bool topn = which == kTopN;
-        size_t slots = topn ? size_t(rows) * 20
-                            : which == kScore || which == kResidual ? size_t(rows) : size_t(rows) * D;
+        const bool oneSlot = which == kScore || which == kResidual || which == kShardSelect;
+        size_t slots = topn ? size_t(rows) * 20 : oneSlot ? size_t(rows) : size_t(rows) * D;
         Guarded tokens(slots * 4, 0);
         Guarded status(slots * 4, 0);
         size_t records = topn ? 0 : slots * 4;
@@ -538,8 +568,11 @@ int main(int argc, char** argv) {
             }
             r.bytes(logprobs.data, givenRecordBytes);
         }
-        const size_t keys = wantShard && !topn ? slots : 0;
+        const size_t keys = givenShardBytes > 0 ? givenShardBytes / 8 : wantShard && !topn ? slots : 0;
         Guarded shard(std::max<size_t>(keys * 8, 8), 0xA5);
+        if (givenShardBytes > 0) {
+            std::memcpy(shard.data, givenShard.data(), givenShardBytes);
+        }
         Guarded partials(partialWords * 8, 0xA5);
         Guarded counters(counterWords * 4, 0);
 
