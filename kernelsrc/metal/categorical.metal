@@ -35,12 +35,17 @@ struct gb_weights {
     float cutoff;
 };
 
+// -(F ln 2 + 1), two rounded float32 operations as in every edition: below it a weight
+// is under 2^-F / e, so q = 0.
+inline float gb_weight_cutoff(uint F) {
+    const float f_ln2 = float(F) * 0.6931472f;
+    return -(f_ln2 + 1.0f);
+}
+
 // The weights of a row of vocab elements with largest processed logit m at invT.
 inline gb_weights gb_weights_of(float m, float invT, uint vocab) {
     const uint F = 63u - (32u - clz(vocab));
-    const float f_ln2 = float(F) * 0.6931472f;
-    const float cutoff = -(f_ln2 + 1.0f);
-    return gb_weights{m, invT, F, cutoff};
+    return gb_weights{m, invT, F, gb_weight_cutoff(F)};
 }
 
 inline float gb_weight(float x, gb_weights W) {

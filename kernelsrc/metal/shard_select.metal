@@ -12,21 +12,6 @@
 // adds each bin to its device word and raises the key word with plain read-modify-writes.
 // The result never depends on S; partials and counters are not touched.
 
-// -(F ln 2 + 1) for F = 0 to 62, as the Go edition rounds it (in float64, then to
-// float32): below it a weight is under 2^-F / e, so q = 0, and the weight reads as 0. The
-// float32 arithmetic of gb_weights_of is one unit lower at F = 13, 17, 21, 26, 34, 42 and
-// 52, which would let an element at exactly that value pass a min_p below 2^-F / e and be
-// counted.
-constant float GB_SELECT_CUTOFF[63] = {
-    -1.0f,        -1.6931472f, -2.3862944f, -3.0794415f, -3.7725887f, -4.465736f,  -5.158883f,  -5.8520303f,
-    -6.5451775f,  -7.2383246f, -7.931472f,  -8.624619f,  -9.317766f,  -10.010913f, -10.704061f, -11.397207f,
-    -12.090355f,  -12.783502f, -13.476649f, -14.169796f, -14.862944f, -15.55609f,  -16.249237f, -16.942385f,
-    -17.635532f,  -18.32868f,  -19.021826f, -19.714973f, -20.408121f, -21.101269f, -21.794415f, -22.487562f,
-    -23.18071f,   -23.873857f, -24.567003f, -25.26015f,  -25.953299f, -26.646446f, -27.339592f, -28.03274f,
-    -28.725887f,  -29.419035f, -30.11218f,  -30.805328f, -31.498476f, -32.191624f, -32.88477f,  -33.57792f,
-    -34.271065f,  -34.96421f,  -35.65736f,  -36.350506f, -37.04365f,  -37.7368f,   -38.429947f, -39.123096f,
-    -39.816242f,  -40.509388f, -41.202538f, -41.895683f, -42.58883f,  -43.28198f,  -43.975124f};
-
 // A launch row's query (ABI.md, "shard_select"; abi.SelectQuery), from its two words.
 struct gb_select_query {
     uint floor;   // a matching key is at least floor
@@ -98,7 +83,7 @@ inline void gb_shard_select(device const typename gb_io<KIND>::elem* logits, gb_
     device const typename gb_io<KIND>::elem* row = logits + ulong(p.row) * B.row_stride;
     const float invT = gb_recip_rn(p.temperature);
     // The weights of the whole vocabulary: its m and F, which the query carries.
-    const gb_weights W = {q.m, invT, q.F, GB_SELECT_CUTOFF[q.F]};
+    const gb_weights W = {q.m, invT, q.F, gb_weight_cutoff(q.F)};
     const bool min_p_on = q.min_p && p.min_p > 0.0f && p.min_p <= 1.0f;
     // The key bits the prefix fixes: those above the digit (none for the top digit).
     const uint high = q.shift < 24u ? 0xFFFFFFFFu << (q.shift + 8u) : 0u;

@@ -495,9 +495,9 @@ func countMatchable(x []float32, shift uint8, prefix uint32) int {
 // TestShardSelectWeightCutoff pins the weight's cutoff of each F from 0 to 62 (ABI.md,
 // "shard_select": the weight is 0 below the cutoff of the query's F), where it decides
 // whether an element passes a tiny min_p: a row per F holds the values at and beside the
-// cutoff as the Go edition computes it (-(F ln 2 + 1) in float64, then float32) and as
-// float32 arithmetic does, which is one unit lower for some F. The emulated Metal edition
-// must count the same elements.
+// cutoff as every edition computes it (-(F ln 2 + 1) in float32 arithmetic, each
+// operation rounded) and as float64 arithmetic rounded once would, one unit higher for
+// some F. The emulated Metal edition must count the same elements as the Go edition.
 func TestShardSelectWeightCutoff(t *testing.T) {
 	bin := buildDriver(t)
 	const rows = 63
@@ -540,7 +540,7 @@ func TestShardSelectWeightCutoff(t *testing.T) {
 		// Every value at or above the Go edition's cutoff, and no other, passes min_p.
 		var n uint64
 		for _, x := range vals[f] {
-			if x >= -float32(float64(f)*math.Ln2+1) {
+			if x >= -(float32(float32(f)*0.6931472) + 1) {
 				n++
 			}
 		}
