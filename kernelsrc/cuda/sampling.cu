@@ -31,6 +31,7 @@
 #include "filtered.cuh"
 #include "score.cuh"
 #include "residual.cuh"
+#include "shard_select.cuh"
 
 // Entry points (names and arguments: ABI.md).
 
@@ -41,7 +42,8 @@
         const float *draft
 #define GB_PASS logits, params, tokens, status, partials, counters, row_stride, vocab, logprobs, bias, counts, mask, bitmask
 #define GB_PASS_CAT logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts, mask, bitmask
-// Only gumbel_argmax draws vocabulary shards; the other kernels refuse FlagShard rows.
+// Only gumbel_argmax and shard_select take vocabulary shards; the other kernels refuse
+// FlagShard rows.
 #define GB_NO_SHARD (void)vocab_offset, (void)shard
 // Only residual reads draft probabilities.
 #define GB_NO_DRAFT (void)draft
@@ -207,4 +209,26 @@ extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) gumbel_exact_bf16(G
     GB_NO_SHARD;
     GB_NO_EXACT_SCRATCH;
     gb_gumbel_exact<GB_BF16>(GB_PASS_EXACT);
+}
+
+// shard_select writes only its shard argument: no tokens, statuses, records or scratch.
+#define GB_PASS_SELECT logits, params, row_stride, vocab, bias, counts, mask, bitmask, vocab_offset, shard
+#define GB_NO_SELECT_OUTPUTS (void)tokens, (void)status, (void)partials, (void)counters, (void)logprobs
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) shard_select_f32(GB_ARGS(float)) {
+    GB_NO_DRAFT;
+    GB_NO_SELECT_OUTPUTS;
+    gb_shard_select<GB_F32>(GB_PASS_SELECT);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) shard_select_f16(GB_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
+    GB_NO_SELECT_OUTPUTS;
+    gb_shard_select<GB_F16>(GB_PASS_SELECT);
+}
+
+extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) shard_select_bf16(GB_ARGS(gb_u16)) {
+    GB_NO_DRAFT;
+    GB_NO_SELECT_OUTPUTS;
+    gb_shard_select<GB_BF16>(GB_PASS_SELECT);
 }

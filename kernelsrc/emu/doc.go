@@ -20,6 +20,9 @@
 // The residual kernel (residual_test.go) verifies chains of draft tokens on the Go
 // edition's score records: every slot's token and status bit for bit, and the Go
 // edition's verdicts and draws checked against the chains decided on the host.
+// shard_select (shard_select_test.go), whose S blocks per row meet in global atomics,
+// must leave the Go edition's whole shard argument (queries, histograms, key words) word
+// for word, and the Go edition's is checked against the text of ABI.md.
 //
 // With the gpu build tag, the same workloads (plus full-size vocabularies) run on a real
 // NVIDIA GPU through the CUDA backend (gpu_test.go), and BenchmarkGPUKernelFeatures

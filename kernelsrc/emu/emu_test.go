@@ -51,11 +51,16 @@ func encodeJob(t *testing.T, ls []*launch) []byte {
 		}
 		w(lp)
 		w(uint32(l.vocabOffset))
-		sk := uint32(0)
-		if l.shard {
-			sk = 1
+		switch {
+		case l.selectWords != nil:
+			w(uint32(2))
+			w(uint32(len(l.selectWords)))
+			w(l.selectWords)
+		case l.shard:
+			w(uint32(1))
+		default:
+			w(uint32(0))
 		}
-		w(sk)
 		w(uint32(len(l.draft)))
 		w(l.draft)
 		if l.records != nil {

@@ -30,12 +30,13 @@ const (
 	kernelFiltered    = 3 // filter_max, then filtered on the same buffers
 	kernelScore       = 4
 	kernelResidual    = 5
+	kernelShardSelect = 6
 
 	dtF32  = 0
 	dtF16  = 1
 	dtBF16 = 2
 
-	jobMagic    = 0x37454247 // "GBE7"
+	jobMagic    = 0x38454247 // "GBE8"
 	paramsBytes = 64
 	untouched   = -7 // what the driver and the Go run put in every slot beforehand
 	// untouchedKey is what they put in every shard key slot beforehand.
@@ -45,7 +46,7 @@ const (
 )
 
 // kernelNames are the kernel families; the filtered route launches filter_max first.
-var kernelNames = [6]string{abi.GumbelArgmax, abi.Categorical, abi.TopN, abi.Filtered, abi.Score, abi.Residual}
+var kernelNames = [7]string{abi.GumbelArgmax, abi.Categorical, abi.TopN, abi.Filtered, abi.Score, abi.Residual, abi.ShardSelect}
 
 type rowParams = abi.RowParams
 
@@ -77,9 +78,11 @@ type launch struct {
 	bitmask  []uint32
 	logprobs bool // pass a logprobs buffer (score needs one: its records go there)
 	// vocabOffset is kernel argument 13 and shard passes the shard keys (argument 14),
-	// one per output slot; without it, 8 bytes.
+	// one per output slot; without it, 8 bytes. selectWords, when set, is what argument 14
+	// holds before a shard_select launch instead: its queries, histograms and key words.
 	vocabOffset int
 	shard       bool
+	selectWords []uint64
 	// draft is kernel argument 15, the draft probabilities residual reads (V per draft
 	// row); nil passes 8 bytes. records, when set, is what the logprobs buffer holds
 	// before the launch (residual reads score's records there), in place of untouched.
@@ -93,7 +96,7 @@ type launch struct {
 type outcome struct {
 	tokens, status []int32   // topn: status holds the values' bits; score: tokens the ranks
 	logprobs       []float32 // records, when the launch passes a logprobs buffer
-	keys           []uint64  // shard keys, when the launch passes them
+	keys           []uint64  // shard keys, when the launch passes them (shard_select: its whole shard argument)
 	counters       []uint32
 	counts         []uint32 // the counts buffer afterwards (RECORD)
 	params         []byte   // the params buffer afterwards (ADVANCE)
@@ -131,10 +134,11 @@ func (l *launch) launchRows() int {
 	return len(l.params)
 }
 
-// slotDraws is the output slots per logits row of the sampling kernels, score and
-// residual: grid.z, but one for score and residual, which draw once whatever the grid.
+// slotDraws is the output slots per logits row of the sampling kernels, score, residual
+// and shard_select: grid.z, but one for score, residual and shard_select, which draw once
+// whatever the grid.
 func (l *launch) slotDraws() int {
-	if l.kernel == kernelScore || l.kernel == kernelResidual {
+	if l.kernel == kernelScore || l.kernel == kernelResidual || l.kernel == kernelShardSelect {
 		return 1
 	}
 	return l.draws()
@@ -163,6 +167,8 @@ func (l *launch) numCounters() int {
 		return l.shape().CountersWords(abi.Score)
 	case kernelResidual:
 		return l.shape().CountersWords(abi.Residual)
+	case kernelShardSelect:
+		return l.shape().CountersWords(abi.ShardSelect)
 	}
 	return 2*n*l.draws() + n
 }
@@ -178,6 +184,8 @@ func (l *launch) numPartials() int {
 		return l.shape().PartialsWords(abi.Score)
 	case kernelResidual:
 		return l.shape().PartialsWords(abi.Residual)
+	case kernelShardSelect:
+		return l.shape().PartialsWords(abi.ShardSelect)
 	}
 	return 4 * n * l.draws() * l.gridX
 }
@@ -236,7 +244,9 @@ func (l *launch) newOutcome() outcome {
 		}
 		copy(o.logprobs, l.records)
 	}
-	if l.shard && l.kernel != kernelTopN {
+	if l.selectWords != nil {
+		o.keys = slices.Clone(l.selectWords)
+	} else if l.shard && l.kernel != kernelTopN {
 		o.keys = make([]uint64, l.outSlots())
 		for i := range o.keys {
 			o.keys[i] = untouchedKey
@@ -252,7 +262,7 @@ func runGo(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) outc
 	require.NoError(t, err)
 	n := l.launchRows()
 	o := l.newOutcome()
-	partials := make([]uint64, l.numPartials())
+	partials := make([]uint64, max(l.numPartials(), 1)) // shard_select uses none: 8 bytes
 	logits := append([]byte(nil), l.logits...)
 	params := l.paramBytes()
 	logprobs := make([]byte, 8)
@@ -264,13 +274,17 @@ func runGo(t *testing.T, dev runtime.Device, mod runtime.Module, l *launch) outc
 	if o.keys != nil {
 		keys = runtime.BytesOf(o.keys)
 	}
+	counters := runtime.BytesOf(o.counters)
+	if counters == nil {
+		counters = make([]byte, 8) // shard_select uses none
+	}
 	var a runtime.Args
 	a.Buffer(cpu.Wrap(logits)).
 		Buffer(cpu.Wrap(params)).
 		Buffer(cpu.Wrap(runtime.BytesOf(o.tokens))).
 		Buffer(cpu.Wrap(runtime.BytesOf(o.status))).
 		Buffer(cpu.Wrap(runtime.BytesOf(partials))).
-		Buffer(cpu.Wrap(runtime.BytesOf(o.counters))).
+		Buffer(cpu.Wrap(counters)).
 		U64(uint64(l.stride)).
 		U32(uint32(l.vocab)).
 		Buffer(cpu.Wrap(logprobs)).

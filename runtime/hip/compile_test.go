@@ -108,7 +108,8 @@ func TestCompileSamplingKernels(t *testing.T) {
 	for _, tc := range ciTargets {
 		t.Run(tc.target, func(t *testing.T) {
 			kernels := compileAndRead(t, kernelsrc.Sampling(), tc.target, tc.mach, tc.wave)
-			for _, base := range []string{abi.GumbelArgmax, abi.Categorical, abi.TopN, abi.FilterMax, abi.Filtered, abi.Score, abi.Residual} {
+			for _, base := range []string{abi.GumbelArgmax, abi.GumbelExact, abi.Categorical, abi.TopN, abi.FilterMax, abi.Filtered,
+				abi.Score, abi.Residual, abi.ShardSelect} {
 				for _, suffix := range abi.Suffixes {
 					assert.Contains(t, kernels, base+suffix, "kernel %s%s in the %s code object", base, suffix, tc.target)
 				}

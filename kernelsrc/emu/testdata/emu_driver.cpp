@@ -4,12 +4,12 @@
 //
 // Usage: emu_driver JOB RESULT, or emu_driver --units UNITS RESULT (see units below).
 //
-// JOB (little-endian): u32 magic "GBE7", u32 count, then per launch:
+// JOB (little-endian): u32 magic "GBE8", u32 count, then per launch:
 //   u32 kernel (0 gumbel_argmax, 1 categorical, 2 topn, 3 the filtered route: filter_max
 //   with grid (grid_x, grid_y, 1), then filtered with grid (grid_x, grid_y, grid_z), on the
 //   same buffers, 4 score: grid (grid_x, grid_y, grid_z), whose blocks with z > 0 must do
 //   nothing, and one output slot per logits row, 5 residual: as score, a launch row per
-//   chain), u32 dtype (0 f32,
+//   chain, 6 shard_select: as score, writing only its shard argument), u32 dtype (0 f32,
 //   1 f16, 2 bf16),
 //   u32 grid_x, u32 grid_y, u32 grid_z, u32 block_x, u32 warp_size, u32 vocab, u32 slack,
 //   u32 slots (logits rows), u32 nparams (RowParams records: grid_y, but residual's
@@ -20,8 +20,10 @@
 //   bias and counts: 0, or slots * vocab), f32 bias[aux], u32 counts[aux], u32 mask_words,
 //   u32 mask[mask_words], u32 bitmask_words, u32 bitmask[bitmask_words] (the token
 //   bitmasks, ceil(vocab / 32) words per mask row: kernel argument 12), u32 logprobs (1: a
-//   logprobs buffer, 0: none), u32 vocab_offset (kernel argument 13), u32 shard (1: a
-//   buffer of shard keys, one per output slot: kernel argument 14; 0: none), u32
+//   logprobs buffer, 0: none), u32 vocab_offset (kernel argument 13), u32 shard (kernel
+//   argument 14; 1: a buffer of shard keys, one per output slot, each 0xA5A5A5A5A5A5A5A5
+//   beforehand; 2: a buffer of the u32 shard_words, u64 shard[shard_words] that follow,
+//   shard_select's queries, histograms and key words; 0: none), u32
 //   draft_words, f32 draft[draft_words] (kernel argument 15), u32 records (1: the
 //   logprobs buffer starts with the f32 words[4 * output slots] that follow, the records
 //   residual reads; 0: it starts with -7 in every word).
@@ -33,7 +35,7 @@
 //   i32 status[slots * grid_z], f32 logprobs[4 * slots * grid_z] (when asked for; score
 //   and residual: slots in place of slots * grid_z, and score's tokens hold the ranks),
 //   u64 shard keys[slots *
-//   grid_z] (when asked for),
+//   grid_z] (when asked for; with shard 2, the shard_words words of the buffer),
 //   u32 counters[counters_words], u32 counts[aux], params (nparams * 64), and for the
 //   filtered route u32 path[grid_z * grid_y] (draw z of launch row y at z * grid_y + y):
 //   0 when the row's last block never asked whether its candidate list holds the kept
@@ -147,7 +149,7 @@ bool gb_topn_merge(A&&... a) {
 
 namespace {
 
-constexpr std::uint32_t kMagic = 0x37454247u; // "GBE7"
+constexpr std::uint32_t kMagic = 0x38454247u; // "GBE8"
 constexpr std::int32_t kUntouched = -7;
 
 // guarded is memory of n bytes that ends slack bytes before an inaccessible page and
@@ -309,7 +311,7 @@ int main(int argc, char** argv) {
         gb_emu_filter::list = r.get<std::uint32_t>();
         gb_emu_filter::min_cands = r.get<std::uint32_t>();
         const std::uint64_t nbytes = r.get<std::uint64_t>();
-        if (kernel > 5 || dtype > 2 || grid_x == 0 || grid_y == 0 || grid_z == 0 || slots == 0 ||
+        if (kernel > 6 || dtype > 2 || grid_x == 0 || grid_y == 0 || grid_z == 0 || slots == 0 ||
             nparams < grid_y) {
             gb_emu::fail("bad launch header");
         }
@@ -317,6 +319,7 @@ int main(int argc, char** argv) {
         const bool filtered = kernel == 3;
         const bool score = kernel == 4;
         const bool residual = kernel == 5;
+        const bool select = kernel == 6;
 
         guarded logits(nbytes, slack);
         std::memcpy(logits.as<unsigned char>(), r.take(nbytes), nbytes);
@@ -332,12 +335,18 @@ int main(int argc, char** argv) {
         auto bitmask = copy_in<gb_u32>(r, bitmask_words);
         const bool want_lp = r.get<std::uint32_t>() != 0;
         const std::uint32_t voff = r.get<std::uint32_t>();
-        const bool want_shard = r.get<std::uint32_t>() != 0;
+        const std::uint32_t shard_mode = r.get<std::uint32_t>();
+        if (shard_mode > 2) {
+            gb_emu::fail("bad shard mode");
+        }
+        const bool want_shard = shard_mode != 0;
+        const std::uint32_t shard_words = shard_mode == 2 ? r.get<std::uint32_t>() : 0u;
+        const unsigned char* shard_init = r.take(std::size_t{shard_words} * 8);
         const std::uint32_t draft_words = r.get<std::uint32_t>();
         auto draft = copy_in<float>(r, draft_words);
 
         const std::size_t outs = topn    ? std::size_t{slots} * GB_MAX_TOPN
-                                 : score || residual ? std::size_t{slots}
+                                 : score || residual || select ? std::size_t{slots}
                                          : std::size_t{slots} * grid_z;
         guarded tokens(outs * 4, 0);
         guarded status(outs * 4, 0);
@@ -357,10 +366,13 @@ int main(int argc, char** argv) {
                 logprobs.as<float>()[s] = -7.0f;
             }
         }
-        const std::size_t nkeys = want_shard ? outs : 1;
+        const std::size_t nkeys = shard_mode == 2 ? shard_words : want_shard ? outs : 1;
         guarded shard(nkeys * 8, 0);
         for (std::size_t s = 0; s < nkeys; ++s) {
             shard.as<gb_u64>()[s] = 0xA5A5A5A5A5A5A5A5ull;
+        }
+        if (shard_mode == 2) {
+            std::memcpy(shard.as<unsigned char>(), shard_init, nkeys * 8);
         }
         guarded partials(npart * 8, 0);
         std::memset(partials.as<unsigned char>(), 0xA5, npart * 8);
@@ -419,6 +431,15 @@ int main(int argc, char** argv) {
                 gb_emu::launch(fns[dtype - 1], grid, block, w, logits.as<const gb_u16>(), prm, tok, st, part, cnt,
                                static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
             }
+        } else if (select) {
+            if (dtype == 0) {
+                gb_emu::launch(sample_fn<float>(shard_select_f32), grid, block, w, logits.as<const float>(), prm, tok,
+                               st, part, cnt, static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
+            } else {
+                const sample_fn<gb_u16> fns[2] = {shard_select_f16, shard_select_bf16};
+                gb_emu::launch(fns[dtype - 1], grid, block, w, logits.as<const gb_u16>(), prm, tok, st, part, cnt,
+                               static_cast<gb_u64>(stride), vocab, lp, bs, cs, mk, bm, voff, sk, df);
+            }
         } else if (residual) {
             if (dtype == 0) {
                 gb_emu::launch(sample_fn<float>(residual_f32), grid, block, w, logits.as<const float>(), prm, tok, st,
@@ -462,7 +483,7 @@ int main(int argc, char** argv) {
                 put(out, lp, 4 * outs);
             }
             if (want_shard) {
-                put(out, sk, outs);
+                put(out, sk, nkeys);
             }
         }
         put(out, cnt, ncnt);
