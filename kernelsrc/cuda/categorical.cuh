@@ -18,15 +18,10 @@ __device__ __forceinline__ float gb_weight(float x, float m, float invT, float c
 // gb_fixed is q = uint64(w * 2^F): exact scaling, truncation.
 __device__ __forceinline__ gb_u64 gb_fixed(float w, float two_pow_f) { return __float2ull_rz(__fmul_rn(w, two_pow_f)); }
 
-// gb_weight_cutoff is -(F ln 2 + 1) for F = 63 - bitlen: weights below it have q = 0.
-// It is rounded once, as the Go edition's weightCutoff rounds it: F times ln 2's high part
-// (16 bits) and the sum with 1 are exact, so only the addition of F times the low part
-// rounds (fl(F * fl(ln 2)) + 1 would round twice and lies an ulp off for seven F up to
-// 62). The bit matters where min-p compares w itself: an element at the cutoff passes a
-// min_p below 2^-F / e in one edition and not in the other.
+// gb_weight_cutoff is -(F ln 2 + 1) for bitlen(V), two rounded float32 operations as in
+// every edition: weights below it have q = 0.
 __device__ __forceinline__ float gb_weight_cutoff(gb_u32 bitlen) {
-    const float f = (float)(63u - bitlen);
-    return -__fadd_rn(__fadd_rn(__fmul_rn(f, 0.693145751953125f), 1.0f), __fmul_rn(f, 1.42860677e-6f));
+    return -__fadd_rn(__fmul_rn((float)(63u - bitlen), 0.6931472f), 1.0f);
 }
 
 // gb_row_state is what every pass of the categorical kernel knows about its row.

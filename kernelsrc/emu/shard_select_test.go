@@ -249,8 +249,8 @@ func newShardSelect(r *rand.Rand, dt, s, v, offset int, bads []string) selectLau
 	return sl
 }
 
-// cutoffLaunch holds, for F where fl(fl(F · fl(ln 2)) + 1) is an ulp off the cutoff
-// -(F ln 2 + 1) rounded once (the Go edition's), logits right at both and an ulp either
+// cutoffLaunch holds, for F where the cutoff fl(fl(F · fl(ln 2)) + 1) of every edition
+// is an ulp off -(F ln 2 + 1) rounded once, logits right at both and an ulp either
 // side, with m = 0 and T = 1 (so d = x') and a min_p far below 2^-F / e: an element
 // matches exactly when its weight is not cut off, so the CUDA edition must cut off where
 // the Go edition does.
@@ -321,7 +321,7 @@ type selectStats struct {
 
 // selectReference applies launch row y of l to words as ABI.md's "shard_select" says
 // and returns what it saw (nothing for a bad row). The weight is 0 below the cutoff
-// -(F ln 2 + 1), rounded once to float32, which the ABI leaves to the Go edition.
+// -fl(fl(F · 0.6931472) + 1) of ABI.md "categorical" step 2.
 func selectReference(l *launch, y int, words []uint64) (st selectStats, bad bool) {
 	lay := abi.Launch{Rows: l.launchRows()}
 	p := l.params[y]
@@ -335,7 +335,7 @@ func selectReference(l *launch, y int, words []uint64) (st selectStats, bad bool
 		return st, true
 	}
 	invT := float32(1 / t)
-	cutoff := -float32(float64(q.F)*math.Ln2 + 1)
+	cutoff := -float32(float32(float32(q.F)*float32(0.6931472)) + 1)
 	twoPowF := float32(math.Ldexp(1, int(q.F)))
 	minP := q.MinP && p.MinP > 0 && p.MinP <= 1
 	for i, x := range l.processedValues(p) {
