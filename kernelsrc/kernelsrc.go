@@ -4,7 +4,7 @@
 // Every edition has the same kernel names and arguments (ABI.md; package abi defines
 // them once and generates abi.h for the C++ editions), and the same files by concern:
 // philox, reduce, lse, process, draw, gumbel_argmax, categorical, topn, filtered, score,
-// residual and the entry points.
+// residual, shard_select and the entry points.
 package kernelsrc
 
 import (
