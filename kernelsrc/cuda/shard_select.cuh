@@ -10,6 +10,11 @@
 // scan: the scan's work per element is small, so the loads in flight bound it.
 #define GB_SELECT_GROUPS 4
 
+// GB_SELECT_COPIES is the block's copies of its histogram, lane l adding to copy
+// l % GB_SELECT_COPIES: the top digit of a row of logits falls in a handful of bins, and
+// lanes of one warp adding to one shared word wait on each other.
+#define GB_SELECT_COPIES 8
+
 // gb_select_query is a row's query (abi.SelectQuery) with what the scan derives from it.
 struct gb_select_query {
     gb_u32 floor;  // a matching key is at least floor,
@@ -163,7 +168,8 @@ __device__ __forceinline__ gb_u64 gb_select_scan(const typename gb_io<KIND>::ele
             if (s.q.draw) { // before gb_hist_add, which clears the ok of repeated bins
                 gb_select_draw_group(x[i], ok, goff + g, s.invT, lo, hi, p, best, tbest);
             }
-            gb_hist_add(s_cnt, s_mass, bins, q, ok);
+            const gb_u32 copy = (gb_lane() % GB_SELECT_COPIES) * GB_SELECT_BINS;
+            gb_hist_add(s_cnt + copy, s_mass + copy, bins, q, ok);
         }
     }
     return best;
@@ -177,8 +183,8 @@ __device__ __forceinline__ void gb_shard_select(const typename gb_io<KIND>::elem
                                                 const gb_row_params* params, gb_u64 row_stride, gb_u32 vocab,
                                                 const float* bias, const gb_u32* counts, const gb_u32* mask,
                                                 const gb_u32* bitmask, gb_u32 vocab_offset, gb_u64* shard) {
-    __shared__ gb_u32 s_cnt[GB_SELECT_BINS];
-    __shared__ gb_u64 s_mass[GB_SELECT_BINS];
+    __shared__ gb_u32 s_cnt[GB_SELECT_COPIES * GB_SELECT_BINS];
+    __shared__ gb_u64 s_mass[GB_SELECT_COPIES * GB_SELECT_BINS];
     __shared__ gb_u64 s_red[GB_MAX_WARPS];
     __shared__ gb_u64 s_bcast[2];
 
@@ -212,7 +218,7 @@ __device__ __forceinline__ void gb_shard_select(const typename gb_io<KIND>::elem
     s.min_p_on = q.min_p && p.min_p > 0.0f && p.min_p <= 1.0f;
     s.min_p = p.min_p;
 
-    for (gb_u32 b = threadIdx.x; b < GB_SELECT_BINS; b += blockDim.x) {
+    for (gb_u32 b = threadIdx.x; b < GB_SELECT_COPIES * GB_SELECT_BINS; b += blockDim.x) {
         s_cnt[b] = 0u;
         s_mass[b] = 0ull;
     }
@@ -224,11 +230,17 @@ __device__ __forceinline__ void gb_shard_select(const typename gb_io<KIND>::elem
     __syncthreads();
     // Only the bins this block reached: a digit of LLM logits fills a handful of them.
     for (gb_u32 b = threadIdx.x; b < GB_SELECT_BINS; b += blockDim.x) {
-        if (s_cnt[b] != 0u) {
-            atomicAdd(&hist[b], (gb_u64)s_cnt[b]);
+        gb_u64 c = 0ull, m = 0ull;
+#pragma unroll
+        for (gb_u32 k = 0; k < GB_SELECT_COPIES; ++k) {
+            c += s_cnt[k * GB_SELECT_BINS + b];
+            m += s_mass[k * GB_SELECT_BINS + b];
         }
-        if (s_mass[b] != 0ull) {
-            atomicAdd(&hist[GB_SELECT_BINS + b], s_mass[b]);
+        if (c != 0ull) {
+            atomicAdd(&hist[b], c);
+        }
+        if (m != 0ull) {
+            atomicAdd(&hist[GB_SELECT_BINS + b], m);
         }
     }
     if (q.draw) {
