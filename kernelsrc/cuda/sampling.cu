@@ -35,6 +35,13 @@
 
 // Entry points (names and arguments: ABI.md).
 
+// GB_SELECT_THREADS is the largest block topn and filtered are compiled for. Their
+// per-thread selection state (a thread's keys, the list's ranks, the categorical
+// fallback inlined in filtered) spilled under the 64-register cap of 1024-thread blocks;
+// at 512 threads ptxas may use 128. On an H200 that made min-p 4-16% faster and top-20
+// log-probabilities 5-13% (docs/benchmark_results/filtered-h200.md).
+#define GB_SELECT_THREADS 512
+
 #define GB_ARGS(T)                                                                                   \
     const T *__restrict__ logits, gb_row_params *params, gb_i32 *tokens, gb_i32 *status, gb_u64 *partials, \
         gb_u32 *counters, gb_u64 row_stride, gb_u32 vocab, float *logprobs, const float *bias, gb_u32 *counts,  \
@@ -93,21 +100,21 @@ extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) categorical_bf16(GB
         const float *draft
 #define GB_TOPN_PASS logits, params, out_tokens, out_values, partials, counters, row_stride, vocab, bias, counts, mask, bitmask
 
-extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) topn_f32(GB_TOPN_ARGS(float)) {
+extern "C" __global__ void __launch_bounds__(GB_SELECT_THREADS) topn_f32(GB_TOPN_ARGS(float)) {
     GB_NO_DRAFT;
     (void)unused;
     GB_NO_SHARD;
     gb_topn<GB_F32>(GB_TOPN_PASS);
 }
 
-extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) topn_f16(GB_TOPN_ARGS(gb_u16)) {
+extern "C" __global__ void __launch_bounds__(GB_SELECT_THREADS) topn_f16(GB_TOPN_ARGS(gb_u16)) {
     GB_NO_DRAFT;
     (void)unused;
     GB_NO_SHARD;
     gb_topn<GB_F16>(GB_TOPN_PASS);
 }
 
-extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) topn_bf16(GB_TOPN_ARGS(gb_u16)) {
+extern "C" __global__ void __launch_bounds__(GB_SELECT_THREADS) topn_bf16(GB_TOPN_ARGS(gb_u16)) {
     GB_NO_DRAFT;
     (void)unused;
     GB_NO_SHARD;
@@ -135,19 +142,19 @@ extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filter_max_bf16(GB_
     gb_filter_max<GB_BF16>(logits, params, partials, row_stride, vocab, bias, counts, mask, bitmask);
 }
 
-extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filtered_f32(GB_ARGS(float)) {
+extern "C" __global__ void __launch_bounds__(GB_SELECT_THREADS) filtered_f32(GB_ARGS(float)) {
     GB_NO_DRAFT;
     GB_NO_SHARD;
     gb_filtered<GB_F32>(GB_PASS);
 }
 
-extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filtered_f16(GB_ARGS(gb_u16)) {
+extern "C" __global__ void __launch_bounds__(GB_SELECT_THREADS) filtered_f16(GB_ARGS(gb_u16)) {
     GB_NO_DRAFT;
     GB_NO_SHARD;
     gb_filtered<GB_F16>(GB_PASS);
 }
 
-extern "C" __global__ void __launch_bounds__(GB_MAX_THREADS) filtered_bf16(GB_ARGS(gb_u16)) {
+extern "C" __global__ void __launch_bounds__(GB_SELECT_THREADS) filtered_bf16(GB_ARGS(gb_u16)) {
     GB_NO_DRAFT;
     GB_NO_SHARD;
     gb_filtered<GB_BF16>(GB_PASS);
