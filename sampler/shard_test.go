@@ -306,8 +306,8 @@ func TestSampleShardLogprobs(t *testing.T) {
 }
 
 // TestSampleShardExactRows: a row whose scores need the exact comparison (a constant row
-// of 1e7 at T = 1) has no token on shards, on any rank, and says why; the other rows are
-// served.
+// of 1e7 at T = 1), Gumbel-max or filtered, has no token on shards, on any rank, and says
+// why; the other rows are served.
 func TestSampleShardExactRows(t *testing.T) {
 	dev := openCPU(t)
 	const vocab = 512
@@ -315,14 +315,18 @@ func TestSampleShardExactRows(t *testing.T) {
 	for i := range vocab {
 		logits[vocab+i] = 1e7
 	}
-	params := []Params{{Temperature: 1, Seed: 1, HasSeed: true}, {Temperature: 1, Seed: 2, HasSeed: true}}
+	params := []Params{{Temperature: 1, Seed: 1, HasSeed: true}, {Temperature: 1, Seed: 2, HasSeed: true},
+		{Temperature: 1, Seed: 3, HasSeed: true, TopK: 5}} // filtered: every tie is kept
+	logits = append(logits, logits[vocab:]...)
 	run := newShardRun(t, dev, []int{0, 256, vocab}, Options{})
 	res, errs := run.sample(t, dev, logits, vocab, func(int) []Params { return params })
 	for r := range res {
 		require.NoError(t, errs[r])
 		assert.NoError(t, res[r].Errs[0], "rank %d", r)
-		assert.ErrorIs(t, res[r].Errs[1], ErrShard, "rank %d", r)
-		assert.ErrorContains(t, res[r].Errs[1], "exact comparison", "rank %d", r)
+		for _, i := range []int{1, 2} {
+			assert.ErrorIs(t, res[r].Errs[i], ErrShard, "rank %d row %d", r, i)
+			assert.ErrorContains(t, res[r].Errs[i], "exact comparison", "rank %d row %d", r, i)
+		}
 	}
 	assert.Equal(t, res[0].Tokens[0], res[1].Tokens[0])
 }
