@@ -250,49 +250,62 @@ func TestGPUShardNCCLTwoRanks(t *testing.T) {
 }
 
 // BenchmarkGPUShardNCCL times one SampleShard step over two GPUs (each rank's half of
-// Qwen's vocabulary, NCCL's all-reduce of 8 bytes per row, the tokens back) beside one
-// Sample call over the whole vocabulary on one GPU, Gumbel-max rows.
+// Qwen's vocabulary, NCCL's all-reduce of 8 bytes per row, the tokens back; for filtered
+// rows the selection rounds, 4 KB per row each) beside one Sample call over the whole
+// vocabulary on one GPU, Gumbel-max rows and top-k 50 + top-p 0.9 rows.
 func BenchmarkGPUShardNCCL(b *testing.B) {
 	devs, comms := ncclRanks(b)
-	const half = qwenVocab / 2
 	for _, rows := range []int{1, 8, 64} {
 		logits := bench.LLMLogits(rows, qwenVocab, 24)
-		params := make([]sampler.Params, rows)
-		for i := range params {
-			params[i] = sampler.Params{Temperature: 0.8, RequestID: uint64(i + 1)}
+		for _, filtered := range []bool{false, true} {
+			params := make([]sampler.Params, rows)
+			name := "gumbel"
+			for i := range params {
+				params[i] = sampler.Params{Temperature: 0.8, RequestID: uint64(i + 1)}
+				if filtered {
+					params[i].TopK, params[i].TopP, name = 50, 0.9, "topk50-topp0.9"
+				}
+			}
+			benchShardNCCL(b, devs, comms, logits, rows, name, params)
 		}
-		b.Run(fmt.Sprintf("whole/batch=%d", rows), func(b *testing.B) {
-			s := gpuSampler(b, devs[0], sampler.Options{Seed: 9})
-			lg := sampler.Logits{Data: uploadTo(b, devs[0], logits), DType: sampler.Float32, Rows: rows, Vocab: qwenVocab}
-			var res sampler.Result
-			for b.Loop() {
-				if err := s.Sample(lg, params, &res); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		b.Run(fmt.Sprintf("nccl-2/batch=%d", rows), func(b *testing.B) {
-			var lgs [2]sampler.Logits
-			var ss [2]*sampler.Sampler
-			for r := range 2 {
-				part := columns(logits, qwenVocab, r*half, (r+1)*half)
-				lgs[r] = sampler.Logits{Data: uploadTo(b, devs[r], part), DType: sampler.Float32, Rows: rows, Vocab: half}
-				ss[r] = gpuSampler(b, devs[r], sampler.Options{Seed: 9})
-			}
-			var res [2]sampler.Result
-			var errs [2]error
-			for b.Loop() {
-				var wg sync.WaitGroup
-				for r := range 2 {
-					wg.Go(func() {
-						errs[r] = ss[r].SampleShard(lgs[r], params, sampler.Shard{Offset: r * half, Global: qwenVocab, Comm: comms[r]}, &res[r])
-					})
-				}
-				wg.Wait()
-				if errs[0] != nil || errs[1] != nil {
-					b.Fatal(errs[0], errs[1])
-				}
-			}
-		})
 	}
+}
+
+// benchShardNCCL is BenchmarkGPUShardNCCL for one batch of params.
+func benchShardNCCL(b *testing.B, devs []runtime.Device, comms []collective.Comm, logits []float32, rows int, name string,
+	params []sampler.Params) {
+	const half = qwenVocab / 2
+	b.Run(fmt.Sprintf("%s/whole/batch=%d", name, rows), func(b *testing.B) {
+		s := gpuSampler(b, devs[0], sampler.Options{Seed: 9})
+		lg := sampler.Logits{Data: uploadTo(b, devs[0], logits), DType: sampler.Float32, Rows: rows, Vocab: qwenVocab}
+		var res sampler.Result
+		for b.Loop() {
+			if err := s.Sample(lg, params, &res); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run(fmt.Sprintf("%s/nccl-2/batch=%d", name, rows), func(b *testing.B) {
+		var lgs [2]sampler.Logits
+		var ss [2]*sampler.Sampler
+		for r := range 2 {
+			part := columns(logits, qwenVocab, r*half, (r+1)*half)
+			lgs[r] = sampler.Logits{Data: uploadTo(b, devs[r], part), DType: sampler.Float32, Rows: rows, Vocab: half}
+			ss[r] = gpuSampler(b, devs[r], sampler.Options{Seed: 9})
+		}
+		var res [2]sampler.Result
+		var errs [2]error
+		for b.Loop() {
+			var wg sync.WaitGroup
+			for r := range 2 {
+				wg.Go(func() {
+					errs[r] = ss[r].SampleShard(lgs[r], params, sampler.Shard{Offset: r * half, Global: qwenVocab, Comm: comms[r]}, &res[r])
+				})
+			}
+			wg.Wait()
+			if errs[0] != nil || errs[1] != nil {
+				b.Fatal(errs[0], errs[1])
+			}
+		}
+	})
 }
