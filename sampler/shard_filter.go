@@ -163,6 +163,7 @@ func (s *Sampler) shardFilter(pl *plan, params []Params, keys []byte, res *Resul
 		return nil
 	}
 	f := uint8(63 - bits.Len32(uint32(sh.Global)))
+	s.dirty = true // until the rounds are done: a failed one leaves work queued
 	for {
 		n, err := s.selectRound(pl, params, f)
 		if err != nil {
@@ -172,6 +173,7 @@ func (s *Sampler) shardFilter(pl *plan, params []Params, keys []byte, res *Resul
 			break
 		}
 	}
+	s.dirty = false
 	for _, r := range s.selRows {
 		tok, st := abi.ShardResult(r.key)
 		if st == abi.StatusOK && inexactKey(r.key) {
