@@ -3,7 +3,9 @@ package sampler_test
 import (
 	"fmt"
 	"log"
+	"sync"
 
+	"github.com/gumbel-go/gumbel/collective"
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/runtime/cpu"
 	"github.com/gumbel-go/gumbel/sampler"
@@ -358,4 +360,79 @@ func ExampleSampler_VerifyTree() {
 	fmt.Printf("accepted nodes %v, emits %v\n", res.Nodes[0], res.Tokens[0])
 	// Output:
 	// accepted nodes [1 2], emits [3 1 2]
+}
+
+// Vocabulary-parallel sampling: two ranks each hold half of a vocabulary of eight tokens
+// (as a tensor-parallel LM head leaves them), sample their shard with the same params,
+// and merge through a communicator (here the in-process one; collective/nccl across
+// GPUs). Every rank gets the token Sample gives over the whole vocabulary, filtered rows
+// included.
+func ExampleSampler_SampleShard() {
+	dev, err := cpu.Open()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer dev.Close()
+	const vocab, half = 8, 4
+	logits := []float32{
+		-2, 4, 3.5, 0, 1, 3.9, -1, 2, // top-k 3 + top-p 0.9 keeps tokens among 1, 2 and 5
+		0.5, 0, 1, 0.2, 3, -1, 2.5, 0.1, // greedy: token 4, in rank 1's half
+	}
+	params := []sampler.Params{
+		{Temperature: 0.8, TopK: 3, TopP: 0.9, RequestID: 7, Step: 3},
+		{Temperature: 0},
+	}
+	whole, err := sampler.New(dev, sampler.Options{Seed: 2024})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer whole.Close()
+	var want sampler.Result
+	if err := whole.SampleFloat32(logits, vocab, params, &want); err != nil {
+		log.Fatal(err)
+	}
+
+	comms, err := collective.NewLocal(2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	res := make([]sampler.Result, len(comms))
+	var wg sync.WaitGroup
+	for rank, c := range comms {
+		// Rank r's columns of every row, in its own device buffer.
+		var part []float32
+		for row := range 2 {
+			part = append(part, logits[row*vocab+rank*half:row*vocab+(rank+1)*half]...)
+		}
+		buf, err := dev.Alloc(4 * len(part))
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer buf.Free()
+		if err := dev.DefaultStream().CopyToDevice(buf, 0, runtime.BytesOf(part)); err != nil {
+			log.Fatal(err)
+		}
+		s, err := sampler.New(dev, sampler.Options{Seed: 2024}) // the same seed on every rank
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer s.Close()
+		wg.Go(func() {
+			defer c.Close()
+			lg := sampler.Logits{Data: buf, DType: sampler.Float32, Rows: 2, Vocab: half}
+			sh := sampler.Shard{Offset: rank * half, Global: vocab, Comm: c}
+			if err := s.SampleShard(lg, params, sh, &res[rank]); err != nil {
+				log.Fatal(err)
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Println("whole vocabulary:", want.Tokens)
+	for rank := range res {
+		fmt.Printf("rank %d: %v %v\n", rank, res[rank].Tokens, res[rank].Errs)
+	}
+	// Output:
+	// whole vocabulary: [1 4]
+	// rank 0: [1 4] [<nil> <nil>]
+	// rank 1: [1 4] [<nil> <nil>]
 }
