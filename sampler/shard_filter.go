@@ -60,7 +60,7 @@ func (r *shardSelectRow) query(f uint8) abi.SelectQuery {
 func (r *shardSelectRow) advance(counts, masses []uint64, key uint64) {
 	switch r.phase {
 	case selectTopK:
-		d := selectDigit(counts, counts, r.topK, &r.above)
+		d := abi.SelectDigit(counts, counts, r.topK, &r.above)
 		low := r.prefix | d<<r.shift
 		// The bin holds exactly the elements still needed: its lowest key keeps the
 		// same elements as Kk does.
@@ -80,7 +80,7 @@ func (r *shardSelectRow) advance(counts, masses []uint64, key uint64) {
 			hi, lo := bits.Mul64(z, p)
 			r.target, r.zKnown = hi<<32|lo>>32, true
 		}
-		d := selectDigit(counts, masses, r.target, &r.above)
+		d := abi.SelectDigit(counts, masses, r.target, &r.above)
 		low := r.prefix | d<<r.shift
 		// A bin of one element holds Kp itself.
 		if r.shift == 0 || counts[d] == 1 {
@@ -107,25 +107,6 @@ func (r *shardSelectRow) next() {
 	}
 }
 
-// selectDigit is one digit of the radix selection of ABI.md "categorical" (steps 3 and
-// 5), as the kernels choose it: the highest non-empty bin at which the mass from the
-// top, *above included, reaches target (the lowest non-empty bin when none does), adding
-// the mass of the bins above it to *above.
-func selectDigit(counts, masses []uint64, target uint64, above *uint64) uint32 {
-	chosen := 0
-	for d := abi.SelectBins - 1; d >= 0; d-- {
-		if counts[d] == 0 {
-			continue
-		}
-		chosen = d
-		if *above+masses[d] >= target {
-			break
-		}
-		*above += masses[d]
-	}
-	return uint32(chosen)
-}
-
 // shardFilter draws the filtered rows of a SampleShard call, whose first pass drew them
 // greedily so that their merged keys hold each row's largest processed logit: rounds of
 // shard_select find top-k's and top-p's thresholds digit by digit from histograms
@@ -141,7 +122,7 @@ func (s *Sampler) shardFilter(pl *plan, params []Params, keys []byte, res *Resul
 			continue
 		}
 		key := binary.LittleEndian.Uint64(keys[8*i:])
-		r := shardSelectRow{row: i, m: orderKeyValue(uint32(key >> 32)), shift: 24, phase: selectDraw}
+		r := shardSelectRow{row: i, m: abi.OrderKeyValue(uint32(key >> 32)), shift: 24, phase: selectDraw}
 		if topKOn(p.TopK, sh.Global) {
 			r.topK, r.phase = uint64(p.TopK), selectTopK
 		}
@@ -176,7 +157,7 @@ func (s *Sampler) shardFilter(pl *plan, params []Params, keys []byte, res *Resul
 	s.dirty = false
 	for _, r := range s.selRows {
 		tok, st := abi.ShardResult(r.key)
-		if st == abi.StatusOK && inexactKey(r.key) {
+		if st == abi.StatusOK && abi.Inexact(r.key) {
 			st = abi.StatusExact
 		}
 		token, err := rowResult(r.row, tok, uint32(st), sh.Global)
@@ -311,19 +292,4 @@ type keptLaw struct {
 	on      bool
 	m, invT float32
 	logKept float64 // ln(S_kept·2^-F)
-}
-
-// orderKeyValue is the float32 whose order key is k (abi.OrderKey inverted; -0 comes
-// back as +0, which weighs alike).
-func orderKeyValue(k uint32) float32 {
-	if k>>31 != 0 {
-		return math.Float32frombits(k &^ 0x80000000)
-	}
-	return math.Float32frombits(^k)
-}
-
-// inexactKey reports whether a merged winner's score reaches abi.ExactLimit in
-// magnitude, where only the exact comparison over the whole row can draw.
-func inexactKey(key uint64) bool {
-	return !(math.Abs(float64(orderKeyValue(uint32(key>>32)))) < float64(abi.ExactLimit))
 }

@@ -319,6 +319,41 @@ func OrderKey(f float32) uint32 {
 	return b | 0x80000000
 }
 
+// OrderKeyValue is the float32 whose order key is k (OrderKey inverted; -0 comes back as
+// +0, which compares equal).
+func OrderKeyValue(k uint32) float32 {
+	if k>>31 != 0 {
+		return math.Float32frombits(k &^ 0x80000000)
+	}
+	return math.Float32frombits(^k)
+}
+
+// Inexact reports whether a packed key's score has at least ExactLimit in magnitude,
+// where a float32 score may no longer hold the noise (ABI.md, "Exact scores").
+func Inexact(key uint64) bool {
+	return !(math.Abs(float64(OrderKeyValue(uint32(key>>32)))) < float64(ExactLimit))
+}
+
+// SelectDigit chooses one 8-bit digit of the radix selections of ABI.md "categorical"
+// (steps 3 and 5) from a level's histogram of SelectBins counts and masses: the highest
+// non-empty bin at which the mass from the top, *above included, reaches target (the
+// lowest non-empty bin when none does), adding the mass of the bins above it to *above.
+// With counts as masses it selects by count (top-k).
+func SelectDigit(counts, masses []uint64, target uint64, above *uint64) uint32 {
+	chosen := 0
+	for d := SelectBins - 1; d >= 0; d-- {
+		if counts[d] == 0 {
+			continue
+		}
+		chosen = d
+		if *above+masses[d] >= target {
+			break
+		}
+		*above += masses[d]
+	}
+	return uint32(chosen)
+}
+
 // Pack is the packed (score, index) key of ABI.md: the largest packed value is the
 // largest score, ties to the lowest index.
 func Pack(score float32, index uint32) uint64 {

@@ -150,3 +150,47 @@ func TestShardKeys(t *testing.T) {
 	assert.Greater(t, ShardKey(0, StatusNonFinite), ShardKey(^uint64(0)>>1, StatusOK))
 	assert.Greater(t, ShardKey(1, StatusOK), ShardKey(ok, StatusNoFinite))
 }
+
+func TestOrderKeyValueInvertsOrderKey(t *testing.T) {
+	for _, f := range []float32{0, 1, -1, 3.4e38, -3.4e38, 1e-45, -1e-45, float32(math.Inf(1)), float32(math.Inf(-1))} {
+		assert.Equal(t, f, OrderKeyValue(OrderKey(f)), "%v", f)
+	}
+	assert.Equal(t, float32(0), OrderKeyValue(OrderKey(float32(math.Copysign(0, -1)))), "-0 comes back as +0")
+	assert.True(t, math.Signbit(float64(OrderKeyValue(OrderKey(-1)))))
+}
+
+func TestInexact(t *testing.T) {
+	for _, tt := range []struct {
+		score float32
+		want  bool
+	}{{0, false}, {4031.9, false}, {-4031.9, false}, {ExactLimit, true}, {-ExactLimit, true},
+		{float32(math.Inf(-1)), true}, {float32(math.NaN()), true}} {
+		assert.Equal(t, tt.want, Inexact(Pack(tt.score, 7)), "%v", tt.score)
+	}
+}
+
+// TestSelectDigit: the digit is the highest non-empty bin whose mass from the top reaches
+// the target, empty bins skipped, and what lies above it is added up.
+func TestSelectDigit(t *testing.T) {
+	counts, masses := make([]uint64, SelectBins), make([]uint64, SelectBins)
+	counts[200], masses[200] = 3, 30
+	counts[150], masses[150] = 1, 0 // present, but no mass: never decides a mass target
+	counts[100], masses[100] = 5, 50
+	for _, tt := range []struct {
+		target, above, wantAbove uint64
+		want                     uint32
+	}{
+		{target: 10, want: 200, wantAbove: 0},
+		{target: 30, want: 200, wantAbove: 0},
+		{target: 31, want: 100, wantAbove: 30},
+		{target: 80, want: 100, wantAbove: 30},
+		{target: 81, want: 100, wantAbove: 80}, // beyond the total: the lowest non-empty bin
+		{target: 40, above: 15, want: 200, wantAbove: 15},
+	} {
+		above := tt.above
+		assert.Equal(t, tt.want, SelectDigit(counts, masses, tt.target, &above), "target %d", tt.target)
+		assert.Equal(t, tt.wantAbove, above, "target %d", tt.target)
+	}
+	above := uint64(0)
+	assert.Equal(t, uint32(150), SelectDigit(counts, counts, 4, &above), "by count: the 4th largest is in bin 150")
+}

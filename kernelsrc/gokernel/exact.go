@@ -104,7 +104,7 @@ func cmp32(a, b float32) int {
 
 // inexact reports a packed key whose score reaches ExactLimit in magnitude, where a
 // float32 score may no longer hold the noise: the key's draw needs the exact comparison.
-func inexact(key uint64) bool { return !(abs32(orderKeyInverse(uint32(key>>32))) < abi.ExactLimit) }
+func inexact(key uint64) bool { return abi.Inexact(key) }
 
 func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
 

@@ -1,21 +1,14 @@
 package gokernel
 
 import (
-	"math"
-
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 )
 
 // orderKey is abi.OrderKey: the order-preserving key of a float32.
 func orderKey(f float32) uint32 { return abi.OrderKey(f) }
 
-// orderKeyInverse inverts orderKey.
-func orderKeyInverse(k uint32) float32 {
-	if k>>31 != 0 {
-		return math.Float32frombits(k &^ 0x80000000)
-	}
-	return math.Float32frombits(^k)
-}
+// orderKeyInverse is abi.OrderKeyValue: the float32 of an order key.
+func orderKeyInverse(k uint32) float32 { return abi.OrderKeyValue(k) }
 
 // pack is abi.Pack: the packed (score, index) partial.
 func pack(score float32, index int) uint64 { return abi.Pack(score, uint32(index)) }
@@ -32,17 +25,14 @@ func radixSelect(keys []uint32, weights []uint64, target uint64, tmpK []uint32, 
 	var prefix, mask uint32
 	var above uint64 // mass of the keys above the current prefix's range
 	for shift := 24; shift >= 0; shift -= 8 {
-		var count [256]uint32
-		var mass [256]uint64
+		var count, mass [abi.SelectBins]uint64
 		if weights == nil {
 			for _, k := range keys {
 				if k&mask == prefix {
 					count[k>>shift&0xff]++
 				}
 			}
-			for d, c := range count {
-				mass[d] = uint64(c)
-			}
+			mass = count
 		} else {
 			for j, k := range keys {
 				if k&mask == prefix {
@@ -52,7 +42,7 @@ func radixSelect(keys []uint32, weights []uint64, target uint64, tmpK []uint32, 
 				}
 			}
 		}
-		prefix |= selectBin(&count, &mass, target, &above) << shift
+		prefix |= abi.SelectDigit(count[:], mass[:], target, &above) << shift
 		mask |= 0xff << shift
 		if shift == 24 {
 			// Later digits look only at the chosen bin: move it aside once.
@@ -73,22 +63,4 @@ func radixSelect(keys []uint32, weights []uint64, target uint64, tmpK []uint32, 
 		}
 	}
 	return prefix
-}
-
-// selectBin picks one digit of radixSelect: the highest non-empty bin at which the mass
-// from the top, *above included, reaches target (the lowest non-empty bin when none
-// does), adding the mass of the bins above it to *above.
-func selectBin(count *[256]uint32, mass *[256]uint64, target uint64, above *uint64) uint32 {
-	chosen := -1
-	for d := 255; d >= 0; d-- {
-		if count[d] == 0 {
-			continue
-		}
-		chosen = d
-		if *above+mass[d] >= target {
-			break
-		}
-		*above += mass[d]
-	}
-	return uint32(chosen)
 }
