@@ -209,11 +209,7 @@ __device__ __forceinline__ bool gb_topn_merge_blocks(gb_u32 N, gb_u32& seen, gb_
     gb_u32 have = 0u;
     gb_u64 cap = GB_TOPN_ALL;
     for (;;) {
-        gb_u64 lst[GB_TOPN_THREAD];
-#pragma unroll
-        for (int j = 0; j < GB_TOPN_THREAD; ++j) {
-            lst[j] = 0ull;
-        }
+        gb_u64 lst[GB_TOPN_THREAD] = {};
         gb_u64 thr = 0ull;
         const gb_u32 at = gb_topn_at<GB_TOPN_THREAD>(N - have);
         for (gb_u32 i = threadIdx.x; i < nblocks * GB_MAX_TOPN; i += blockDim.x) {
@@ -396,11 +392,7 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     gb_u32 have = 0u;
     gb_u64 cap = GB_TOPN_ALL;
     for (;;) {
-        gb_u64 lst[GB_TOPN_THREAD];
-#pragma unroll
-        for (int j = 0; j < GB_TOPN_THREAD; ++j) {
-            lst[j] = 0ull;
-        }
+        gb_u64 lst[GB_TOPN_THREAD] = {};
         gb_u64 thr = 0ull;
         gb_u32 pseen = 0u;
         gb_lse plse;
