@@ -143,7 +143,8 @@ func BenchmarkGPUVerifyChainProbs(b *testing.B) {
 }
 
 // benchSampleRows times one Sample call over the first rows rows of lg at temperature
-// 0.8, each row its own seed: the Gumbel step a verification call is measured against.
+// 0.8, each row its own seed: the plain Gumbel step over the rows a verification call
+// covers, which the verification benchmarks report beside it.
 func benchSampleRows(b *testing.B, dev runtime.Device, s *sampler.Sampler, lg sampler.Logits, rows int, cfg bench.Config) {
 	ps := make([]sampler.Params, rows)
 	for j := range ps {

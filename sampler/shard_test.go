@@ -85,18 +85,7 @@ func (run *shardRun) sample(t *testing.T, dev runtime.Device, logits []float32, 
 func TestSampleShardMatchesWholeVocabulary(t *testing.T) {
 	dev := openCPU(t)
 	const vocab, rows = 4099, 9
-	tests := []struct {
-		name     string
-		bounds   []int
-		opts     Options
-		onDevice bool
-	}{
-		{"one shard", []int{0, vocab}, Options{}, false},
-		{"two even", []int{0, 2048, vocab}, Options{}, false},
-		{"three uneven", []int{0, 4, 3000, vocab}, Options{}, false},
-		{"four, split blocks", []int{0, 1024, 2048, 3072, vocab}, Options{Policy: &forcedSplit}, false},
-		{"two, merged on the device", []int{0, 2048, vocab}, Options{}, true},
-	}
+	tests := shardSplits(vocab)
 	rng := rand.New(rand.NewPCG(41, 41))
 	logits := randomLogits(rng, rows, vocab, 3)
 	// Row 7 has finite logits only in the last 100 tokens; row 8 is flat (ties across
@@ -148,6 +137,28 @@ func TestSampleShardMatchesWholeVocabulary(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// shardSplit is one way to split a vocabulary across ranks in the shard tests.
+type shardSplit struct {
+	name     string
+	bounds   []int // rank r holds tokens [bounds[r], bounds[r+1])
+	opts     Options
+	onDevice bool // merged through the device buffers, as with NCCL
+}
+
+// shardSplits are the splits the shard tests try for a vocabulary of vocab tokens: one
+// shard, uneven halves, three with a 4-token shard, quarters with several blocks per
+// row, and halves merged through the device.
+func shardSplits(vocab int) []shardSplit {
+	at := func(num, den int) int { return vocab * num / den &^ 3 }
+	return []shardSplit{
+		{"one shard", []int{0, vocab}, Options{}, false},
+		{"two uneven", []int{0, at(2, 5), vocab}, Options{}, false},
+		{"three, a tiny one", []int{0, 4, at(4, 7), vocab}, Options{}, false},
+		{"four, split blocks", []int{0, at(1, 4), at(2, 4), at(3, 4), vocab}, Options{Policy: &forcedSplit}, false},
+		{"two, merged on the device", []int{0, at(1, 2), vocab}, Options{}, true},
 	}
 }
 
@@ -429,18 +440,7 @@ func TestSampleShardFilteredMatchesWholeVocabulary(t *testing.T) {
 		params[i].Seed, params[i].HasSeed, params[i].Logprobs = uint64(300+i), true, i%2 == 0
 	}
 	whole := newSampler(t, dev, Options{})
-	tests := []struct {
-		name     string
-		bounds   []int
-		opts     Options
-		onDevice bool
-	}{
-		{"one shard", []int{0, vocab}, Options{}, false},
-		{"two uneven", []int{0, 1200, vocab}, Options{}, false},
-		{"three, a tiny one", []int{0, 4, 1700, vocab}, Options{}, false},
-		{"four, split blocks", []int{0, 800, 1600, 2400, vocab}, Options{Policy: &forcedSplit}, false},
-		{"two, merged on the device", []int{0, 1600, vocab}, Options{}, true},
-	}
+	tests := shardSplits(vocab)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			run := newShardRun(t, dev, tc.bounds, tc.opts)
