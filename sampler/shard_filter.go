@@ -34,8 +34,7 @@ type shardSelectRow struct {
 	prefix uint32
 	shift  uint8
 	above  uint64 // count (top-k) or mass (top-p) of the keys above the prefix's range
-	target uint64 // top-p's target mass, once Z is known
-	zKnown bool
+	target uint64 // top-p's target mass, from its first round's histogram
 	kk, kp uint32
 	// key is the merged winner of the draw and kept S_kept, the kept set's fixed-point
 	// mass, for the record.
@@ -71,14 +70,12 @@ func (r *shardSelectRow) advance(counts, masses []uint64, key uint64) {
 		}
 		r.prefix, r.shift = low, r.shift-8
 	case selectTopP:
-		if !r.zKnown {
+		if r.shift == 24 { // the first round: its masses add up to Z, top-k's set's
 			var z uint64
 			for _, q := range masses {
 				z += q
 			}
-			p := uint64(uint32(r.topP * 0x1p32))
-			hi, lo := bits.Mul64(z, p)
-			r.target, r.zKnown = hi<<32|lo>>32, true
+			r.target = abi.TopPTarget(z, r.topP)
 		}
 		d := abi.SelectDigit(counts, masses, r.target, &r.above)
 		low := r.prefix | d<<r.shift

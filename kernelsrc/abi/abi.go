@@ -15,6 +15,7 @@ package abi
 
 import (
 	"math"
+	"math/bits"
 
 	"github.com/gumbel-go/gumbel/philox"
 )
@@ -332,6 +333,13 @@ func OrderKeyValue(k uint32) float32 {
 // where a float32 score may no longer hold the noise (ABI.md, "Exact scores").
 func Inexact(key uint64) bool {
 	return !(math.Abs(float64(OrderKeyValue(uint32(key>>32)))) < float64(ExactLimit))
+}
+
+// TopPTarget is top-p's target mass of ABI.md "categorical" step 5 for a kept mass z:
+// (z·P) >> 32 with P = uint32(topP·2^32), from the 128-bit product.
+func TopPTarget(z uint64, topP float32) uint64 {
+	hi, lo := bits.Mul64(z, uint64(uint32(topP*0x1p32)))
+	return hi<<32 | lo>>32
 }
 
 // SelectDigit chooses one 8-bit digit of the radix selections of ABI.md "categorical"

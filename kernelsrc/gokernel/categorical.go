@@ -212,10 +212,7 @@ func topKThreshold(keys []uint32, k uint32, tmp []uint32) uint32 {
 // key ≥ t reaches the share topP of the mass z. tmpK and tmpQ must hold len(keys)
 // entries.
 func topPThreshold(keys []uint32, q []uint64, z uint64, topP float32, tmpK []uint32, tmpQ []uint64) uint32 {
-	P := uint64(uint32(topP * 0x1p32))
-	hi, lo := bits.Mul64(z, P)
-	target := hi<<32 | lo>>32 // (z·P) >> 32
-	return radixSelect(keys, q, target, tmpK, tmpQ)
+	return radixSelect(keys, q, abi.TopPTarget(z, topP), tmpK, tmpQ)
 }
 
 // keptSet is a filtered row after steps 2 to 7 of the categorical kernel: the active set
@@ -747,9 +744,7 @@ func heapDown(h []uint32) {
 // the target, which is radixSelect's answer (the largest key whose mass over keys ≥ it
 // reaches the target). order is scratch.
 func topPSorted(keys []uint32, w []float32, twoPowF float32, z uint64, topP float32, order *[]uint32) uint32 {
-	P := uint64(uint32(topP * 0x1p32))
-	hi, lo := bits.Mul64(z, P)
-	target := hi<<32 | lo>>32 // (z·P) >> 32
+	target := abi.TopPTarget(z, topP)
 	o := grow(*order, len(keys))
 	for j := range o {
 		o[j] = uint32(j)
