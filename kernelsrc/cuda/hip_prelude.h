@@ -48,3 +48,10 @@ __device__ __forceinline__ float gb_log_fast(float x) { return logf(x); }
 // HIP's ballot has a bit per lane of the wavefront: 64 bits (the CUDA edition scans it with
 // __ffsll).
 #define __ballot_sync(mask, pred) __ballot(pred)
+// A wavefront runs its lanes together; __syncwarp orders their shared-memory accesses
+// (a wavefront fence) and keeps the compiler from moving them across it.
+#define __syncwarp(...)                                                                  \
+    do {                                                                                 \
+        __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "wavefront");                           \
+        __builtin_amdgcn_wave_barrier();                                                 \
+    } while (0)

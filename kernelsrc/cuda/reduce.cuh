@@ -351,6 +351,62 @@ __device__ __forceinline__ gb_u64 gb_block_max_u64_all(gb_u64 v, gb_u64* s_red, 
     return best;
 }
 
+// gb_shfl_xor_u64 is a 64-bit __shfl_xor_sync.
+__device__ __forceinline__ gb_u64 gb_shfl_xor_u64(gb_u64 v, gb_u32 m) {
+    const gb_u32 lo = __shfl_xor_sync(0xFFFFFFFFu, (gb_u32)v, m);
+    const gb_u32 hi = __shfl_xor_sync(0xFFFFFFFFu, (gb_u32)(v >> 32), m);
+    return ((gb_u64)hi << 32) | lo;
+}
+
+// gb_shfl_u64 is a 64-bit __shfl_sync from lane src.
+__device__ __forceinline__ gb_u64 gb_shfl_u64(gb_u64 v, gb_u32 src) {
+    const gb_u32 lo = __shfl_sync(0xFFFFFFFFu, (gb_u32)v, src);
+    const gb_u32 hi = __shfl_sync(0xFFFFFFFFu, (gb_u32)(v >> 32), src);
+    return ((gb_u64)hi << 32) | lo;
+}
+
+// gb_warp_sort2 sorts the warp's 2W keys into descending order, W the warp size: lane l
+// holds key l in a and key l + W in b, before and after. A bitonic network: the steps of
+// stride W compare within a lane, the others across lanes by shuffles.
+__device__ __forceinline__ void gb_warp_sort2(gb_u64& a, gb_u64& b) {
+    const gb_u32 lane = gb_lane();
+    const gb_u32 w = GB_WARP_SIZE;
+#pragma unroll
+    for (gb_u32 k = 2u; k <= 2u * w; k <<= 1) {
+#pragma unroll
+        for (gb_u32 j = k >> 1; j > 0u; j >>= 1) {
+            if (j == w) { // k = 2W: one descending run, a is the lower of each pair
+                const gb_u64 hi = gb_max_u64(a, b);
+                b = a ^ b ^ hi;
+                a = hi;
+                continue;
+            }
+            // Key i keeps the larger of the pair (i, i ^ j) when i is the lower index of
+            // a descending run (i & k == 0) or the upper of an ascending one.
+            const gb_u64 pa = gb_shfl_xor_u64(a, j), pb = gb_shfl_xor_u64(b, j);
+            const bool lower = (lane & j) == 0u;
+            const bool big_a = lower == ((lane & k) == 0u);
+            const bool big_b = lower == (((lane + w) & k) == 0u);
+            a = big_a == (pa > a) ? pa : a;
+            b = big_b == (pb > b) ? pb : b;
+        }
+    }
+}
+
+// gb_count_above returns how many of the n keys of a descending list (0 = empty, at the
+// end) exceed key: a binary search, n a power of two.
+template <gb_u32 N>
+__device__ __forceinline__ gb_u32 gb_count_above(const gb_u64* list, gb_u64 key) {
+    gb_u32 c = 0u;
+#pragma unroll
+    for (gb_u32 step = N; step > 0u; step >>= 1) {
+        if (c + step <= N && list[c + step - 1u] > key) {
+            c += step;
+        }
+    }
+    return c;
+}
+
 // gb_warp_take moves the warp's `take` largest keys of its lanes' lists (L keys each,
 // largest first, 0 = empty) to out, largest first, ending with a 0 when there are fewer,
 // and returns to every lane the order key of the largest entry left in the lists (0:

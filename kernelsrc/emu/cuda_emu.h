@@ -362,6 +362,8 @@ inline unsigned long long __ballot_sync(unsigned int mask, bool p) {
     }
     return b;
 }
+// A warp's meeting: every lane reaches it before any goes on, as a shuffle's.
+inline void __syncwarp(unsigned int mask = 0xFFFFFFFFu) { (void)gb_emu::shuffle(mask, 0u, [](int lane) { return lane; }); }
 inline int __ffsll(long long v) { return __builtin_ffsll(v); }
 inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
 

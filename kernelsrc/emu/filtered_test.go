@@ -206,8 +206,8 @@ func filteredLaunches(r *rand.Rand) []*launch {
 // top-k 2 to 50 (with top-p and min-p) keep a few strong logits, which the blocks always
 // publish, and in these shapes at least 50 candidates lie above every block's Kcov, so
 // the list serves; equal rows in shapes where some thread holds more than
-// GB_FILTER_THREAD elements publish nothing above what they left out (every key is
-// equal), and faint rows (a spread of 1e-3) with top-p alone keep about p of the row,
+// GB_FILTER_THREAD elements (or some warp more than it hands on) publish nothing above
+// what they left out (every key is equal), and faint rows (a spread of 1e-3) with top-p alone keep about p of the row,
 // far more than a list holds, so both run the one-block path. (A faint float32 row with
 // top-k alone may be served by the list: its keys are distinct, and hundreds can lie
 // above the row's Kcov.)
@@ -227,6 +227,9 @@ var (
 	noneProbe  = []filterConfig{{kOff, 1, 0}, {0, 0, 0}}
 )
 
+// The shapes run both of the CUDA edition's scans: threads' lists where a thread makes
+// fewer than GB_FILTER_QUEUE_TRIPS trips of its chunk (V = 1000, 16 and 37), warp
+// queues where it makes more (the V = 151936 shapes, 8-lane warps among them).
 var probes = []probe{
 	{"llm", dtF32, 1000, filteredShape{2, 128, 64}, pathList, strongRow, llmProbe},
 	{"llm", dtF16, 151936, filteredShape{1, 256, 32}, pathList, strongRow, llmProbe},
