@@ -131,3 +131,35 @@ func BenchmarkExp(b *testing.B) {
 	})
 	_ = sink
 }
+
+// BenchmarkScanGreedyMasked reports ns per element of the fused greedy scan of a masked
+// row (V = 151936): random bits, the worst case, and a grammar's kind of mask, whose
+// words are mostly all banned or all allowed (70% and 20% here, the rest random bits).
+func BenchmarkScanGreedyMasked(b *testing.B) {
+	r := rand.New(rand.NewPCG(12, 12))
+	xs := llmLogits(r, benchVocab)
+	for _, kind := range []string{"random", "grammar"} {
+		words := make([]uint32, (benchVocab+31)/32)
+		for i := range words {
+			words[i] = r.Uint32()
+			if kind == "grammar" {
+				switch k := r.IntN(10); {
+				case k < 7:
+					words[i] = 0
+				case k < 9:
+					words[i] = ^uint32(0)
+				}
+			}
+		}
+		p := processor{active: true, bitmask: words}
+		b.Run(kind, func(b *testing.B) {
+			for b.Loop() {
+				sc := gumbelScan{bestScore: negInf}
+				for i := 0; i < benchVocab; i += convertChunk {
+					sc.scanGreedyMasked(xs[i:min(benchVocab, i+convertChunk)], i, 0, &p)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/benchVocab, "ns/elem")
+		})
+	}
+}

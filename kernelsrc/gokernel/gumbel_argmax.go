@@ -142,6 +142,33 @@ func (sc *gumbelScan) scanGreedyMasked(xs []float32, base, offset int, p *proces
 		n := min(len(xs)-j, 32-i&31)
 		seg := xs[j : j+n]
 		var segOdd uint32 // bit 31: a masked NaN or infinity, -Inf included
+		switch full := ^uint32(0) >> uint(32-n); w & full {
+		case full: // all allowed: most words of an open grammar state
+			for k, x := range seg {
+				if x > bestX {
+					if x > math.MaxFloat32 {
+						bad = 1
+						continue
+					}
+					bestX, bestI = x, base+j+k
+				} else if x != x {
+					bad = 1
+				}
+			}
+			j += n
+			continue
+		case 0: // none allowed: most words of a closed one; only a NaN or +Inf shows
+			for _, x := range seg {
+				segOdd |= math.Float32bits(x)&0x7FFFFFFF + 0x00800000
+			}
+			if segOdd>>31 != 0 {
+				for _, x := range seg {
+					odd |= nanOrPosInf(math.Float32bits(x))
+				}
+			}
+			j += n
+			continue
+		}
 		for k, x := range seg {
 			keep := -(w >> uint(k) & 1) // all ones where allowed
 			b := math.Float32bits(x)
