@@ -111,17 +111,32 @@ func gumbelArgmax(b *runtime.BlockContext, d abi.DType, skip bool) {
 }
 
 // scanGreedy scans xs (global index base) for the largest logit, lowest index first.
+// Groups of four below the best so far change nothing, and where scanBelow runs in
+// vector code it passes them: on an LLM row, all but a few hundred elements. A NaN or
+// +Inf stops it, so the observations are the element-by-element loop's; a skipped
+// finite element lies below a finite best, which reports the row's SeenFinite.
 func (sc *gumbelScan) scanGreedy(xs []float32, base int) {
 	bestX, bestI := sc.bestScore, -1
-	for j, x := range xs {
-		if x > bestX {
-			if x > math.MaxFloat32 {
-				sc.seen |= abi.SeenNonFinite
+	for j := 0; j < len(xs); {
+		step := len(xs) // without vector code: one plain loop
+		if scanBelowVector {
+			if n, _ := scanBelow(xs[j:], bestX); n > 0 {
+				j += n
 				continue
 			}
-			bestX, bestI = x, base+j
-		} else if x != x {
-			sc.seen |= abi.SeenNonFinite
+			step = 4 // the group that stopped it, then the skip again
+		}
+		for end := min(j+step, len(xs)); j < end; j++ {
+			x := xs[j]
+			if x > bestX {
+				if x > math.MaxFloat32 {
+					sc.seen |= abi.SeenNonFinite
+					continue
+				}
+				bestX, bestI = x, base+j
+			} else if x != x {
+				sc.seen |= abi.SeenNonFinite
+			}
 		}
 	}
 	if bestI >= 0 {

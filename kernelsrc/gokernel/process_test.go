@@ -133,3 +133,55 @@ func TestScanGreedyMaskedMatchesTwoPasses(t *testing.T) {
 		require.Equal(t, split.seen, fused.seen, "trial %d", trial)
 	}
 }
+
+// TestScanGreedyMatchesPlainLoop: the greedy scan, which passes groups below the best so
+// far in vector code, finds the key and the observations of the element-by-element
+// loop, chunk after chunk: ties at the best (the lowest index wins), NaN, +Inf and -Inf
+// before and after it, signed zeros, rows of one value, lengths not a multiple of four.
+func TestScanGreedyMatchesPlainLoop(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 13))
+	specials := []float32{negInf, float32(math.Inf(1)), float32(math.NaN()), 0, -0.0, math.MaxFloat32,
+		-math.MaxFloat32, math.SmallestNonzeroFloat32}
+	plain := func(sc *gumbelScan, xs []float32, base int) {
+		bestX, bestI := sc.bestScore, -1
+		for j, x := range xs {
+			if x > bestX {
+				if x > math.MaxFloat32 {
+					sc.seen |= abi.SeenNonFinite
+					continue
+				}
+				bestX, bestI = x, base+j
+			} else if x != x {
+				sc.seen |= abi.SeenNonFinite
+			}
+		}
+		if bestI >= 0 {
+			sc.seen |= abi.SeenFinite
+			sc.best, sc.bestScore = pack(bestX, bestI), bestX
+		}
+	}
+	for trial := range 300 {
+		v := 1 + r.IntN(3000)
+		xs := make([]float32, v)
+		flat := trial%10 == 0
+		for i := range xs {
+			switch {
+			case flat:
+				xs[i] = 1.5
+			case r.IntN(200) == 0:
+				xs[i] = specials[r.IntN(len(specials))]
+			default:
+				xs[i] = float32(math.Round(r.NormFloat64()*8) / 4) // coarse: ties at the best
+			}
+		}
+		got := gumbelScan{bestScore: negInf}
+		want := gumbelScan{bestScore: negInf}
+		for i := 0; i < v; i += convertChunk {
+			chunk := xs[i:min(v, i+convertChunk)]
+			got.scanGreedy(chunk, i)
+			plain(&want, chunk, i)
+		}
+		require.Equal(t, want.best, got.best, "trial %d", trial)
+		require.Equal(t, want.seen, got.seen, "trial %d", trial)
+	}
+}

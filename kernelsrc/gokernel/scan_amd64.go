@@ -13,3 +13,7 @@ func scanBelow(row []float32, floor float32) (int, float32) {
 	}
 	return scanBelowSSE(&row[0], len(row), floor)
 }
+
+// scanBelowVector says that scanBelow runs in vector code (SSE), which pays even where
+// it stops often.
+const scanBelowVector = true
