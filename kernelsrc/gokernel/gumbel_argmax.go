@@ -126,23 +126,37 @@ func (sc *gumbelScan) scanGreedy(xs []float32, base int) {
 			}
 			step = 4 // the group that stopped it, then the skip again
 		}
-		for end := min(j+step, len(xs)); j < end; j++ {
-			x := xs[j]
-			if x > bestX {
-				if x > math.MaxFloat32 {
-					sc.seen |= abi.SeenNonFinite
-					continue
-				}
-				bestX, bestI = x, base+j
-			} else if x != x {
-				sc.seen |= abi.SeenNonFinite
-			}
+		end := min(j+step, len(xs))
+		var bad bool
+		bestX, bestI, bad = greedyRun(xs[j:end], base+j, bestX, bestI)
+		if bad {
+			sc.seen |= abi.SeenNonFinite
 		}
+		j = end
 	}
 	if bestI >= 0 {
 		sc.seen |= abi.SeenFinite
 		sc.best, sc.bestScore = pack(bestX, bestI), bestX
 	}
+}
+
+// greedyRun is the greedy loop over xs (row index base): the largest finite element
+// above bestX, lowest index first (bestX and bestI stay when there is none), and whether
+// a NaN or +Inf was seen.
+func greedyRun(xs []float32, base int, bestX float32, bestI int) (float32, int, bool) {
+	bad := false
+	for k, x := range xs {
+		if x > bestX {
+			if x > math.MaxFloat32 {
+				bad = true
+				continue
+			}
+			bestX, bestI = x, base+k
+		} else if x != x {
+			bad = true
+		}
+	}
+	return bestX, bestI, bad
 }
 
 // scanGreedyMasked is processGroup then scanGreedy for a row whose only processors are
@@ -159,16 +173,9 @@ func (sc *gumbelScan) scanGreedyMasked(xs []float32, base, offset int, p *proces
 		var segOdd uint32 // bit 31: a masked NaN or infinity, -Inf included
 		switch full := ^uint32(0) >> uint(32-n); w & full {
 		case full: // all allowed: most words of an open grammar state
-			for k, x := range seg {
-				if x > bestX {
-					if x > math.MaxFloat32 {
-						bad = 1
-						continue
-					}
-					bestX, bestI = x, base+j+k
-				} else if x != x {
-					bad = 1
-				}
+			var nonFinite bool
+			if bestX, bestI, nonFinite = greedyRun(seg, base+j, bestX, bestI); nonFinite {
+				bad = 1
 			}
 			j += n
 			continue
