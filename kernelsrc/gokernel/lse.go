@@ -10,39 +10,45 @@ type lse struct{ m, sum float64 }
 
 var emptyLSE = lse{m: math.Inf(-1)}
 
-// add merges the set {xs} into a, in two passes (max, then sum) so that each member
-// costs one exp.
-func (a *lse) add(xs []float32) {
+// add merges the set {xs} into a.
+func (a *lse) add(xs []float32) { a.addScaled(xs, 1) }
+
+// addScaled merges the set {fl(x·invT)} into a, in two passes (max, then sum) so that
+// each member costs one exp.
+func (a *lse) addScaled(xs []float32, invT float32) {
 	cm := float32(negInf)
-	for _, x := range xs {
-		cm = max(cm, x)
+	if invT > 0 && invT <= math.MaxFloat32 {
+		// fl(x·invT) grows with x: the largest member is fl(max(x)·invT). The groups
+		// below +Inf go in vector code where the CPU has it; a NaN or +Inf stops it, and
+		// the loop takes the rest.
+		top, n := float32(negInf), 0
+		if scanBelowVector {
+			n, top = scanBelow(xs, float32(math.Inf(1)))
+		}
+		for _, x := range xs[n:] {
+			top = max(top, x)
+		}
+		cm = float32(top * invT)
+	} else {
+		for _, x := range xs {
+			cm = max(cm, float32(x*invT))
+		}
 	}
 	if cm-cm != 0 { // empty (-Inf), +Inf or NaN: NaN only follows non-finite input
 		a.merge(lse{m: float64(cm), sum: lseSumOf(cm)})
 		return
 	}
-	m, s := float64(cm), 0.0
-	for _, x := range xs {
-		s += expNonPositive(float64(x) - m) // -Inf gives 0
-	}
-	a.merge(lse{m: m, sum: s})
+	m := float64(cm)
+	a.merge(lse{m: m, sum: sumExp(xs, m, invT)})
 }
 
-// addScaled merges the set {fl(x·invT)} into a.
-func (a *lse) addScaled(xs []float32, invT float32) {
-	cm := float32(negInf)
+// sumExpGo is Σ expNonPositive(float64(fl(x·invT)) - m) over xs, in index order.
+func sumExpGo(xs []float32, m float64, invT float32) float64 {
+	s := 0.0
 	for _, x := range xs {
-		cm = max(cm, float32(x*invT))
+		s += expNonPositive(float64(float32(x*invT)) - m) // -Inf gives 0
 	}
-	if cm-cm != 0 {
-		a.merge(lse{m: float64(cm), sum: lseSumOf(cm)})
-		return
-	}
-	m, s := float64(cm), 0.0
-	for _, x := range xs {
-		s += expNonPositive(float64(float32(x*invT)) - m)
-	}
-	a.merge(lse{m: m, sum: s})
+	return s
 }
 
 // expNonPositive is exp(d) for d ≤ 0 (and NaN for NaN), to about 1e-15 relative: the
