@@ -183,26 +183,20 @@ func (sc *gumbelScan) scanGreedyMasked(xs []float32, base, offset int, p *proces
 			for _, x := range seg {
 				segOdd |= math.Float32bits(x)&0x7FFFFFFF + 0x00800000
 			}
-			if segOdd>>31 != 0 {
-				for _, x := range seg {
-					odd |= nanOrPosInf(math.Float32bits(x))
-				}
-			}
-			j += n
-			continue
-		}
-		for k, x := range seg {
-			keep := -(w >> uint(k) & 1) // all ones where allowed
-			b := math.Float32bits(x)
-			segOdd |= b&^keep&0x7FFFFFFF + 0x00800000
-			if y := math.Float32frombits(b&keep | negInfBits&^keep); y > bestX {
-				if y > math.MaxFloat32 {
+		default:
+			for k, x := range seg {
+				keep := -(w >> uint(k) & 1) // all ones where allowed
+				b := math.Float32bits(x)
+				segOdd |= b&^keep&0x7FFFFFFF + 0x00800000
+				if y := math.Float32frombits(b&keep | negInfBits&^keep); y > bestX {
+					if y > math.MaxFloat32 {
+						bad = 1
+						continue
+					}
+					bestX, bestI = y, base+j+k
+				} else if y != y {
 					bad = 1
-					continue
 				}
-				bestX, bestI = y, base+j+k
-			} else if y != y {
-				bad = 1
 			}
 		}
 		if segOdd>>31 != 0 { // rare: tell a masked -Inf from a masked NaN or +Inf
