@@ -448,20 +448,6 @@ __device__ __forceinline__ void gb_filter_block_end(gb_u32& mkey, gb_u32& seen, 
     }
 }
 
-// gb_list_append returns the place of this thread's entry (when take) in a list whose
-// length is *n: one shared atomic per warp.
-__device__ __forceinline__ gb_u32 gb_list_append(bool take, gb_u32* n) {
-    const gb_u64 ballot = (gb_u64)__ballot_sync(0xFFFFFFFFu, take);
-    const gb_u32 lane = gb_lane();
-    const int leader = __ffsll((long long)ballot) - 1;
-    gb_u32 base = 0u;
-    if (leader >= 0 && lane == (gb_u32)leader) {
-        base = atomicAdd(n, (gb_u32)__popcll(ballot));
-    }
-    base = __shfl_sync(0xFFFFFFFFu, base, leader < 0 ? 0 : leader);
-    return base + (gb_u32)__popcll(ballot & ((1ull << lane) - 1ull));
-}
-
 // gb_filter_finish_list is the last block's work for a row with candidates: the list of
 // every published key above the row's Kcov, ranked (each entry counts the larger ones),
 // gives Kk at rank k - 1 and, by one block scan of the weights in rank order, Kp; then

@@ -407,6 +407,20 @@ __device__ __forceinline__ gb_u32 gb_count_above(const gb_u64* list, gb_u64 key)
     return c;
 }
 
+// gb_list_append returns the place of this thread's entry (when take) in a list whose
+// length is *n: one shared atomic per warp.
+__device__ __forceinline__ gb_u32 gb_list_append(bool take, gb_u32* n) {
+    const gb_u64 ballot = (gb_u64)__ballot_sync(0xFFFFFFFFu, take);
+    const gb_u32 lane = gb_lane();
+    const int leader = __ffsll((long long)ballot) - 1;
+    gb_u32 base = 0u;
+    if (leader >= 0 && lane == (gb_u32)leader) {
+        base = atomicAdd(n, (gb_u32)__popcll(ballot));
+    }
+    base = __shfl_sync(0xFFFFFFFFu, base, leader < 0 ? 0 : leader);
+    return base + (gb_u32)__popcll(ballot & ((1ull << lane) - 1ull));
+}
+
 // gb_warp_take moves the warp's `take` largest keys of its lanes' lists (L keys each,
 // largest first, 0 = empty) to out, largest first, ending with a 0 when there are fewer,
 // and returns to every lane the order key of the largest entry left in the lists (0:

@@ -1,14 +1,15 @@
 // topn (ABI.md): the N <= GB_MAX_TOPN largest keys of a row (raw logits, or Gumbel
 // scores with PERTURBED), S >= 1 blocks per row, one launch. Each thread keeps its
 // GB_TOPN_THREAD largest keys in registers (a fixed-size, fully unrolled insertion, so
-// nothing goes to local memory, whatever N) behind one comparison with its threshold; a
-// block merges its threads' lists warp by warp (gb_topn_merge, as the filtered kernel's
-// blocks do), and the last block of the row merges the S published lists the same way.
-// A thread that let go of keys above the block's N-th (N > GB_TOPN_THREAD and the top N
-// bunched in one thread: rare on LLM logits) makes the block take the rest of its top N
-// by further passes below the keys it is sure of (gb_topn_merge). A perturbed list that
-// may be inexact (a score of GB_EXACT_LIMIT or more, or an empty entry) is made exact by
-// the last block (gb_topn_exact).
+// nothing goes to local memory, whatever N) behind one comparison with its threshold. A
+// block places its top N by a thresholded selection (gb_topn_select), and the last block
+// of the row places the row's from the S published lists the same way
+// (gb_topn_select_published). Where that gives up, the lists are merged one key at a time
+// (gb_topn_merge); a thread that let go of keys above the block's N-th (N >
+// GB_TOPN_THREAD and the top N bunched in one thread: rare on LLM logits) makes the block
+// take the rest of its top N by further passes below the keys it is sure of. A perturbed
+// list that may be inexact (a score of GB_EXACT_LIMIT or more, or an empty entry) is made
+// exact by the last block (gb_topn_exact).
 
 // GB_TOPN_THREAD is the keys a thread keeps while it scans: a short list keeps every
 // thread's threshold in a few registers and rising early, and with a block's thousands of
@@ -94,19 +95,246 @@ __device__ __forceinline__ bool gb_topn_merge(gb_u64 lst[L], gb_u64 thr, gb_u32 
     return have == N;
 }
 
+// A thresholded selection takes a block's (or a row's) top N without a round per key.
+// Any N actual keys bound the N-th largest from below, so with T the N-th largest of a
+// few probes (each warp's or each published list's largest keys), every key of the top N
+// is at or above T; on LLM logits only a few dozen keys are, and ranking those against
+// each other (every candidate counts the larger ones) places the top N at once. The
+// probes and candidates live in the words of s_wtop, which the per-key merge
+// (gb_topn_merge) only uses when this selection gives up: more than GB_TOPN_CANDS
+// candidates, or a thread that let go of keys at or above T.
+// GB_TOPN_SELECT_MIN is the smallest N that takes it: its four barriers cost more than
+// the per-key merge's 2N warp rounds below about a dozen keys (on an H200, N = 4 was 1.6
+// µs slower a step at batch 1, N = 20 1.7 µs faster).
+#define GB_TOPN_SELECT_MIN 12u
+#define GB_TOPN_PROBES 384
+#define GB_TOPN_CANDS (GB_MAX_WARPS * GB_MAX_TOPN - GB_TOPN_PROBES)
+
+// gb_topn_sel is a thresholded selection's shared state.
+struct gb_topn_sel {
+    gb_u64 t;      // T, the N-th largest probe (0: fewer than N probes)
+    gb_u32 count;  // candidates at or above T
+    gb_u32 unsure; // a thread let go of keys at or above T
+};
+
+// gb_topn_sel_reset empties sel ahead of gb_topn_bound.
+__device__ __forceinline__ void gb_topn_sel_reset(gb_topn_sel* sel) {
+    if (threadIdx.x == 0u) {
+        sel->t = 0ull;
+        sel->count = 0u;
+        sel->unsure = 0u;
+    }
+}
+
+// gb_topn_rank_all writes the N largest of the c distinct keys of list (0 = none) into
+// s_top by rank, 0 past c: each key counts the larger ones. With the probes it sets
+// sel->t instead (the key of rank N - 1), which stays 0 when there are fewer than N.
+__device__ __forceinline__ void gb_topn_rank_all(const gb_u64* list, gb_u32 c, gb_u32 N, gb_u64* s_top,
+                                                 gb_u64* t) {
+    for (gb_u32 i = threadIdx.x; i < c; i += blockDim.x) {
+        const gb_u64 key = list[i];
+        if (key == 0ull) {
+            continue;
+        }
+        gb_u32 rank = 0u;
+        for (gb_u32 j = 0; j < c; ++j) {
+            rank += list[j] > key ? 1u : 0u;
+        }
+        if (t != nullptr) {
+            if (rank == N - 1u) {
+                *t = key;
+            }
+        } else if (rank < N) {
+            s_top[rank] = key;
+        }
+    }
+    if (t == nullptr) {
+        for (gb_u32 i = c + threadIdx.x; i < N; i += blockDim.x) {
+            s_top[i] = 0ull;
+        }
+    }
+}
+
+// gb_topn_take_candidate appends key to the candidates when it is at or above T. Every
+// lane of the warp calls it.
+__device__ __forceinline__ void gb_topn_take_candidate(gb_u64 key, gb_u64 t, gb_topn_sel* sel, gb_u64* cand) {
+    const bool take = key != 0ull && key >= t;
+    const gb_u32 at = gb_list_append(take, &sel->count);
+    if (take && at < GB_TOPN_CANDS) {
+        cand[at] = key;
+    }
+}
+
+// gb_topn_busy is how many warps of the block hold elements of a chunk of len: the
+// first trip's groups go to the lowest threads.
+__device__ __forceinline__ gb_u32 gb_topn_busy(gb_u32 len) {
+    const gb_u32 groups = (len + 3u) / 4u;
+    return gb_max_u32(1u, gb_min_u32(gb_num_warps(), (groups + GB_WARP_SIZE - 1u) / GB_WARP_SIZE));
+}
+
+// gb_topn_probe writes each busy warp's R largest list keys to probes, R such that the
+// busy warps reach N between them, and returns how many it wrote (at most N + busy - 1;
+// 0 where a warp has fewer keys).
+template <int L>
+__device__ __forceinline__ gb_u32 gb_topn_probe(const gb_u64 lst[L], gb_u32 busy, gb_u32 N, gb_u64* probes) {
+    const gb_u32 R = (N + busy - 1u) / busy;
+    gb_u64 own[L];
+#pragma unroll
+    for (int i = 0; i < L; ++i) {
+        own[i] = lst[i];
+    }
+    for (gb_u32 r = 0; r < R && gb_warp() < busy; ++r) {
+        const gb_u64 best = gb_warp_max_u64_all(own[0]);
+        if (gb_lane() == 0u) {
+            probes[gb_warp() * R + r] = best;
+        }
+        if (best != 0ull && own[0] == best) { // keys are unique: one lane pops
+#pragma unroll
+            for (int i = 0; i + 1 < L; ++i) {
+                own[i] = own[i + 1];
+            }
+            own[L - 1] = 0ull;
+        }
+    }
+    return busy * R;
+}
+
+// gb_topn_bound is T for the block's lists as they stand: the N-th largest of their
+// probes, a key below which is not among the block's top N (0: fewer than N probes).
+// *t must be 0 before the block's last barrier; the block's threads all call it.
+template <int L>
+__device__ __forceinline__ gb_u64 gb_topn_bound(const gb_u64 lst[L], gb_u32 busy, gb_u32 N, gb_u64* s_wtop,
+                                                gb_u64* t) {
+    const gb_u32 np = gb_topn_probe<L>(lst, busy, N, s_wtop);
+    __syncthreads();
+    gb_topn_rank_all(s_wtop, np, N, nullptr, t);
+    __syncthreads();
+    return *t;
+}
+
+// gb_topn_select is the block's top N of its threads' lists (see gb_topn_merge) from a
+// chunk of len elements, by a thresholded selection with the probes of gb_topn_probe.
+// It returns false, having written nothing to s_top, when it gives up.
+template <int L>
+__device__ __forceinline__ bool gb_topn_select(const gb_u64 lst[L], gb_u64 thr, gb_u32 N, gb_u32 len,
+                                               gb_u64* s_top, gb_u64* s_wtop, gb_topn_sel* sel) {
+    // A chunk of one trip gives each thread at most its L >= 4 keys: none is let go.
+    if (len <= 4u * blockDim.x) {
+        thr = 0ull;
+    }
+    gb_u64* cand = s_wtop + GB_TOPN_PROBES;
+    gb_topn_sel_reset(sel);
+    const gb_u64 t = gb_topn_bound<L>(lst, gb_topn_busy(len), N, s_wtop, &sel->t);
+    // The thread let go only of keys below thr.
+    if (thr > t) {
+        sel->unsure = 1u;
+    }
+#pragma unroll
+    for (int i = 0; i < L; ++i) {
+        gb_topn_take_candidate(lst[i], t, sel, cand);
+    }
+    __syncthreads();
+    const gb_u32 c = sel->count;
+    if (sel->unsure != 0u || c > GB_TOPN_CANDS) {
+        return false; // uniform
+    }
+    gb_topn_rank_all(cand, c, N, s_top, nullptr);
+    __syncthreads();
+    return true;
+}
+
+// gb_topn_select_published is gb_topn_select over the S blocks' published lists (each
+// its block's exact top N, largest first): the probes are each list's R largest keys
+// (R lists' worth reach N), at most GB_TOPN_PROBES of them. It never meets a key let
+// go, so it gives up only on too many candidates. List b starts at row_part[STRIDE·b].
+template <gb_u32 STRIDE>
+__device__ __forceinline__ bool gb_topn_select_published(const gb_u64* row_part, gb_u32 nblocks, gb_u32 N,
+                                                         gb_u64* s_top, gb_u64* s_wtop, gb_topn_sel* sel) {
+    const gb_u32 R = (N + nblocks - 1u) / nblocks;
+    const gb_u32 np = gb_min_u32(nblocks * R, GB_TOPN_PROBES);
+    gb_u64* probes = s_wtop;
+    gb_u64* cand = s_wtop + GB_TOPN_PROBES;
+    for (gb_u32 i = threadIdx.x; i < np; i += blockDim.x) {
+        probes[i] = gb_load_published(row_part + (gb_u64)STRIDE * (i / R) + i % R);
+    }
+    gb_topn_sel_reset(sel);
+    __syncthreads();
+    gb_topn_rank_all(probes, np, N, nullptr, &sel->t);
+    __syncthreads();
+    const gb_u64 t = sel->t;
+    const gb_u32 words = nblocks * N;
+    // Whole warps go round, for the candidates' ballots.
+    for (gb_u32 w = threadIdx.x - gb_lane(); w < words; w += blockDim.x) {
+        const gb_u32 i = w + gb_lane();
+        const gb_u64 key = i < words ? gb_load_published(row_part + (gb_u64)STRIDE * (i / N) + i % N) : 0ull;
+        gb_topn_take_candidate(key, t, sel, cand);
+    }
+    __syncthreads();
+    const gb_u32 c = sel->count;
+    if (c > GB_TOPN_CANDS) {
+        return false; // uniform
+    }
+    gb_topn_rank_all(cand, c, N, s_top, nullptr);
+    __syncthreads();
+    return true;
+}
+
+// GB_TOPN_BOUNDS is how many times a long scan raises its threads' thresholds to the
+// block's bound (gb_topn_bound_slot).
+#define GB_TOPN_BOUNDS 3
+
+// gb_topn_bound_slot is which of the block's bounds a scan takes before trip `trip` of
+// `trips` (GB_TOPN_BOUNDS: none). A thread's own threshold is its fourth key, which on a
+// long chunk lets a key through on nearly every trip of some lane of each warp, and the
+// warp then runs the insertion; the block's bound, the N-th largest of the warps'
+// probes, lets through a few keys per thousand after a few trips, and again fewer after
+// the next. Each bound costs two barriers, so a chunk takes one only when at least as
+// many trips follow it as came before.
+__device__ __forceinline__ gb_u32 gb_topn_bound_slot(gb_u32 trip, gb_u32 trips) {
+    if (2u * trip > trips) {
+        return GB_TOPN_BOUNDS;
+    }
+    return trip == 2u ? 0u : trip == 8u ? 1u : trip == 24u ? 2u : GB_TOPN_BOUNDS;
+}
+
 // gb_topn_scan folds the keys below cap of the chunk [start, end) into a thread's list
 // (see gb_topn), whose threshold sits at `at` (gb_topn_at): NOISY ranks Gumbel scores,
-// PROC processes the logits first.
+// PROC processes the logits first. With s_bound (the first pass, whose lists hold the
+// block's top N), the threads also let go of keys below the block's bound, taken a few
+// times in the scan (gb_topn_bound_slot) into s_bound's GB_TOPN_BOUNDS words (0 before
+// the scan), and thr comes out as the larger of the two.
 template <int KIND, bool NOISY, bool PROC, int L>
 __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* row, gb_u32 start, gb_u32 end,
                                              bool vec, gb_u32 at, gb_u64 cap, float invT, const gb_row_params& p,
-                                             const gb_processor& pc, gb_u64 lst[L], gb_u64& thr, gb_u32& seen,
-                                             gb_lse& lse) {
-    for (gb_u32 g = start + 4u * threadIdx.x; g < end; g += 4u * blockDim.x) {
+                                             const gb_processor& pc, gb_u32 N, gb_u64* s_wtop, gb_u64* s_bound,
+                                             gb_u64 lst[L], gb_u64& thr, gb_u32& seen, gb_lse& lse) {
+    // One group loaded ahead, with its mask word: a block of a large batch's row makes
+    // many trips, each waiting on its load otherwise. Every thread makes the chunk's
+    // trips, for the bounds' barriers (groups past end read as empty).
+    const gb_u32 stride = 4u * blockDim.x;
+    const gb_u32 trips = (end - start + stride - 1u) / stride;
+    const gb_u32 busy = gb_topn_busy(end - start);
+    gb_u64 tb = 0ull;
+    float nxt[4];
+    gb_u32 nn = gb_load_group<KIND>(row, start + 4u * threadIdx.x, end, vec, nxt);
+    gb_u32 nmw = PROC ? gb_group_mask_word(pc, start + 4u * threadIdx.x, end) : 0xFFFFFFFFu;
+    gb_u32 g = start + 4u * threadIdx.x;
+    for (gb_u32 trip = 0u; trip < trips; ++trip, g += stride) {
+        const gb_u32 slot = s_bound != nullptr ? gb_topn_bound_slot(trip, trips) : GB_TOPN_BOUNDS;
+        if (slot < GB_TOPN_BOUNDS) { // uniform
+            tb = gb_topn_bound<L>(lst, busy, N, s_wtop, s_bound + slot);
+        }
+        const gb_u64 gate = gb_max_u64(thr, tb);
         float v[4];
-        const gb_u32 n = gb_load_group<KIND>(row, g, end, vec, v);
+        const gb_u32 n = nn, mw = nmw;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            v[j] = nxt[j];
+        }
+        nn = gb_load_group<KIND>(row, g + stride, end, vec, nxt);
         if (PROC) {
-            seen |= gb_process_group(pc, g, n, v, v);
+            nmw = gb_group_mask_word(pc, g + stride, end);
+            seen |= gb_process_group_w(pc, mw, g, n, v, v);
         } else {
             seen |= gb_group_seen(v, n);
         }
@@ -124,14 +352,14 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
         if (!NOISY) {
             // A group whose largest value is below the thread's threshold cannot enter
             // (equal values still may, by a lower index).
-            if (gb_orderkey(mx) < (gb_u32)(thr >> 32)) {
+            if (gb_orderkey(mx) < (gb_u32)(gate >> 32)) {
                 continue;
             }
 #pragma unroll
             for (gb_u32 j = 0; j < 4u; ++j) {
                 if (j < n && v[j] > -gb_inf()) {
                     const gb_u64 k = gb_pack(v[j], g + j);
-                    if (k > thr && k < cap) {
+                    if (k > gb_max_u64(thr, tb) && k < cap) {
                         thr = gb_topn_insert<L>(lst, k, at);
                     }
                 }
@@ -140,7 +368,7 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
         }
         // A score below the thread's threshold cannot be in the block's top N: skip the noise
         // where a bound says so (exactly, as gumbel_argmax does).
-        const float thr_score = thr != 0ull ? gb_orderkey_inverse((gb_u32)(thr >> 32)) : -gb_inf();
+        const float thr_score = gate != 0ull ? gb_orderkey_inverse((gb_u32)(gate >> 32)) : -gb_inf();
         if (__fadd_rn(mx, GB_MAX_GUMBEL) < thr_score) {
             continue;
         }
@@ -161,12 +389,13 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
         for (gb_u32 j = 0; j < 4u; ++j) {
             if (need[j]) {
                 const gb_u64 k = gb_pack(__fadd_rn(v[j], gb_gumbel(w[j], t[j])), g + j);
-                if (k > thr && k < cap) {
+                if (k > gb_max_u64(thr, tb) && k < cap) {
                     thr = gb_topn_insert<L>(lst, k, at);
                 }
             }
         }
     }
+    thr = gb_max_u64(thr, tb);
 }
 
 // gb_topn_merge_blocks is the split phase of topn: the block publishes its top N keys
@@ -178,7 +407,7 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
 __device__ __forceinline__ bool gb_topn_merge_blocks(gb_u32 N, gb_u32& seen, gb_lse& lse, gb_u64* partials,
                                                      gb_u32* counters, gb_u64* s_top, gb_u64* s_wtop,
                                                      gb_u64* s_wthr, gb_u64* s_pair, gb_u32* s_last,
-                                                     gb_u32* s_have) {
+                                                     gb_u32* s_have, gb_topn_sel* s_sel) {
     const gb_u32 y = blockIdx.y;
     const gb_u32 nblocks = gridDim.x;
     gb_u64* part = partials + (gb_u64)GB_TOPN_STRIDE * ((gb_u64)y * nblocks + blockIdx.x);
@@ -208,7 +437,9 @@ __device__ __forceinline__ bool gb_topn_merge_blocks(gb_u32 N, gb_u32& seen, gb_
     // The row's top N is among the blocks' (their words past N hold 0).
     gb_u32 have = 0u;
     gb_u64 cap = GB_TOPN_ALL;
-    for (;;) {
+    const bool selected =
+        N >= GB_TOPN_SELECT_MIN && gb_topn_select_published<GB_TOPN_STRIDE>(row_part, nblocks, N, s_top, s_wtop, s_sel);
+    while (!selected) {
         gb_u64 lst[GB_TOPN_THREAD] = {};
         gb_u64 thr = 0ull;
         const gb_u32 at = gb_topn_at<GB_TOPN_THREAD>(N - have);
@@ -342,6 +573,8 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     __shared__ gb_u64 s_wtop[GB_MAX_WARPS * GB_MAX_TOPN]; // each warp's largest keys
     __shared__ gb_u64 s_wthr[GB_MAX_WARPS];               // each warp's largest threshold
     __shared__ gb_u32 s_have;                             // the sure entries of s_top
+    __shared__ gb_topn_sel s_sel;                         // a thresholded selection's
+    __shared__ gb_u64 s_bound[GB_TOPN_BOUNDS];            // the first pass's bounds
     __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
     __shared__ gb_u32 s_last;
     __shared__ gb_lse s_lse; // the row's merged log-sum-exp
@@ -370,6 +603,9 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
 
     gb_u32 start, end;
     gb_chunk_of(vocab, nblocks, blockIdx.x, start, end);
+    if (threadIdx.x < GB_TOPN_BOUNDS) {
+        s_bound[threadIdx.x] = 0ull;
+    }
 
     const typename gb_io<KIND>::elem* row = logits + (gb_u64)p.row * row_stride;
     const bool vec = gb_io<KIND>::vec_ok(row);
@@ -398,18 +634,19 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
         gb_lse plse;
         gb_lse_init(plse);
         const gb_u32 at = gb_topn_at<GB_TOPN_THREAD>(N - have);
+        gb_u64* bounds = cap == GB_TOPN_ALL ? s_bound : nullptr;
         if (!perturbed || (greedy && pc.flags == 0u)) {
-            gb_topn_scan<KIND, false, false, GB_TOPN_THREAD>(row, start, end, vec, at, cap, invT, p, pc, lst, thr,
-                                                             pseen, plse);
+            gb_topn_scan<KIND, false, false, GB_TOPN_THREAD>(row, start, end, vec, at, cap, invT, p, pc, N, s_wtop,
+                bounds, lst, thr, pseen, plse);
         } else if (greedy) {
-            gb_topn_scan<KIND, false, true, GB_TOPN_THREAD>(row, start, end, vec, at, cap, invT, p, pc, lst, thr,
-                                                            pseen, plse);
+            gb_topn_scan<KIND, false, true, GB_TOPN_THREAD>(row, start, end, vec, at, cap, invT, p, pc, N, s_wtop,
+                bounds, lst, thr, pseen, plse);
         } else if (pc.flags == 0u) {
-            gb_topn_scan<KIND, true, false, GB_TOPN_THREAD>(row, start, end, vec, at, cap, invT, p, pc, lst, thr,
-                                                            pseen, plse);
+            gb_topn_scan<KIND, true, false, GB_TOPN_THREAD>(row, start, end, vec, at, cap, invT, p, pc, N, s_wtop,
+                bounds, lst, thr, pseen, plse);
         } else {
-            gb_topn_scan<KIND, true, true, GB_TOPN_THREAD>(row, start, end, vec, at, cap, invT, p, pc, lst, thr,
-                                                           pseen, plse);
+            gb_topn_scan<KIND, true, true, GB_TOPN_THREAD>(row, start, end, vec, at, cap, invT, p, pc, N, s_wtop,
+                bounds, lst, thr, pseen, plse);
         }
         if (cap == GB_TOPN_ALL) { // uniform: the first pass
             seen = pseen;
@@ -417,6 +654,10 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
             gb_u32 none = 0u;
             gb_block_max_or(none, seen, s_red, s_bcast);
             gb_block_lse(lse, lse, false, s_pair);
+            if (N >= GB_TOPN_SELECT_MIN &&
+                gb_topn_select<GB_TOPN_THREAD>(lst, thr, N, end - start, s_top, s_wtop, &s_sel)) {
+                break;
+            }
         }
         if (gb_topn_merge<GB_TOPN_THREAD>(lst, thr, N, have, s_top, s_wtop, s_wthr, &s_have)) {
             break;
@@ -425,7 +666,7 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     }
 
     if (nblocks > 1u && !gb_topn_merge_blocks(N, seen, lse, partials, counters, s_top, s_wtop, s_wthr, s_pair,
-                                              &s_last, &s_have)) {
+                                              &s_last, &s_have, &s_sel)) {
         return;
     }
     if (threadIdx.x == 0u) {

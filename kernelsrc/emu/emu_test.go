@@ -106,7 +106,7 @@ func decodeResults(t *testing.T, data []byte, ls []*launch) []outcome {
 			get(o.paths)
 		}
 		if l.kernel == kernelTopN {
-			o.passes = make([]uint32, 2*l.launchRows())
+			o.passes = make([]uint32, 4*l.launchRows())
 			get(o.passes)
 		}
 		out[i] = o

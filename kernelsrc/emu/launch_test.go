@@ -103,9 +103,11 @@ type outcome struct {
 	// paths is what the emulated filtered kernel's last block did for draw z of launch
 	// row y, at z·n + y: pathNone, pathList or pathRow (emulation only).
 	paths []uint32
-	// passes is what the emulated topn kernel's blocks did for launch row y: at 2y the
-	// passes over their chunks beyond the first (summed over the blocks), at 2y + 1 the
-	// last block's passes over the published lists beyond the first (emulation only).
+	// passes is what the emulated topn kernel's blocks did for launch row y: at 4y the
+	// passes over their chunks beyond the first (summed over the blocks), at 4y + 1 the
+	// last block's passes over the published lists beyond the first, at 4y + 2 and 4y + 3
+	// the thresholded selections that placed a chunk's and the published lists' top N
+	// (emulation only).
 	passes []uint32
 }
 

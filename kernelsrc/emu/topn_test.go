@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,11 +12,14 @@ import (
 	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 )
 
-// This file drives the topn kernel's further passes (topn.cuh, gb_topn_merge): a thread
-// keeps only its GB_TOPN_THREAD (4) largest keys, so a row whose top n (n > 4) bunches in
-// one thread's elements, or in the published keys one thread of the last block reads,
-// makes the block pass again below the keys it is sure of. The rows below put their
-// largest values there on purpose, and the outputs must still be the Go edition's.
+// This file drives the topn kernel's two ways of merging (topn.cuh). A block first tries
+// a thresholded selection (gb_topn_select, gb_topn_select_published), which gives up when
+// a thread let go of keys at or above its threshold or when too many keys reach it. Then
+// the per-key merge (gb_topn_merge) takes over: a thread keeps only its GB_TOPN_THREAD (4)
+// largest keys, so a row whose top n (n > 4) bunches in one thread's elements, or in the
+// published keys one thread of the last block reads, makes the block pass again below the
+// keys it is sure of. The rows below put their largest values there on purpose, and the
+// outputs must still be the Go edition's.
 
 // topnThreadKeys is GB_TOPN_THREAD: with n at most this, no further pass is ever needed.
 const topnThreadKeys = 4
@@ -112,6 +116,37 @@ func publishedRow(r *rand.Rand, v, s, threads, n int) []float32 {
 	return row
 }
 
+// topnCands is GB_TOPN_CANDS, the most candidates a thresholded selection ranks.
+const topnCands = 32*maxTopN - 384
+
+// crowdedRow fills the top n of h blocks with hot values, h < n chosen so that their
+// h·n published keys outnumber topnCands: with S >= n blocks each list's largest key is
+// a probe, so the threshold is the (n - h)-th largest of the other blocks' maxima, every
+// hot key lies above it, and the last block's selection gives up. The per-key merge then
+// passes again: the hot blocks whose largest word thread 0 of the last block reads (as
+// in publishedRow) come first and hold the largest values, more than its list keeps.
+// Other n leave the background.
+func crowdedRow(r *rand.Rand, v, s, threads, n int) []float32 {
+	row := background(r, v)
+	h := topnCands/n + 1
+	if h >= n || s < n {
+		return row
+	}
+	blocks := r.Perm(s)
+	first := func(b int) bool { return b*maxTopN%threads == 0 }
+	sort.SliceStable(blocks, func(i, j int) bool { return first(blocks[i]) && !first(blocks[j]) })
+	for _, b := range blocks[:h] {
+		start, end := chunkOf(v, s, b)
+		for i := start; i < min(start+n, end); i++ {
+			row[i] = 40 + 0.25*float32(r.IntN(n))
+		}
+		if first(b) {
+			row[start] = 60 + float32(b) // exact in every dtype
+		}
+	}
+	return row
+}
+
 // sortedRow is a row of distinct values in descending or ascending order.
 func sortedRow(r *rand.Rand, v int) []float32 {
 	row := make([]float32, v)
@@ -135,7 +170,8 @@ func TestCUDATopNBunchedMatchesGoEdition(t *testing.T) {
 	r := rand.New(rand.NewPCG(20240520, 4))
 	type shape struct{ s, block, warp, v int }
 	shapes := []shape{{1, 32, 8, 1001}, {1, 16, 8, 130}, {1, 24, 8, 37}, {1, 16, 8, 5}, {3, 32, 16, 1001},
-		{2, 16, 8, 255}, {16, 16, 8, 1001}, {16, 16, 8, 1003}, {8, 16, 8, 640}}
+		{2, 16, 8, 255}, {16, 16, 8, 1001}, {16, 16, 8, 1003}, {8, 16, 8, 640}, {32, 16, 8, 1001},
+		{1, 16, 8, 4001}, {2, 16, 8, 8191}}
 	ns := []uint32{5, 8, 13, 20, 20, 4, 1}
 	var ls []*launch
 	for _, sh := range shapes {
@@ -158,9 +194,14 @@ func TestCUDATopNBunchedMatchesGoEdition(t *testing.T) {
 				l.bitmaskFlag(r, p) // plain rows rank raw logits, which it must leave alone
 			})
 			rows := make(map[int][]float32, l.slots)
-			for _, p := range l.params {
+			for y := range l.params {
+				p := &l.params[y]
 				n := int(p.TopN)
-				switch k := r.IntN(8); {
+				switch k := r.IntN(9); {
+				case k < 6 && sh.s >= maxTopN:
+					// Processors and a bad temperature would move the hot values.
+					p.TopN, p.Flags, p.Temperature = maxTopN, p.Flags&abi.FlagPerturbed, 1
+					rows[int(p.Row)] = crowdedRow(r, sh.v, sh.s, sh.block, maxTopN)
 				case k < 3:
 					rows[int(p.Row)] = oneThreadRow(r, sh.v, sh.s, sh.block, n)
 				case k < 5 && sh.s > 1:
@@ -188,7 +229,8 @@ func TestCUDATopNBunchedMatchesGoEdition(t *testing.T) {
 	cov := map[string]int{}
 	for i, l := range ls {
 		for y, p := range l.params {
-			chunk, lists := got[i].passes[2*y], got[i].passes[2*y+1]
+			chunk, lists := got[i].passes[4*y], got[i].passes[4*y+1]
+			selChunk, selLists := got[i].passes[4*y+2], got[i].passes[4*y+3]
 			if p.TopN <= topnThreadKeys {
 				require.Zero(t, chunk+lists, "%s: launch row %d (%+v): n <= GB_TOPN_THREAD passed again", l.name, y, p)
 			}
@@ -202,11 +244,18 @@ func TestCUDATopNBunchedMatchesGoEdition(t *testing.T) {
 			if lists > 0 {
 				cov["list passes "+kind]++
 			}
+			if selChunk > 0 {
+				cov["chunk selected "+kind]++
+			}
+			if selLists > 0 {
+				cov["lists selected "+kind]++
+			}
 		}
 	}
 	t.Logf("rows that passed again: %v", cov)
 	for _, k := range []string{"chunk passes plain", "chunk passes perturbed", "list passes plain",
-		"list passes perturbed"} {
+		"list passes perturbed", "chunk selected plain", "chunk selected perturbed", "lists selected plain",
+		"lists selected perturbed"} {
 		require.Positive(t, cov[k], "no row took %q", k)
 	}
 }

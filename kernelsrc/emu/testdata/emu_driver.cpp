@@ -42,9 +42,10 @@
 //   set (greedy, min-p alone, bad or skipped rows, a non-finite row), 1 when it drew on
 //   the list, 2 when it fell back to the one-block path;
 //   topn: i32 tokens[slots * 20], f32 values[slots * 20], u32 counters[counters_words],
-//   u32 passes[2 * grid_y]: for launch row y, at 2y the passes its blocks made over their
-//   chunks beyond the first (summed over the blocks), at 2y + 1 those its last block made
-//   over the published lists beyond the first (see gb_emu_topn).
+//   u32 passes[4 * grid_y]: for launch row y, at 4y the passes its blocks made over their
+//   chunks beyond the first (summed over the blocks), at 4y + 1 those its last block made
+//   over the published lists beyond the first, at 4y + 2 and 4y + 3 the thresholded
+//   selections that placed a chunk's and the published lists' top N (see gb_emu_topn).
 //
 // With GB_EMU_TRACE set, each launch is named on stderr as it ends (to see where the
 // time goes: the emulation is slow per barrier, not per element).
@@ -99,19 +100,35 @@ bool gb_filter_finish_list(A&&... a) {
 // wrapper's call to the definition is declared ahead (its arguments are all of built-in
 // types, which argument-dependent lookup does not search): should topn.cuh change the
 // function's parameters, the declared template is never defined and the link fails.
+// The thresholded selections (gb_topn_select over a chunk, gb_topn_select_published
+// over the published lists) report when they place the top N, so that a test sees both
+// them and the per-key merges they give up to.
 namespace gb_emu_topn {
 inline std::vector<std::uint32_t> passes; // per launch row: see RESULT
 inline std::vector<std::uint8_t> merged;  // per block: whether its chunk's merge is sure
 
-inline void note(bool sure) {
+inline std::size_t block() {
     const std::size_t b = std::size_t{gb_emu::block_idx.y} * gb_emu::grid_dim.x + gb_emu::block_idx.x;
     if (b >= merged.size()) {
         gb_emu::fail("gb_topn_merge: called outside a topn launch");
     }
+    return b;
+}
+
+inline void note(bool sure) {
+    const std::size_t b = block();
     if (!sure) {
-        ++passes[2u * std::size_t{gb_emu::block_idx.y} + merged[b]];
+        ++passes[4u * std::size_t{gb_emu::block_idx.y} + merged[b]];
     }
     merged[b] = sure ? 1u : merged[b];
+}
+
+// note_selected counts a thresholded selection that placed the top N: of the chunk
+// (lists false) or of the published lists.
+inline void note_selected(bool lists) {
+    const std::size_t b = block();
+    ++passes[4u * std::size_t{gb_emu::block_idx.y} + 2u + (lists ? 1u : 0u)];
+    merged[b] = 1u;
 }
 } // namespace gb_emu_topn
 
@@ -130,10 +147,41 @@ bool gb_topn_merge(A&&... a) {
 }
 #define gb_topn_merge(...) gb_topn_merge_impl(__VA_ARGS__)
 
+template <int L>
+inline bool gb_topn_select_impl(const unsigned long long lst[L], unsigned long long thr, unsigned int N,
+                                unsigned long long* s_top, unsigned long long* s_wtop, struct gb_topn_sel* sel);
+
+template <int L, typename... A>
+bool gb_topn_select(A&&... a) {
+    const bool sure = gb_topn_select_impl<L>(static_cast<A&&>(a)...);
+    if (sure && threadIdx.x == 0u) {
+        gb_emu_topn::note_selected(false); // uniform
+    }
+    return sure;
+}
+#define gb_topn_select(...) gb_topn_select_impl(__VA_ARGS__)
+
+template <unsigned int STRIDE>
+inline bool gb_topn_select_published_impl(const unsigned long long* row_part, unsigned int nblocks, unsigned int N,
+                                          unsigned long long* s_top, unsigned long long* s_wtop,
+                                          struct gb_topn_sel* sel);
+
+template <unsigned int STRIDE, typename... A>
+bool gb_topn_select_published(A&&... a) {
+    const bool sure = gb_topn_select_published_impl<STRIDE>(static_cast<A&&>(a)...);
+    if (sure && threadIdx.x == 0u) {
+        gb_emu_topn::note_selected(true); // uniform
+    }
+    return sure;
+}
+#define gb_topn_select_published(...) gb_topn_select_published_impl(__VA_ARGS__)
+
 #include "../../cuda/sampling.cu"
 
 #undef gb_filter_finish_list
 #undef gb_topn_merge
+#undef gb_topn_select
+#undef gb_topn_select_published
 #if !defined(GB_EMU_SHADOW_ABI)
 #error "build with -I testdata/shadow ahead of the kernelsrc folder (see shadow/abi.h)"
 #endif
@@ -395,7 +443,7 @@ int main(int argc, char** argv) {
         const float* df = draft->as<const float>();
         const int w = static_cast<int>(warp);
         if (topn) {
-            gb_emu_topn::passes.assign(2u * std::size_t{grid_y}, 0u);
+            gb_emu_topn::passes.assign(4u * std::size_t{grid_y}, 0u);
             gb_emu_topn::merged.assign(std::size_t{grid_y} * grid_x, 0u);
             float* values = reinterpret_cast<float*>(st);
             if (dtype == 0) {
