@@ -48,6 +48,8 @@ func BenchmarkKernels(b *testing.B) {
 		{"filtered/topk40-topp0.9", "filtered", abi.F32, abi.RowParams{Temperature: 0.8, TopK: 40, TopP: 0.9}, []int{1}},
 		{"filtered/minp0.05", "filtered", abi.F32, abi.RowParams{Temperature: 0.8, MinP: 0.05}, []int{1}},
 		{"filtered/topp0.9", "filtered", abi.F32, abi.RowParams{Temperature: 0.8, TopP: 0.9}, []int{1}},
+		{"categorical/topp0.95", "categorical", abi.F32, abi.RowParams{Temperature: 1, TopP: 0.95}, []int{1}},
+		{"filtered/topp0.95", "filtered", abi.F32, abi.RowParams{Temperature: 0.8, TopP: 0.95}, []int{1}},
 		// Each row feature beside its plain case above, for the overhead.
 		{"gumbel/T=1/logprobs", "gumbel_argmax", abi.F32, abi.RowParams{Temperature: 1, Flags: abi.FlagLogprobs}, []int{1, workers}},
 		{"greedy/logprobs", "gumbel_argmax", abi.F32, abi.RowParams{Flags: abi.FlagLogprobs}, []int{1}},

@@ -18,9 +18,10 @@ type catScratch struct {
 	proc  []float32 // the processed row x' (when the row has processors)
 	keys  []uint32  // orderKey of every element (when a filter needs them)
 	idx   []uint32  // the active set (after top-k), in index order
+	act   []float32 // the processed logit of each active element (top-k)
 	w     []float32 // weight of each active element
-	keysA []uint32  // key of each active element (top-p)
-	q     []uint64  // fixed-point weight of each active element (top-p)
+	keysA []uint32  // key of each active element (top-k)
+	q     []uint64  // fixed-point weight of each active element
 	tmpK  []uint32  // radix select's candidates
 	tmpQ  []uint64
 	heap  []uint32 // keepFew: the k largest keys
@@ -128,9 +129,32 @@ func (sc *catScratch) load(l *launchRow) (raw, row []float32, s abi.Seen) {
 }
 
 // rowMax is the largest finite value of row (-Inf when none is), with the row's
-// observations added to s. A row of finite values, the usual one, takes one pass that
-// ORs nonFinite beside the maximum; any other row takes the exact loop.
+// observations added to s. A row without NaN or +Inf, the usual one, takes one pass:
+// scanBelow under +Inf where it runs in vector code (-Inf changes neither the largest
+// finite value nor the observations), else a loop that ORs nonFinite beside the maximum
+// (and leaves a row holding -Inf to the exact loop).
 func rowMax(row []float32, s abi.Seen) (float32, abi.Seen) {
+	if scanBelowVector {
+		n, m := scanBelow(row, float32(math.Inf(1)))
+		if n == len(row)&^3 {
+			clean := true
+			for _, x := range row[n:] {
+				clean = clean && x < float32(math.Inf(1))
+				m = max(m, x)
+			}
+			if clean {
+				if m == 0 {
+					for _, x := range row {
+						m = max(m, x) // max's answer for signed zeros: +0 when the row holds one
+					}
+				}
+				if m != negInf {
+					s |= abi.SeenFinite
+				}
+				return m, s
+			}
+		}
+	}
 	m0, m1, m2, m3 := negInf, negInf, negInf, negInf
 	var bad uint32
 	i := 0
@@ -220,6 +244,7 @@ func topPThreshold(keys []uint32, q []uint64, z uint64, topP float32, tmpK []uin
 type keptSet struct {
 	idx       []uint32  // the active set, in index order
 	w         []float32 // weight of each active element
+	q         []uint64  // fixed-point weight of each active element, fixed(w, 2^F)
 	keys      []uint32  // orderKey of each active element (nil when no filter needs them)
 	threshold uint32    // kept keys are at least this (0: no key filter)
 	minP      float32   // kept weights are at least this (0: off)
@@ -234,7 +259,7 @@ func (k *keptSet) keptMass() uint64 {
 	var total uint64
 	for j := range k.idx {
 		if k.kept(j) {
-			total += fixed(k.w[j], k.twoPowF)
+			total += k.q[j]
 		}
 	}
 	return total
@@ -270,20 +295,9 @@ func (sc *catScratch) keepRow(p *abi.RowParams, row []float32, m float32) keptSe
 	}
 
 	// Step 2: weights. F leaves room for V weights of at most 2^F in 63 bits.
-	invT := ks.invT
 	ks.f = 63 - bits.Len32(uint32(n))
 	ks.twoPowF = float32(math.Ldexp(1, ks.f))
-	// exp(d) < 2^-F below cutoff, so q = 0 there whatever exp32's last bit.
-	cutoff := weightCutoff(ks.f)
-	// weight is w(x) = exp32(fl(fl(x - m)·invT)), 0 for x = -Inf and below cutoff. A
-	// closure called once, so that Go inlines it into the loop over the row.
-	weight := func(x float32) float32 {
-		d := float32(float32(x-m) * invT)
-		if d < cutoff {
-			return 0
-		}
-		return exp32(d)
-	}
+	wt := weigher{m: m, invT: ks.invT, cutoff: weightCutoff(ks.f)}
 
 	// Step 3: the top-k threshold, and the active set: elements with key ≥ Kk.
 	if topK || topP {
@@ -304,43 +318,51 @@ func (sc *catScratch) keepRow(p *abi.RowParams, row []float32, m float32) keptSe
 			}
 		}
 	} else {
-		for i := range row {
-			idx = append(idx, uint32(i))
+		idx = idx[:n]
+		for i := range idx {
+			idx[i] = uint32(i)
 		}
 	}
 	ks.idx = idx
 
-	// Step 4: Z, the fixed-point mass of the active set.
-	sc.w = grow(sc.w, len(idx))
-	ks.w = sc.w
-	var z uint64
-	for j, i := range idx {
-		ks.w[j] = weight(row[i])
-		z += fixed(ks.w[j], ks.twoPowF)
+	// Step 4: Z, the fixed-point mass of the active set, from the weights of its
+	// elements side by side (weights runs in vector code where it can).
+	xs := row
+	if topK {
+		sc.act = grow(sc.act, len(idx))
+		for j, i := range idx {
+			sc.act[j] = row[i]
+		}
+		xs = sc.act
 	}
+	sc.w, sc.q = grow(sc.w, len(idx)), grow(sc.q, len(idx))
+	ks.w, ks.q = sc.w, sc.q
+	z := weights(ks.w, ks.q, xs, wt, ks.twoPowF)
 
 	// Step 5: the top-p threshold, by mass over the active set.
 	var kp uint32
-	if topK || topP {
+	switch {
+	case topK:
 		sc.keysA = grow(sc.keysA, len(idx))
 		for j, i := range idx {
 			sc.keysA[j] = sc.keys[i]
 		}
 		ks.keys = sc.keysA
+	case topP:
+		ks.keys = sc.keys // the active set is the row
 	}
 	if topP {
-		sc.q = grow(sc.q, len(idx))
-		for j := range idx {
-			sc.q[j] = fixed(ks.w[j], ks.twoPowF)
-		}
 		sc.tmpK = grow(sc.tmpK, len(idx))
 		sc.tmpQ = grow(sc.tmpQ, len(idx))
-		kp = topPThreshold(sc.keysA, sc.q, z, p.TopP, sc.tmpK, sc.tmpQ)
+		kp = topPThreshold(ks.keys, ks.q, z, p.TopP, sc.tmpK, sc.tmpQ)
 	}
 
-	// Steps 6 and 7: the kept set and its mass.
+	// Steps 6 and 7: the kept set and its mass, which is Z when nothing filters it.
 	ks.threshold = max(kk, kp)
-	ks.total = ks.keptMass()
+	ks.total = z
+	if ks.threshold != 0 || ks.minP != 0 {
+		ks.total = ks.keptMass()
+	}
 	return ks
 }
 
@@ -357,7 +379,7 @@ func (sc *catScratch) drawKept(l *launchRow, raw, row []float32, m float32) int 
 	tok := -1
 	for j, i := range ks.idx {
 		if ks.kept(j) {
-			acc += fixed(ks.w[j], ks.twoPowF)
+			acc += ks.q[j]
 			if acc > target {
 				tok = int(i)
 				break
@@ -510,12 +532,13 @@ func (sc *catScratch) keepFew(p *abi.RowParams, row []float32, m float32) (keptS
 	ks.idx = sc.idx
 
 	// Steps 4 to 7 of keep, on the active set.
-	sc.w = grow(sc.w, len(ks.idx))
-	ks.w = sc.w
+	sc.w, sc.q = grow(sc.w, len(ks.idx)), grow(sc.q, len(ks.idx))
+	ks.w, ks.q = sc.w, sc.q
 	var z uint64
 	for j, i := range ks.idx {
 		ks.w[j] = wt.weight(row[i])
-		z += fixed(ks.w[j], ks.twoPowF)
+		ks.q[j] = fixed(ks.w[j], ks.twoPowF)
+		z += ks.q[j]
 	}
 	var kp uint32
 	if topK {
@@ -525,7 +548,7 @@ func (sc *catScratch) keepFew(p *abi.RowParams, row []float32, m float32) (keptS
 			ks.keys[j] = orderKey(row[i])
 		}
 		if topP {
-			kp = topPSorted(ks.keys, ks.w, ks.twoPowF, z, p.TopP, &sc.order)
+			kp = topPSorted(ks.keys, ks.q, z, p.TopP, &sc.order)
 		}
 	}
 	ks.threshold = max(kk, kp)
@@ -739,11 +762,11 @@ func heapDown(h []uint32) {
 	}
 }
 
-// topPSorted is topPThreshold over a short active set (keys and weights per element):
-// the keys in descending order, and Kp the first whose running fixed-point mass reaches
-// the target, which is radixSelect's answer (the largest key whose mass over keys ≥ it
-// reaches the target). order is scratch.
-func topPSorted(keys []uint32, w []float32, twoPowF float32, z uint64, topP float32, order *[]uint32) uint32 {
+// topPSorted is topPThreshold over a short active set (keys and fixed-point weights per
+// element): the keys in descending order, and Kp the first whose running fixed-point
+// mass reaches the target, which is radixSelect's answer (the largest key whose mass
+// over keys ≥ it reaches the target). order is scratch.
+func topPSorted(keys []uint32, q []uint64, z uint64, topP float32, order *[]uint32) uint32 {
 	target := abi.TopPTarget(z, topP)
 	o := grow(*order, len(keys))
 	for j := range o {
@@ -753,7 +776,7 @@ func topPSorted(keys []uint32, w []float32, twoPowF float32, z uint64, topP floa
 	slices.SortFunc(o, func(a, b uint32) int { return cmp.Compare(keys[b], keys[a]) })
 	var acc uint64
 	for _, j := range o {
-		acc += fixed(w[j], twoPowF)
+		acc += q[j]
 		if acc >= target {
 			return keys[j]
 		}

@@ -59,3 +59,53 @@ func mapsKeys(m map[int32]int) []int32 {
 	}
 	return k
 }
+
+// TestRowMaxMatchesExactLoop: rowMax (its vector scan included) gives the exact loop's
+// maximum, signed zero included, and observations on rows holding NaN, ±Inf and signed
+// zeros anywhere, at every length mod 4.
+func TestRowMaxMatchesExactLoop(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 41))
+	exact := func(row []float32) (float32, abi.Seen) {
+		m, s := negInf, abi.Seen(0)
+		for _, x := range row {
+			if x-x != 0 {
+				if x != negInf {
+					s |= abi.SeenNonFinite
+				}
+				continue
+			}
+			s |= abi.SeenFinite
+			m = max(m, x)
+		}
+		return m, s
+	}
+	specials := []float32{negInf, float32(math.Inf(1)), float32(math.NaN()), 0, float32(math.Copysign(0, -1))}
+	for trial := range 3000 {
+		n := r.IntN(40)
+		row := make([]float32, n)
+		for i := range row {
+			switch r.IntN(4) {
+			case 0:
+				row[i] = specials[r.IntN(len(specials))]
+			case 1:
+				row[i] = specials[r.IntN(2)] // -Inf and +Inf more often
+			default:
+				row[i] = float32(r.NormFloat64())
+				if trial%3 == 0 {
+					row[i] = -float32(math.Abs(float64(row[i]))) // at most 0, so a zero can win
+				}
+			}
+		}
+		if trial%2 == 0 {
+			for i := range row { // NaN and +Inf only in some rows
+				if !(row[i] < float32(math.Inf(1))) {
+					row[i] = negInf
+				}
+			}
+		}
+		wantM, wantS := exact(row)
+		m, s := rowMax(row, 0)
+		require.Equal(t, math.Float32bits(wantM), math.Float32bits(m), "row %v", row)
+		require.Equal(t, wantS, s, "row %v", row)
+	}
+}
