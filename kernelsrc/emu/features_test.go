@@ -498,3 +498,58 @@ func TestCUDAFeaturesMatchGoEdition(t *testing.T) {
 		require.Positive(t, kinds[k], "no slot sampled a token on the %s path", k)
 	}
 }
+
+// lateRow is a row whose largest early logit sets a high best after the first trips,
+// followed by a late special at a random position: a larger value (which wins where it
+// is allowed), NaN or +Inf (observed before the mask, wherever they are), or -Inf.
+func lateRow(r *rand.Rand, v int) []float32 {
+	row := background(r, v)
+	if v < 8 {
+		return row
+	}
+	row[r.IntN(v/8)] = 30
+	specials := []float32{35, 35, 35, 25, 25, float32(math.Inf(-1)), float32(math.NaN()), float32(math.Inf(1))}
+	for range 1 + r.IntN(2) {
+		row[v/2+r.IntN(v-v/2)] = specials[r.IntN(len(specials))]
+	}
+	return row
+}
+
+// TestCUDAMasksOnlyScansMatchGoEdition runs greedy and Gumbel rows whose only processors
+// are masks (a token mask, a grammar's bitmask, or both; no log-probabilities) over many
+// trips per thread, with late larger values, NaN and +Inf in allowed and banned positions
+// after a high early best, and requires the Go edition's tokens and statuses: a scan
+// that passed over groups below its best without observing them would miss the NaN.
+func TestCUDAMasksOnlyScansMatchGoEdition(t *testing.T) {
+	r := rand.New(rand.NewPCG(20261202, 23))
+	var ls []*launch
+	for _, s := range []int{1, 3} {
+		for _, v := range []int{1001, 2003} {
+			l := &launch{kernel: kernelGumbel, dtype: dtF32, gridX: s, block: 16, warp: 8, vocab: v,
+				stride: v, slots: 16}
+			l.name = fmt.Sprintf("masks only S=%d V=%d", s, v)
+			l.withProcessors(r)
+			// Dense token masks on most rows, so that threads hold an allowed best early.
+			words := (v + 31) / 32
+			for slot := range l.slots {
+				if slot%4 != 3 {
+					for w := range words {
+						l.mask[slot*words+w] = ^(r.Uint32() & r.Uint32())
+					}
+				}
+			}
+			l.rows(r, func(p *rowParams) {
+				p.Temperature = []float32{0, 0, 0.7, 1}[r.IntN(4)]
+				p.Flags = []abi.Flags{abi.FlagMask, 0, abi.FlagMask}[r.IntN(3)]
+				l.bitmaskFlag(r, p)
+			})
+			l.fillRows(r, lateRow)
+			ls = append(ls, l)
+		}
+	}
+	got := decodeResults(t, runDriver(t, encodeJob(t, ls)), ls)
+	seen, _ := matchGo(t, ls, got)
+	t.Logf("rows by status (ok, NaN/+Inf, no finite, bad params): %v", seen)
+	require.Positive(t, seen[0], "no row drew a token")
+	require.Positive(t, seen[1], "no row saw NaN or +Inf")
+}
