@@ -193,6 +193,12 @@ func rowMax(row []float32, s abi.Seen) (float32, abi.Seen) {
 		}
 		return m, s | abi.SeenFinite
 	}
+	return rowMaxExact(row, s)
+}
+
+// rowMaxExact is rowMax one element at a time: the reference the fast paths are checked
+// against, and the path of rows holding a non-finite logit.
+func rowMaxExact(row []float32, s abi.Seen) (float32, abi.Seen) {
 	m := negInf
 	for _, x := range row {
 		if x-x != 0 {
