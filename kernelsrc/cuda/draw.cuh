@@ -68,13 +68,12 @@ __device__ __forceinline__ void gb_row_done(gb_row_params* params, const gb_row_
     }
     const gb_u32 D = gridDim.z;
     if (D > 1u) {
-        __threadfence(); // this draw's outputs before its arrival
+        // This draw's outputs before its arrival; every draw's before the reads below.
         gb_u32* c = counters + 2u * (gb_u64)gridDim.y * D + y;
-        if (atomicAdd(c, 1u) != D - 1u) {
+        if (!gb_arrive(c, D)) {
             return;
         }
         atomicExch(c, 0u);
-        __threadfence(); // every draw's outputs before the reads below
     }
     if (p.flags & GB_FLAG_RECORD) {
         const gb_u64 first = (gb_u64)p.row * D;

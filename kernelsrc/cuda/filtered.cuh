@@ -681,10 +681,8 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
             if (seen != 0u) {
                 atomicOr(&cnt[1], seen);
             }
-            __threadfence();
-            last = atomicAdd(&cnt[0], 1u) == nblocks - 1u ? 1u : 0u;
+            last = gb_arrive(&cnt[0], nblocks) ? 1u : 0u;
             if (last) {
-                __threadfence();
                 seen = atomicExch(&cnt[1], 0u);
                 atomicExch(&cnt[0], 0u);
             }
@@ -696,7 +694,6 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
     if (verdict == 0u) {
         return;
     }
-    __threadfence();
 
     // The last block: the row's observations, maximum, mass and log-sum-exp.
     seen = verdict & ~0x80000000u;

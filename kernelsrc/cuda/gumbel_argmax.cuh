@@ -504,15 +504,12 @@ __device__ __forceinline__ void gb_argmax_end(gb_row_params* params, const gb_ro
         if (w.seen != 0u) {
             atomicOr(&cnt[1], w.seen);
         }
-        __threadfence();
-        gb_u32 prev = atomicAdd(&cnt[0], 1u);
-        *s_last = prev == nblocks - 1u ? 1u : 0u;
+        *s_last = gb_arrive(&cnt[0], nblocks) ? 1u : 0u;
     }
     __syncthreads();
     if (*s_last == 0u) {
         return;
     }
-    __threadfence();
     // Every block ORed its observations in before it arrived.
     gb_u32 seen = 0u;
     if (threadIdx.x == 0u) {

@@ -307,8 +307,8 @@ __device__ __forceinline__ float gb_shfl_xor_f32(float v, gb_u32 d) {
 }
 
 // gb_load_published reads a word that another block stored before its arrival was
-// counted, after this block's own fence. On CUDA that fence invalidates the
-// multiprocessor's L1, and ld.global.cg reads at L2, where the fenced stores are; a
+// counted, after this block's last arrival (gb_arrive) and a barrier. On CUDA,
+// ld.global.cg reads at L2, where the fenced stores are; a
 // volatile read would be a system-scope strong load, slower on the draw's critical path.
 // HIP (whose fence invalidates L1 too) and the emulation keep the volatile read.
 __device__ __forceinline__ gb_u64 gb_load_published(const gb_u64* p) {
@@ -317,6 +317,31 @@ __device__ __forceinline__ gb_u64 gb_load_published(const gb_u64* p) {
 #else
     return *(const volatile gb_u64*)p;
 #endif
+}
+
+// gb_fence_gpu is the GPU-scope fence of a split launch's arrival. An acquire-release
+// fence is all that publication needs (CUTLASS's semaphores use the same); __threadfence
+// is sequentially consistent, MEMBAR.SC.GPU on sm_90, which waits longer on every
+// arrival. HIP and the emulation keep __threadfence.
+__device__ __forceinline__ void gb_fence_gpu() {
+#if GB_NVIDIA
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#else
+    __threadfence();
+#endif
+}
+
+// gb_arrive counts one arrival of `of` at *count and returns whether it was the last.
+// The fence before it releases what the caller published; the one after the last
+// arrival acquires what the others did, for the whole block when the caller is its
+// thread 0 and a barrier follows (the later reads go through gb_load_published).
+__device__ __forceinline__ bool gb_arrive(gb_u32* count, gb_u32 of) {
+    gb_fence_gpu();
+    const bool last = atomicAdd(count, 1u) == of - 1u;
+    if (last) {
+        gb_fence_gpu();
+    }
+    return last;
 }
 
 // gb_clear_bins zeroes a radix level's counts.

@@ -397,16 +397,13 @@ __device__ __forceinline__ void gb_residual(const typename gb_io<KIND>::elem* __
             if (w.seen != 0u) {
                 atomicOr(&counters[2u * y + 1u], w.seen);
             }
-            __threadfence();
-            const gb_u32 prev = atomicAdd(&counters[2u * y], 1u);
-            s_last = prev == nblocks - 1u ? 1u : 0u;
+            s_last = gb_arrive(&counters[2u * y], nblocks) ? 1u : 0u;
         }
         __syncthreads();
         if (s_last == 0u) {
             return;
         }
         if (threadIdx.x == 0u) {
-            __threadfence();
             const gb_u64* row_part = partials + (gb_u64)GB_RESIDUAL_STRIDE * y * nblocks;
             w.key_r = w.key_p = 0ull;
             for (gb_u32 i = 0; i < nblocks; ++i) {

@@ -97,9 +97,7 @@ __device__ __forceinline__ void gb_score(const typename gb_io<KIND>::elem* __res
             if (seen != 0u) {
                 atomicOr(&counters[2u * y + 1u], seen);
             }
-            __threadfence();
-            const gb_u32 prev = atomicAdd(&counters[2u * y], 1u);
-            s_last = prev == nblocks - 1u ? 1u : 0u;
+            s_last = gb_arrive(&counters[2u * y], nblocks) ? 1u : 0u;
         }
         __syncthreads();
         if (s_last == 0u) {
@@ -108,7 +106,6 @@ __device__ __forceinline__ void gb_score(const typename gb_io<KIND>::elem* __res
         if (threadIdx.x != 0u) {
             return;
         }
-        __threadfence();
         const gb_u64* row_part = partials + (gb_u64)GB_SCORE_STRIDE * y * nblocks;
         gb_lse_init(raw);
         gb_lse_init(proc);

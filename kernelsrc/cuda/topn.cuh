@@ -419,15 +419,12 @@ __device__ __forceinline__ bool gb_topn_merge_blocks(gb_u32 N, gb_u32& seen, gb_
         if (seen != 0u) {
             atomicOr(&counters[2u * y + 1u], seen);
         }
-        __threadfence();
-        const gb_u32 prev = atomicAdd(&counters[2u * y], 1u);
-        *s_last = prev == nblocks - 1u ? 1u : 0u;
+        *s_last = gb_arrive(&counters[2u * y], nblocks) ? 1u : 0u;
     }
     __syncthreads();
     if (*s_last == 0u) {
         return false;
     }
-    __threadfence();
     const gb_u64* row_part = partials + (gb_u64)GB_TOPN_STRIDE * y * nblocks;
     gb_lse_init(lse);
     for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
