@@ -103,6 +103,7 @@ __device__ __forceinline__ bool gb_topn_merge(gb_u64 lst[L], gb_u64 thr, gb_u32 
 // probes and candidates live in the words of s_wtop, which the per-key merge
 // (gb_topn_merge) only uses when this selection gives up: more than GB_TOPN_CANDS
 // candidates, or a thread that let go of keys at or above T.
+//
 // GB_TOPN_SELECT_MIN is the smallest N that takes it: its four barriers cost more than
 // the per-key merge's 2N warp rounds below about a dozen keys (on an H200, N = 4 was 1.6
 // µs slower a step at batch 1, N = 20 1.7 µs faster).
@@ -127,8 +128,8 @@ __device__ __forceinline__ void gb_topn_sel_reset(gb_topn_sel* sel) {
 }
 
 // gb_topn_rank_all writes the N largest of the c distinct keys of list (0 = none) into
-// s_top by rank, 0 past c: each key counts the larger ones. With the probes it sets
-// sel->t instead (the key of rank N - 1), which stays 0 when there are fewer than N.
+// s_top by rank, 0 past c: each key counts the larger ones. Given t (for probes), it sets
+// *t to the key of rank N - 1 instead, which leaves *t as it was when there are fewer.
 __device__ __forceinline__ void gb_topn_rank_all(const gb_u64* list, gb_u32 c, gb_u32 N, gb_u64* s_top,
                                                  gb_u64* t) {
     for (gb_u32 i = threadIdx.x; i < c; i += blockDim.x) {
@@ -201,7 +202,7 @@ __device__ __forceinline__ gb_u32 gb_topn_probe(const gb_u64 lst[L], gb_u32 busy
 
 // gb_topn_bound is T for the block's lists as they stand: the N-th largest of their
 // probes, a key below which is not among the block's top N (0: fewer than N probes).
-// *t must be 0 before the block's last barrier; the block's threads all call it.
+// *t must be 0 when the block calls it, all its threads together.
 template <int L>
 __device__ __forceinline__ gb_u64 gb_topn_bound(const gb_u64 lst[L], gb_u32 busy, gb_u32 N, gb_u64* s_wtop,
                                                 gb_u64* t) {
