@@ -31,6 +31,8 @@ func TestLaunchesAllocateNothing(t *testing.T) {
 		{abi.GumbelArgmax, abi.F32, runtime.Dim3{X: split, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8}},
 		{abi.GumbelArgmax, abi.BF16, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{}},
 		{abi.Categorical, abi.F16, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8, TopK: 40, TopP: 0.9}},
+		{abi.Categorical, abi.F32, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8, TopP: 0.9}},
+		{abi.Filtered, abi.F32, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8, TopP: 0.95, MinP: 0.01}},
 		{abi.TopN, abi.F32, runtime.Dim3{X: split, Y: 3, Z: 1}, abi.RowParams{Temperature: 0.8, TopN: 20}},
 	} {
 		kernel := abi.KernelName(c.family, c.d)

@@ -281,9 +281,12 @@ func (k *keptSet) kept(j int) bool {
 
 // keep runs steps 2 to 7 of the categorical kernel (weights, top-k, Z, top-p, min-p, S)
 // on a row with a finite largest processed logit m and a positive temperature: by
-// keepFew where it serves, else by keepRow.
+// keepFew or keepNucleus where they serve, else by keepRow.
 func (sc *catScratch) keep(p *abi.RowParams, row []float32, m float32) keptSet {
 	if ks, ok := sc.keepFew(p, row, m); ok {
+		return ks
+	}
+	if ks, ok := sc.keepNucleus(p, row, m); ok {
 		return ks
 	}
 	return sc.keepRow(p, row, m)
@@ -560,6 +563,129 @@ func (sc *catScratch) keepFew(p *abi.RowParams, row []float32, m float32) (keptS
 	ks.threshold = max(kk, kp)
 	ks.total = ks.keptMass()
 	return ks, true
+}
+
+// keepNucleus is keep for the rows whose only key filter is top-p (min-p may join it),
+// and false for the others. Z needs every element's weight, but Kp only the heaviest
+// elements' keys: rather than an order key per element and a radix select over the row,
+// it looks for a cut lim whose elements x ≥ lim already carry the target mass, and
+// selects Kp among them alone. That is keep's Kp: the keys of the other elements lie
+// below the smallest of theirs, t, whose mass over keys ≥ t already reaches the target,
+// so Kp ≥ t, and over keys ≥ t the two selects see the same keys and masses. The active
+// set is the candidates, which hold every kept element. A row whose cuts find no such
+// set of at most n/nucleusShare elements takes the full select, on the weights already
+// computed. keepRow, the full select throughout, is the reference it is checked against.
+func (sc *catScratch) keepNucleus(p *abi.RowParams, row []float32, m float32) (keptSet, bool) {
+	n := len(row)
+	if p.TopK > 0 && uint64(p.TopK) < uint64(n) || !(p.TopP > 0 && p.TopP < 1) {
+		return keptSet{}, false
+	}
+	ks := keptSet{invT: float32(1 / p.Temperature)}
+	if p.MinP > 0 && p.MinP <= 1 {
+		ks.minP = p.MinP
+	}
+	ks.f = 63 - bits.Len32(uint32(n))
+	ks.twoPowF = float32(math.Ldexp(1, ks.f))
+	wt := weigher{m: m, invT: ks.invT, cutoff: weightCutoff(ks.f)}
+
+	// The candidates of the first cut, nucleusCut, which holds the nucleus of most LLM
+	// rows. Any lim ≤ m is correct once the candidates' mass is checked; the cut only
+	// decides how many there are.
+	limit := n / nucleusShare
+	idx, ok := nucleusCandidates(row, nucleusLimit(m, nucleusCut, ks.invT), grow(sc.idx, n), limit)
+	sc.idx = idx
+
+	sc.w, sc.q = grow(sc.w, n), grow(sc.q, n)
+	z := weights(sc.w, sc.q, row, wt, ks.twoPowF)
+	target := abi.TopPTarget(z, p.TopP)
+	if ok && candidateMass(idx, sc.q) < target {
+		// The second cut: the d below which the n elements' weights, each at most
+		// exp(d), could not make up z - target (less a margin for roundings), and not
+		// below the cutoff, under which weights are 0.
+		d := math.Log(float64(z-target)/(float64(n)*float64(ks.twoPowF))) - 0.5
+		d = max(d, float64(wt.cutoff)-0.5)
+		ok = d < nucleusCut
+		if ok {
+			idx, ok = nucleusCandidates(row, nucleusLimit(m, d, ks.invT), grow(sc.idx, n), limit)
+			sc.idx = idx
+			ok = ok && candidateMass(idx, sc.q) >= target
+		}
+	}
+	if ok && len(idx) > 0 {
+		// The candidates' weights, moved to the front (j ≤ i), and their keys.
+		sc.keysA = grow(sc.keysA, len(idx))
+		for j, i := range idx {
+			sc.w[j], sc.q[j] = sc.w[i], sc.q[i]
+			sc.keysA[j] = orderKey(row[i])
+		}
+		ks.idx, ks.w, ks.q, ks.keys = idx, sc.w[:len(idx)], sc.q[:len(idx)], sc.keysA
+		sc.tmpK, sc.tmpQ = grow(sc.tmpK, len(idx)), grow(sc.tmpQ, len(idx))
+		ks.threshold = radixSelect(ks.keys, ks.q, target, sc.tmpK, sc.tmpQ)
+		ks.total = ks.keptMass()
+		return ks, true
+	}
+
+	// keepRow's steps 3, 5 to 7 for top-p without top-k, on the weights above.
+	sc.idx, sc.keys = grow(sc.idx, n), grow(sc.keys, n)
+	for i, x := range row {
+		sc.idx[i] = uint32(i)
+		sc.keys[i] = orderKey(x)
+	}
+	ks.idx, ks.w, ks.q, ks.keys = sc.idx, sc.w, sc.q, sc.keys
+	sc.tmpK, sc.tmpQ = grow(sc.tmpK, n), grow(sc.tmpQ, n)
+	ks.threshold = radixSelect(ks.keys, ks.q, target, sc.tmpK, sc.tmpQ)
+	ks.total = ks.keptMass()
+	return ks, true
+}
+
+// nucleusCut is keepNucleus's first cut, in d: the weights below it are under
+// exp(-8) ≈ 3.4e-4 of the largest.
+const nucleusCut = -8
+
+// nucleusShare bounds keepNucleus's candidates to n/nucleusShare: a row that dense near
+// its maximum has a wide nucleus, which the full select serves, and listing stops early.
+const nucleusShare = 16
+
+// nucleusLimit is the logit of d = fl(fl(x - m)·invT) = d, roughly, and at most m; NaN
+// when it is out of float32's finite range.
+func nucleusLimit(m float32, d float64, invT float32) float32 {
+	lim := min(float32(float64(m)+d/float64(invT)), m)
+	if !(lim >= -math.MaxFloat32) {
+		return float32(math.NaN())
+	}
+	return lim
+}
+
+// nucleusCandidates lists the elements of row at least lim, in index order, in idx's
+// storage; false when they would exceed limit or lim is NaN. Whole groups of four below
+// lim pass at once (scanBelow).
+func nucleusCandidates(row []float32, lim float32, idx []uint32, limit int) ([]uint32, bool) {
+	idx = idx[:0]
+	if lim != lim {
+		return idx, false
+	}
+	for i := 0; i < len(row); {
+		k, _ := scanBelow(row[i:], lim)
+		i += k
+		for end := min(i+4, len(row)); i < end; i++ {
+			if row[i] >= lim {
+				if len(idx) == limit {
+					return idx, false
+				}
+				idx = append(idx, uint32(i))
+			}
+		}
+	}
+	return idx, true
+}
+
+// candidateMass is Σ q over the elements idx.
+func candidateMass(idx []uint32, q []uint64) uint64 {
+	var mass uint64
+	for _, i := range idx {
+		mass += q[i]
+	}
+	return mass
 }
 
 // minPBound is the d = fl(fl(x - m)·invT) below which min-p keeps nothing: w =
