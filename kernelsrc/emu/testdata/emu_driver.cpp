@@ -149,7 +149,8 @@ bool gb_topn_merge(A&&... a) {
 
 template <int L>
 inline bool gb_topn_select_impl(const unsigned long long lst[L], unsigned long long thr, unsigned int N,
-                                unsigned long long* s_top, unsigned long long* s_wtop, struct gb_topn_sel* sel);
+                                unsigned int len, unsigned long long* s_top, unsigned long long* s_wtop,
+                                struct gb_topn_sel* sel);
 
 template <int L, typename... A>
 bool gb_topn_select(A&&... a) {
