@@ -104,9 +104,8 @@ __device__ __forceinline__ bool gb_topn_merge(gb_u64 lst[L], gb_u64 thr, gb_u32 
 // (gb_topn_merge) only uses when this selection gives up: more than GB_TOPN_CANDS
 // candidates, or a thread that let go of keys at or above T.
 //
-// GB_TOPN_SELECT_MIN is the smallest N that takes it: its four barriers cost more than
-// the per-key merge's 2N warp rounds below about a dozen keys (on an H200, N = 4 was 1.6
-// µs slower a step at batch 1, N = 20 1.7 µs faster).
+// GB_TOPN_SELECT_MIN is the smallest N that takes it: below about a dozen keys its four
+// barriers cost more than the per-key merge's 2N warp rounds (docs/performance-notes.md).
 #define GB_TOPN_SELECT_MIN 12u
 #define GB_TOPN_PROBES 384
 #define GB_TOPN_CANDS (GB_MAX_WARPS * GB_MAX_TOPN - GB_TOPN_PROBES)

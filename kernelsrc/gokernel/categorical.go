@@ -279,6 +279,19 @@ func (k *keptSet) kept(j int) bool {
 	return k.minP == 0 || k.w[j] >= k.minP
 }
 
+// newKeptSet is a kept set of a row of n elements with largest logit m before any
+// filter has run (temperature, min-p and F: V weights of at most 2^F fit in 63 bits), and
+// the weigher of its step 2.
+func newKeptSet(p *abi.RowParams, n int, m float32) (keptSet, weigher) {
+	ks := keptSet{invT: float32(1 / p.Temperature)}
+	if p.MinP > 0 && p.MinP <= 1 {
+		ks.minP = p.MinP
+	}
+	ks.f = 63 - bits.Len32(uint32(n))
+	ks.twoPowF = float32(math.Ldexp(1, ks.f))
+	return ks, weigher{m: m, invT: ks.invT, cutoff: weightCutoff(ks.f)}
+}
+
 // keep runs steps 2 to 7 of the categorical kernel (weights, top-k, Z, top-p, min-p, S)
 // on a row with a finite largest processed logit m and a positive temperature: by
 // keepFew or keepNucleus where they serve, else by keepRow.
@@ -298,15 +311,8 @@ func (sc *catScratch) keepRow(p *abi.RowParams, row []float32, m float32) keptSe
 	n := len(row)
 	topK := p.TopK > 0 && uint64(p.TopK) < uint64(n)
 	topP := p.TopP > 0 && p.TopP < 1
-	ks := keptSet{invT: float32(1 / p.Temperature)}
-	if p.MinP > 0 && p.MinP <= 1 {
-		ks.minP = p.MinP
-	}
-
-	// Step 2: weights. F leaves room for V weights of at most 2^F in 63 bits.
-	ks.f = 63 - bits.Len32(uint32(n))
-	ks.twoPowF = float32(math.Ldexp(1, ks.f))
-	wt := weigher{m: m, invT: ks.invT, cutoff: weightCutoff(ks.f)}
+	// Step 2: weights.
+	ks, wt := newKeptSet(p, n, m)
 
 	// Step 3: the top-k threshold, and the active set: elements with key ≥ Kk.
 	if topK || topP {
@@ -491,13 +497,7 @@ func (sc *catScratch) keepFew(p *abi.RowParams, row []float32, m float32) (keptS
 	topK := p.TopK > 0 && uint64(p.TopK) < uint64(n)
 	topP := p.TopP > 0 && p.TopP < 1
 	minP := p.MinP > 0 && p.MinP <= 1
-	ks := keptSet{invT: float32(1 / p.Temperature)}
-	if minP {
-		ks.minP = p.MinP
-	}
-	ks.f = 63 - bits.Len32(uint32(n))
-	ks.twoPowF = float32(math.Ldexp(1, ks.f))
-	wt := weigher{m: m, invT: ks.invT, cutoff: weightCutoff(ks.f)}
+	ks, wt := newKeptSet(p, n, m)
 
 	var kk uint32
 	switch {
@@ -580,13 +580,7 @@ func (sc *catScratch) keepNucleus(p *abi.RowParams, row []float32, m float32) (k
 	if p.TopK > 0 && uint64(p.TopK) < uint64(n) || !(p.TopP > 0 && p.TopP < 1) {
 		return keptSet{}, false
 	}
-	ks := keptSet{invT: float32(1 / p.Temperature)}
-	if p.MinP > 0 && p.MinP <= 1 {
-		ks.minP = p.MinP
-	}
-	ks.f = 63 - bits.Len32(uint32(n))
-	ks.twoPowF = float32(math.Ldexp(1, ks.f))
-	wt := weigher{m: m, invT: ks.invT, cutoff: weightCutoff(ks.f)}
+	ks, wt := newKeptSet(p, n, m)
 
 	// The candidates of the first cut, nucleusCut, which holds the nucleus of most LLM
 	// rows. Any lim ≤ m is correct once the candidates' mass is checked; the cut only

@@ -1,25 +1,26 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "exp_amd64.h"
 
 // The constants of expNonPositive (lse.go), each broadcast from 8 bytes.
 DATA expneg64<>+0(SB)/8, $0xc050000000000000
 GLOBL expneg64<>(SB), RODATA|NOPTR, $8
-DATA expinvstep<>+0(SB)/8, $0x40571547652b82fe
+DATA expinvstep<>+0(SB)/8, EXP_INVSTEP
 GLOBL expinvstep<>(SB), RODATA|NOPTR, $8
-DATA exphalf<>+0(SB)/8, $0x3fe0000000000000
+DATA exphalf<>+0(SB)/8, EXP_HALF
 GLOBL exphalf<>(SB), RODATA|NOPTR, $8
-DATA expone<>+0(SB)/8, $0x3ff0000000000000
+DATA expone<>+0(SB)/8, EXP_ONE
 GLOBL expone<>(SB), RODATA|NOPTR, $8
-DATA exphi<>+0(SB)/8, $0x3f862e42fee00000
+DATA exphi<>+0(SB)/8, EXP_HI
 GLOBL exphi<>(SB), RODATA|NOPTR, $8
-DATA explo<>+0(SB)/8, $0x3d8a39ef35793c76
+DATA explo<>+0(SB)/8, EXP_LO
 GLOBL explo<>(SB), RODATA|NOPTR, $8
-DATA expsixth<>+0(SB)/8, $0x3fc5555555555555
+DATA expsixth<>+0(SB)/8, EXP_SIXTH
 GLOBL expsixth<>(SB), RODATA|NOPTR, $8
-DATA exp24<>+0(SB)/8, $0x3fa5555555555555
+DATA exp24<>+0(SB)/8, EXP_24
 GLOBL exp24<>(SB), RODATA|NOPTR, $8
-DATA exp120<>+0(SB)/8, $0x3f81111111111111
+DATA exp120<>+0(SB)/8, EXP_120
 GLOBL exp120<>(SB), RODATA|NOPTR, $8
 DATA expbias<>+0(SB)/8, $1023
 GLOBL expbias<>(SB), RODATA|NOPTR, $8

@@ -1,6 +1,7 @@
 //go:build amd64 && !purego
 
 #include "textflag.h"
+#include "exp_amd64.h"
 
 // VEC4 is a 32-byte constant: bits four times.
 #define VEC4(name, bits) \
@@ -11,14 +12,14 @@
 	GLOBL name<>(SB), RODATA|NOPTR, $32
 
 VEC4(wshifter, $0x4338000000000000) // 1.5·2^52
-VEC4(winvstep, $0x40571547652b82fe) // 64/ln 2
-VEC4(whi, $0x3f862e42fee00000)      // ln 2/64 to 32 significant bits (expNonPositive's hi)
-VEC4(wlo, $0x3d8a39ef35793c76)      // ln 2/64 - hi
-VEC4(wone, $0x3ff0000000000000)     // 1
-VEC4(whalf, $0x3fe0000000000000)    // 1/2
-VEC4(wsixth, $0x3fc5555555555555)   // 1/6
-VEC4(w24, $0x3fa5555555555555)      // 1/24
-VEC4(w120, $0x3f81111111111111)     // 1/120
+VEC4(winvstep, EXP_INVSTEP)
+VEC4(whi, EXP_HI)
+VEC4(wlo, EXP_LO)
+VEC4(wone, EXP_ONE)
+VEC4(whalf, EXP_HALF)
+VEC4(wsixth, EXP_SIXTH)
+VEC4(w24, EXP_24)
+VEC4(w120, EXP_120)
 VEC4(w63, $63)
 VEC4(wexpbias, $0xbcc800000000ffc0) // 1023·64 less the bits of 1.5·2^52
 VEC4(wnear, $0x10000100)            // 2^28 + midpointMargin
