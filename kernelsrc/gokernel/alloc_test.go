@@ -12,8 +12,8 @@ import (
 )
 
 // TestLaunchesAllocateNothing: once warm, launches that use every row feature
-// (processors, draws, ADVANCE, RECORD, LOGPROBS, split partials, topn) allocate nothing
-// on the Go heap.
+// (processors, draws, ADVANCE, RECORD, LOGPROBS, split partials, topn), or masks alone
+// (the masks' own paths), allocate nothing on the Go heap.
 func TestLaunchesAllocateNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
@@ -27,13 +27,18 @@ func TestLaunchesAllocateNothing(t *testing.T) {
 		d      abi.DType
 		grid   runtime.Dim3
 		p      abi.RowParams
+		// masksOnly: MASK and BITMASK (and ADVANCE) instead of every feature.
+		masksOnly bool
 	}{
-		{abi.GumbelArgmax, abi.F32, runtime.Dim3{X: split, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8}},
-		{abi.GumbelArgmax, abi.BF16, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{}},
-		{abi.Categorical, abi.F16, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8, TopK: 40, TopP: 0.9}},
-		{abi.Categorical, abi.F32, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8, TopP: 0.9}},
-		{abi.Filtered, abi.F32, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8, TopP: 0.95, MinP: 0.01}},
-		{abi.TopN, abi.F32, runtime.Dim3{X: split, Y: 3, Z: 1}, abi.RowParams{Temperature: 0.8, TopN: 20}},
+		{abi.GumbelArgmax, abi.F32, runtime.Dim3{X: split, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8}, false},
+		{abi.GumbelArgmax, abi.BF16, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{}, false},
+		{abi.Categorical, abi.F16, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8, TopK: 40, TopP: 0.9}, false},
+		{abi.Categorical, abi.F32, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8, TopP: 0.9}, false},
+		{abi.Filtered, abi.F32, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8, TopP: 0.95, MinP: 0.01}, false},
+		{abi.TopN, abi.F32, runtime.Dim3{X: split, Y: 3, Z: 1}, abi.RowParams{Temperature: 0.8, TopN: 20}, false},
+		{abi.GumbelArgmax, abi.F32, runtime.Dim3{X: split, Y: 3, Z: draws}, abi.RowParams{}, true},
+		{abi.GumbelArgmax, abi.F32, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8}, true},
+		{abi.Categorical, abi.F32, runtime.Dim3{X: 1, Y: 3, Z: draws}, abi.RowParams{Temperature: 0.8, TopK: 40, TopP: 0.9}, true},
 	} {
 		kernel := abi.KernelName(c.family, c.d)
 		p := &problem{d: c.d, vocab: v, stride: v, draws: c.grid.Z}
@@ -46,6 +51,9 @@ func TestLaunchesAllocateNothing(t *testing.T) {
 		randomInputs(r, p)
 		for y := range p.params {
 			p.params[y].Flags = abi.FlagBias | abi.FlagMask | abi.FlagBitmask | abi.FlagPenalties | abi.FlagLogprobs | abi.FlagAdvance | abi.FlagRecord | abi.FlagPerturbed
+			if c.masksOnly {
+				p.params[y].Flags = abi.FlagMask | abi.FlagBitmask | abi.FlagAdvance
+			}
 			p.params[y].BitmaskRow = uint32(y % len(p.bitmask))
 			p.params[y].RepetitionPenalty = 1.2
 		}

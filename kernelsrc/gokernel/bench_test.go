@@ -55,6 +55,11 @@ func BenchmarkKernels(b *testing.B) {
 		{"greedy/logprobs", "gumbel_argmax", abi.F32, abi.RowParams{Flags: abi.FlagLogprobs}, []int{1}},
 		{"gumbel/T=1/processors", "gumbel_argmax", abi.F32, abi.RowParams{Temperature: 1, Flags: abi.FlagBias | abi.FlagMask | abi.FlagPenalties, RepetitionPenalty: 1.1}, []int{1}},
 		{"categorical/topk50-topp0.9/logprobs", "categorical", abi.F32, abi.RowParams{Temperature: 1, TopK: 50, TopP: 0.9, Flags: abi.FlagLogprobs}, []int{1}},
+		// A token bitmask of random bits, about half the tokens allowed (as in gumbel
+		// bench's masked routes): almost no word is all allowed or all banned.
+		{"greedy/bitmask", "gumbel_argmax", abi.F32, abi.RowParams{Flags: abi.FlagBitmask}, []int{1}},
+		{"gumbel/T=1/bitmask", "gumbel_argmax", abi.F32, abi.RowParams{Temperature: 1, Flags: abi.FlagBitmask}, []int{1}},
+		{"categorical/topk50-topp0.9/bitmask", "categorical", abi.F32, abi.RowParams{Temperature: 1, TopK: 50, TopP: 0.9, Flags: abi.FlagBitmask}, []int{1}},
 		{"topn/plain", "topn", abi.F32, abi.RowParams{TopN: 20}, []int{1, workers}},
 		{"topn/perturbed", "topn", abi.F32, abi.RowParams{Temperature: 1, TopN: 20, Flags: abi.FlagPerturbed}, []int{1}},
 	}
@@ -75,6 +80,13 @@ func BenchmarkKernels(b *testing.B) {
 					for i := range p.mask[0] {
 						p.mask[0][i] = 0xFFFFFFF7 // a few banned tokens
 					}
+				}
+				if c.p.Flags&abi.FlagBitmask != 0 {
+					words := make([]uint32, (benchVocab+31)/32)
+					for i := range words {
+						words[i] = r.Uint32()
+					}
+					p.bitmask = [][]uint32{words}
 				}
 				buf := p.layout(s)
 				args := buf.args(p.stride, p.vocab)

@@ -161,11 +161,21 @@ func greedyRun(xs []float32, base int, bestX float32, bestI int) (float32, int, 
 
 // scanGreedyMasked is processGroup then scanGreedy for a row whose only processors are
 // masks, without writing the masked values out; base is the row index of xs[0], offset
-// what makes it global.
+// what makes it global. At each word boundary maskSkip (vector code, where the CPU has
+// it) passes the whole words that change nothing, as scanBelow does for scanGreedy: on
+// an LLM row, all but a handful. The word that stops it, and the elements outside whole
+// words, take the loop below. A skipped allowed element is at most a best that is
+// finite or -Inf, so the observations stay the loop's: a finite one lies below a finite
+// best, which reports the row's SeenFinite.
 func (sc *gumbelScan) scanGreedyMasked(xs []float32, base, offset int, p *processor) {
 	bestX, bestI := sc.bestScore, -1
 	var odd, bad uint32
 	for j := 0; j < len(xs); {
+		if useMaskAVX2 && (base+j)&31 == 0 {
+			if j += p.maskSkip(xs[j:], (base+j)>>5, bestX); j == len(xs) {
+				break
+			}
+		}
 		i := base + j
 		w := p.maskWord(i>>5) >> (i & 31)
 		n := min(len(xs)-j, 32-i&31)

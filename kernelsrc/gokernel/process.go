@@ -100,10 +100,38 @@ func (p *processor) maskWord(w int) uint32 {
 	return m
 }
 
+// maskRows are words w0 to w0+n-1 of the mask and of the bitmask, for vector code that
+// ANDs the two: a row with only one of them gets that one twice.
+func (p *processor) maskRows(w0, n int) (a, b []uint32) {
+	a, b = p.mask, p.bitmask
+	if a == nil {
+		a = b
+	} else if b == nil {
+		b = a
+	}
+	return a[w0 : w0+n : w0+n], b[w0 : w0+n : w0+n]
+}
+
 // maskGroup is processGroup for a row whose only processors are masks (a grammar's
-// bitmask, allowed and banned tokens): one mask word per 32 elements and a select per
-// element without a branch, since a grammar's bits are too irregular to predict.
+// bitmask, allowed and banned tokens). The whole mask words go to maskApply (vector code
+// where the CPU has it), the elements before the first word boundary and after the last
+// to maskGroupGo.
 func (p *processor) maskGroup(xs []float32, base int, dst []float32) abi.Seen {
+	dst = dst[:len(xs)]
+	head := min(len(xs), -base&31)
+	n, hidden := p.maskApply(xs[head:], (base+head)>>5, dst[head:])
+	s := p.maskGroupGo(xs[:head], base, dst[:head])
+	s |= p.maskGroupGo(xs[head+n:], base+head+n, dst[head+n:])
+	if hidden {
+		s |= abi.SeenNonFinite
+	}
+	return s
+}
+
+// maskGroupGo is maskGroup in Go, which the tests check the vector code against: one
+// mask word per 32 elements and a select per element without a branch, since a
+// grammar's bits are too irregular to predict.
+func (p *processor) maskGroupGo(xs []float32, base int, dst []float32) abi.Seen {
 	dst = dst[:len(xs)]
 	var hidden uint32 // a NaN or +Inf the mask removed
 	for j := 0; j < len(xs); {
