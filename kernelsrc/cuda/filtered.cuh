@@ -448,6 +448,104 @@ __device__ __forceinline__ void gb_filter_block_end(gb_u32& mkey, gb_u32& seen, 
     }
 }
 
+// GB_FILTER_LOADS is how many published candidates a thread of the last block loads
+// with the blocks' meta words (gb_filter_row_words): the row's candidates wait on L2
+// once, not once per trip of the block over them.
+#define GB_FILTER_LOADS 2
+
+// gb_filter_row_words is the last block's read of what the row's blocks published: every
+// thread loads its GB_FILTER_LOADS candidates (cand, 0 past the span) and the meta words
+// of its blocks at once; the warps' merges meet in one round of shared memory, from
+// which every thread takes the row's largest key (mk), Kcov, the min-p winner (win) and
+// the mass (z_row), and warp 0 the raw log-sum-exp (into sh.lse). It empties the list.
+template <int KIND>
+__device__ __forceinline__ void gb_filter_row_words(const gb_cat_row<KIND>& r, const gb_filter_shape& s, gb_u32 span,
+                                                    gb_u32 take, gb_u64 cand[GB_FILTER_LOADS], gb_u32& mk,
+                                                    gb_u32& kcov, gb_u64& win, gb_u64& z_row, gb_cat_shared& sh) {
+    const gb_u32 nblocks = gridDim.x;
+#pragma unroll
+    for (int j = 0; j < GB_FILTER_LOADS; ++j) {
+        const gb_u32 i = (gb_u32)j * blockDim.x + threadIdx.x;
+        cand[j] = i < span ? gb_load_published(s.row_part + (gb_u64)(i / take) * s.stride + i % take) : 0ull;
+    }
+    mk = 0u;
+    kcov = 0u;
+    win = 0ull;
+    z_row = 0ull;
+    gb_lse rl;
+    gb_lse_init(rl);
+    // Thread i reads block i's words: only the first nw warps hold any (block-uniform).
+    const gb_u32 w = gb_warp();
+    const gb_u32 nw = gb_min_u32(gb_num_warps(), (nblocks + GB_WARP_SIZE - 1u) / GB_WARP_SIZE);
+    if (w < nw) {
+        for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
+            const gb_u64* bp = s.row_part + (gb_u64)i * s.stride + s.cands;
+            const gb_u64 m0 = gb_load_published(bp), m1 = gb_load_published(bp + 1);
+            const gb_u64 m2 = gb_load_published(bp + 2);
+            mk = gb_max_u32(mk, (gb_u32)(m0 >> 32));
+            win = gb_max_u64(win, m1);
+            kcov = gb_max_u32(kcov, (gb_u32)m1);
+            z_row += m2;
+            if (r.lp) {
+                gb_lse_merge_packed(rl, gb_load_published(bp + 3));
+            }
+        }
+        win = gb_warp_max_u64_all(win);
+        mk = gb_warp_max_u32_all(mk);
+        kcov = gb_warp_max_u32_all(kcov);
+        for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
+            z_row += gb_shfl_down_u64(z_row, d); // lane 0's sum is exact
+        }
+        if (r.lp) {
+            gb_warp_lse2(rl, rl, false);
+        }
+        if (gb_lane() == 0u) {
+            sh.red[w] = ((gb_u64)mk << 32) | kcov;
+            sh.wc[w] = win;
+            sh.wc[GB_MAX_WARPS + w] = z_row;
+            sh.pair[w] = gb_lse_pack(rl);
+        }
+    }
+    if (threadIdx.x == 0u) {
+        sh.n_list = 0u;
+    }
+    __syncthreads();
+    z_row = 0ull;
+    for (gb_u32 i = 0u; i < nw; ++i) {
+        mk = gb_max_u32(mk, (gb_u32)(sh.red[i] >> 32));
+        kcov = gb_max_u32(kcov, (gb_u32)sh.red[i]);
+        win = gb_max_u64(win, sh.wc[i]);
+        z_row += sh.wc[GB_MAX_WARPS + i];
+    }
+    if (r.lp && w == 0u) {
+        gb_lse e;
+        gb_lse_init(e);
+        rl = gb_lane() < nw ? gb_lse_unpack(sh.pair[gb_lane()]) : e;
+        gb_warp_lse2(rl, rl, false);
+        if (gb_lane() == 0u) {
+            sh.lse[0] = rl.m; // read after the finishing steps' barriers
+            sh.lse[1] = rl.s;
+        }
+    }
+}
+
+// gb_filter_list_add appends a published key above the row's Kcov to the candidate list.
+// Every lane of the warp calls it.
+__device__ __forceinline__ void gb_filter_list_add(gb_u64 key, gb_u32 kcov, const gb_row_state& st, gb_cat_shared& sh,
+                                                   gb_filter_shared& fs) {
+    const gb_u32 k = (gb_u32)(key >> 32);
+    const bool take = key != 0ull && k > kcov;
+    const gb_u32 at = gb_list_append(take, &sh.n_list);
+    if (take && at < GB_FILTER_RANKED) {
+        sh.idx[at] = 0xFFFFFFFFu - (gb_u32)key;
+        sh.key[at] = k;
+        sh.w[at] = gb_weight(gb_orderkey_inverse(k), st.m, st.invT, st.cutoff);
+        if (at < GB_FILTER_PACKED) {
+            fs.top[at] = key;
+        }
+    }
+}
+
 // gb_filter_finish_list is the last block's work for a row with candidates: the list of
 // every published key above the row's Kcov, ranked (each entry counts the larger ones),
 // gives Kk at rank k - 1 and, by one block scan of the weights in rank order, Kp; then
@@ -457,29 +555,21 @@ __device__ __forceinline__ void gb_filter_block_end(gb_u32& mkey, gb_u32& seen, 
 template <int KIND>
 __device__ __forceinline__ bool gb_filter_finish_list(gb_cat_row<KIND>& r, const gb_filter_shape& s,
                                                       gb_row_state& st, gb_u32 kcov, gb_u64 z_row, gb_u32 lo,
-                                                      gb_u32 hi, gb_cat_shared& sh, gb_filter_shared& fs) {
-    const gb_u32 nblocks = gridDim.x;
-    if (threadIdx.x == 0u) {
-        sh.n_list = 0u;
+                                                      gb_u32 hi, gb_u32 span, gb_u32 take,
+                                                      const gb_u64 cand[GB_FILTER_LOADS], gb_cat_shared& sh,
+                                                      gb_filter_shared& fs) {
+    // Each block published its take largest keys, 0 in the slots it had no key for; this
+    // thread holds the first GB_FILTER_LOADS trips' (gb_filter_row_words).
+#pragma unroll
+    for (int j = 0; j < GB_FILTER_LOADS; ++j) {
+        if ((gb_u32)j * blockDim.x < span) { // block-uniform trips: warps append
+            gb_filter_list_add(cand[j], kcov, st, sh, fs);
+        }
     }
-    __syncthreads();
-    // Each block published its take largest keys, 0 in the slots it had no key for.
-    const gb_u32 take = gb_filter_take(r.p, s, nblocks);
-    const gb_u32 span = nblocks * take;
-    for (gb_u32 i0 = 0u; i0 < span; i0 += blockDim.x) { // block-uniform trips: warps append
+    for (gb_u32 i0 = GB_FILTER_LOADS * blockDim.x; i0 < span; i0 += blockDim.x) {
         const gb_u32 i = i0 + threadIdx.x;
         const gb_u64 key = i < span ? gb_load_published(s.row_part + (gb_u64)(i / take) * s.stride + i % take) : 0ull;
-        const gb_u32 k = (gb_u32)(key >> 32);
-        const bool take = key != 0ull && k > kcov;
-        const gb_u32 at = gb_list_append(take, &sh.n_list);
-        if (take && at < GB_FILTER_RANKED) {
-            sh.idx[at] = 0xFFFFFFFFu - (gb_u32)key;
-            sh.key[at] = k;
-            sh.w[at] = gb_weight(gb_orderkey_inverse(k), st.m, st.invT, st.cutoff);
-            if (at < GB_FILTER_PACKED) {
-                fs.top[at] = key;
-            }
-        }
+        gb_filter_list_add(key, kcov, st, sh, fs);
     }
     __syncthreads();
     const gb_u32 n_list = sh.n_list;
@@ -707,47 +797,12 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
         }
         return;
     }
-    // Warp 0 merges the blocks' meta words (no block-wide round: the list below waits on
-    // them) and hands them on through shared memory.
-    if (gb_warp() == 0u) {
-        gb_u32 mk = 0u, kcov = 0u;
-        gb_u64 win = 0ull, z_row = 0ull;
-        gb_lse rl;
-        gb_lse_init(rl);
-        for (gb_u32 i = gb_lane(); i < nblocks; i += GB_WARP_SIZE) {
-            const gb_u64* bp = s.row_part + (gb_u64)i * s.stride + s.cands;
-            const gb_u64 m0 = gb_load_published(bp), m1 = gb_load_published(bp + 1);
-            const gb_u64 m2 = gb_load_published(bp + 2);
-            mk = gb_max_u32(mk, (gb_u32)(m0 >> 32));
-            win = gb_max_u64(win, m1);
-            kcov = gb_max_u32(kcov, (gb_u32)m1);
-            z_row += m2;
-            if (r.lp) {
-                gb_lse_merge_packed(rl, gb_load_published(bp + 3));
-            }
-        }
-        win = gb_warp_max_u64_all(win);
-        mk = gb_warp_max_u32_all(mk);
-        kcov = gb_warp_max_u32_all(kcov);
-        for (int d = GB_WARP_SIZE / 2; d > 0; d >>= 1) {
-            z_row += gb_shfl_down_u64(z_row, d);
-        }
-        if (r.lp) {
-            gb_warp_lse2(rl, rl, false);
-        }
-        if (gb_lane() == 0u) {
-            sh.bcast[0] = win;
-            sh.bcast[1] = z_row;
-            sh.red[0] = ((gb_u64)mk << 32) | kcov;
-            sh.lse[0] = rl.m;
-            sh.lse[1] = rl.s;
-        }
-    }
-    __syncthreads();
-    const gb_u64 win = sh.bcast[0], z_row = sh.bcast[1];
-    const gb_u32 kcov = (gb_u32)sh.red[0];
-    st.m = gb_orderkey_inverse((gb_u32)(sh.red[0] >> 32));
-    __syncthreads(); // sh.bcast and sh.red are the reductions' words
+    gb_u64 cand[GB_FILTER_LOADS];
+    const gb_u32 span = s.minp_only ? 0u : nblocks * take;
+    gb_u32 mk, kcov;
+    gb_u64 win, z_row;
+    gb_filter_row_words<KIND>(r, s, span, take, cand, mk, kcov, win, z_row, sh);
+    st.m = gb_orderkey_inverse(mk);
     if (s.minp_only) {
         if (gb_exact_needed(GB_STATUS_OK, win)) {
             // The blocks' float32 winner may be wrong (ABI.md, "filtered"): this block
@@ -760,7 +815,7 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
         gb_cat_finish<KIND>(r, st, z_row, sh);
         return;
     }
-    if (!gb_filter_finish_list<KIND>(r, s, st, kcov, z_row, lo, hi, sh, fs)) {
+    if (!gb_filter_finish_list<KIND>(r, s, st, kcov, z_row, lo, hi, span, take, cand, sh, fs)) {
         gb_categorical_row<KIND, true>(r, sh);
     }
 }
