@@ -177,3 +177,39 @@ func BenchmarkScanGreedyMasked(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScanBelow reports ns per element of each edition of scanBelow over one LLM
+// row (V = 151936) in chunks, as the scans call it: under +Inf, which passes every
+// group (the row maximum, the log-sum-exp), and under the row's largest value, which
+// stops once, at the group holding it (the greedy scan once its best is found).
+func BenchmarkScanBelow(b *testing.B) {
+	r := rand.New(rand.NewPCG(14, 14))
+	xs := llmLogits(r, benchVocab)
+	top := negInf
+	for _, x := range xs {
+		top = max(top, x)
+	}
+	forms := append([]scanBelowForm{{"go", scanBelowGo}}, scanBelowForms()...)
+	for _, floor := range []struct {
+		name string
+		v    float32
+	}{{"inf", float32(math.Inf(1))}, {"max", top}} {
+		for _, f := range forms {
+			b.Run(floor.name+"/"+f.name, func(b *testing.B) {
+				var sink float32
+				for b.Loop() {
+					for i := 0; i < benchVocab; i += convertChunk {
+						chunk := xs[i:min(benchVocab, i+convertChunk)]
+						for j := 0; j < len(chunk); j += 4 {
+							n, t := f.scan(chunk[j:], floor.v)
+							j += n
+							sink = max(sink, t)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/benchVocab, "ns/elem")
+				_ = sink
+			})
+		}
+	}
+}

@@ -777,8 +777,9 @@ func (sc *catScratch) rowMaxTopK(row []float32, s abi.Seen, k int) (float32, abi
 	floor := orderKeyInverse(heap[0])
 	for i := k; i < len(row); {
 		// Whole groups of four below the floor hold no candidate, no NaN and no +Inf:
-		// scanBelow passes them at a few instructions per group (SSE on amd64, NEON
-		// on arm64), and the group that stops it is taken element by element.
+		// scanBelow passes them at a few instructions per group (AVX2 or SSE on
+		// amd64, NEON on arm64), and the group that stops it is taken element by
+		// element.
 		n, top := scanBelow(row[i:], floor)
 		if top > m {
 			m = top
