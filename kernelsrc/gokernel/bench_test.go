@@ -153,18 +153,7 @@ func BenchmarkScanGreedyMasked(b *testing.B) {
 	r := rand.New(rand.NewPCG(12, 12))
 	xs := llmLogits(r, benchVocab)
 	for _, kind := range []string{"random", "grammar"} {
-		words := make([]uint32, (benchVocab+31)/32)
-		for i := range words {
-			words[i] = r.Uint32()
-			if kind == "grammar" {
-				switch k := r.IntN(10); {
-				case k < 7:
-					words[i] = 0
-				case k < 9:
-					words[i] = ^uint32(0)
-				}
-			}
-		}
+		words := benchMaskWords(r, kind)
 		p := processor{active: true, bitmask: words}
 		b.Run(kind, func(b *testing.B) {
 			for b.Loop() {
@@ -212,4 +201,22 @@ func BenchmarkScanBelow(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchMaskWords is a bitmask row of benchVocab tokens for the masked benchmarks: random
+// bits, or ("grammar") words 70% banned, 20% allowed and 10% random.
+func benchMaskWords(r *rand.Rand, kind string) []uint32 {
+	words := make([]uint32, (benchVocab+31)/32)
+	for i := range words {
+		words[i] = r.Uint32()
+		if kind == "grammar" {
+			switch k := r.IntN(10); {
+			case k < 7:
+				words[i] = 0
+			case k < 9:
+				words[i] = ^uint32(0)
+			}
+		}
+	}
+	return words
 }

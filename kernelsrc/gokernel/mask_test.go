@@ -225,22 +225,7 @@ func TestMaskGroupHidden(t *testing.T) {
 func refGreedyMasked(sc *gumbelScan, xs []float32, base, offset int, p *processor) {
 	ys, s := refMaskGroup(p, xs, base)
 	sc.seen |= s
-	bestX, bestI := sc.bestScore, -1
-	for k, x := range ys {
-		if x > bestX {
-			if x > math.MaxFloat32 {
-				sc.seen |= abi.SeenNonFinite
-				continue
-			}
-			bestX, bestI = x, base+k
-		} else if x != x {
-			sc.seen |= abi.SeenNonFinite
-		}
-	}
-	if bestI >= 0 {
-		sc.seen |= abi.SeenFinite
-		sc.best, sc.bestScore = pack(bestX, offset+bestI), bestX
-	}
+	refGreedyScan(sc, ys, base, offset)
 }
 
 // maskScanStarts are running bests a chunk may start from: none, a finite one (with its
@@ -439,18 +424,7 @@ func BenchmarkMaskGroup(b *testing.B) {
 	xs := llmLogits(r, benchVocab)
 	dst := make([]float32, benchVocab)
 	for _, kind := range []string{"random", "grammar"} {
-		words := make([]uint32, (benchVocab+31)/32)
-		for i := range words {
-			words[i] = r.Uint32()
-			if kind == "grammar" {
-				switch k := r.IntN(10); {
-				case k < 7:
-					words[i] = 0
-				case k < 9:
-					words[i] = ^uint32(0)
-				}
-			}
-		}
+		words := benchMaskWords(r, kind)
 		p := processor{active: true, bitmask: words}
 		for _, impl := range []string{"dispatch", "go"} {
 			fn := p.maskGroup

@@ -134,6 +134,28 @@ func TestScanGreedyMaskedMatchesTwoPasses(t *testing.T) {
 	}
 }
 
+// refGreedyScan is the greedy scan by its definition, element by element: the largest finite
+// element above the best so far (lowest index first), NaN and +Inf noted; base is the
+// row index of xs[0], offset what makes it global.
+func refGreedyScan(sc *gumbelScan, xs []float32, base, offset int) {
+	bestX, bestI := sc.bestScore, -1
+	for k, x := range xs {
+		if x > bestX {
+			if x > math.MaxFloat32 {
+				sc.seen |= abi.SeenNonFinite
+				continue
+			}
+			bestX, bestI = x, base+k
+		} else if x != x {
+			sc.seen |= abi.SeenNonFinite
+		}
+	}
+	if bestI >= 0 {
+		sc.seen |= abi.SeenFinite
+		sc.best, sc.bestScore = pack(bestX, offset+bestI), bestX
+	}
+}
+
 // TestScanGreedyMatchesPlainLoop: the greedy scan, which passes groups below the best so
 // far in vector code, finds the key and the observations of the element-by-element
 // loop, chunk after chunk: ties at the best (the lowest index wins), NaN, +Inf and -Inf
@@ -142,24 +164,6 @@ func TestScanGreedyMatchesPlainLoop(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 13))
 	specials := []float32{negInf, float32(math.Inf(1)), float32(math.NaN()), 0, -0.0, math.MaxFloat32,
 		-math.MaxFloat32, math.SmallestNonzeroFloat32}
-	plain := func(sc *gumbelScan, xs []float32, base int) {
-		bestX, bestI := sc.bestScore, -1
-		for j, x := range xs {
-			if x > bestX {
-				if x > math.MaxFloat32 {
-					sc.seen |= abi.SeenNonFinite
-					continue
-				}
-				bestX, bestI = x, base+j
-			} else if x != x {
-				sc.seen |= abi.SeenNonFinite
-			}
-		}
-		if bestI >= 0 {
-			sc.seen |= abi.SeenFinite
-			sc.best, sc.bestScore = pack(bestX, bestI), bestX
-		}
-	}
 	for trial := range 300 {
 		v := 1 + r.IntN(3000)
 		xs := make([]float32, v)
@@ -179,7 +183,7 @@ func TestScanGreedyMatchesPlainLoop(t *testing.T) {
 		for i := 0; i < v; i += convertChunk {
 			chunk := xs[i:min(v, i+convertChunk)]
 			got.scanGreedy(chunk, i)
-			plain(&want, chunk, i)
+			refGreedyScan(&want, chunk, i, 0)
 		}
 		require.Equal(t, want.best, got.best, "trial %d", trial)
 		require.Equal(t, want.seen, got.seen, "trial %d", trial)
