@@ -84,7 +84,7 @@ __device__ __forceinline__ void gb_cat_load_trip(const typename gb_io<KIND>::ele
     gb_load_groups<KIND, GB_CAT_GROUPS>(row, g, chunk, vocab, vec, x, n);
     if (pc.flags != 0u) {
         gb_u32 mw[GB_CAT_GROUPS];
-        gb_load_mask_words<true, GB_CAT_GROUPS>(pc, g, chunk, vocab, mw);
+        gb_load_mask_bits<GB_CAT_GROUPS>(pc, g, chunk, vocab, mw);
 #pragma unroll
         for (int i = 0; i < GB_CAT_GROUPS; ++i) {
             gb_process_group_w(pc, mw[i], g + (gb_u32)i * chunk, n[i], x[i], x[i]);
@@ -331,7 +331,7 @@ __device__ __forceinline__ void gb_cat_first_pass(const gb_cat_row<KIND>& r, boo
         gb_u32 ns[GB_CAT_GROUPS], mw[GB_CAT_GROUPS];
         // The mask words load with the logits (see gb_cat_load_trip); all ones without masks.
         gb_load_groups<KIND, GB_CAT_GROUPS>(r.row, base + 4u * threadIdx.x, chunk, r.vocab, r.vec, xs, ns);
-        gb_load_mask_words<true, GB_CAT_GROUPS>(r.pc, base + 4u * threadIdx.x, chunk, r.vocab, mw);
+        gb_load_mask_bits<GB_CAT_GROUPS>(r.pc, base + 4u * threadIdx.x, chunk, r.vocab, mw);
 #pragma unroll
         for (int i = 0; i < GB_CAT_GROUPS; ++i) {
             float* x = xs[i];

@@ -210,29 +210,30 @@ __device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32
     // One group loaded ahead: a block of a large batch's row makes many trips, each
     // waiting on its load otherwise.
     const gb_u32 stride = 4u * blockDim.x;
-    // The mask word travels with its group.
+    // The mask pair travels with its group.
     const bool procs = r.pc.flags != 0u;
     const gb_u32 lane4 = 4u * gb_lane();
     float nxt[4];
     gb_u32 nn = gb_load_group<KIND>(r.row, start + 4u * threadIdx.x, end, r.vec, nxt);
-    gb_u32 nmw = procs ? gb_group_mask_word(r.pc, start + 4u * threadIdx.x, end) : 0xFFFFFFFFu;
+    gb_mask_pair nmw = gb_group_mask_pair(r.pc, start + 4u * threadIdx.x, procs ? end : 0u);
     for (gb_u32 gw = start + 4u * (threadIdx.x - gb_lane()); gw < end; gw += stride) {
         const gb_u32 g = gw + lane4;
         float v[4], x[4];
-        const gb_u32 n = nn, mw = nmw;
+        const gb_u32 n = nn;
+        const gb_mask_pair mw = nmw;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             v[j] = nxt[j];
         }
         nn = gb_load_group<KIND>(r.row, g + stride, end, r.vec, nxt);
         if (procs) {
-            nmw = gb_group_mask_word(r.pc, g + stride, end);
+            nmw = gb_group_mask_pair(r.pc, g + stride, end);
         }
         if (LP && n != 0u) {
             gb_lse_add4(raw, v, gb_max4(v));
         }
         if (procs) {
-            seen |= gb_process_group_w(r.pc, mw, g, n, v, x);
+            seen |= gb_process_group_w(r.pc, gb_mask_bits(mw), g, n, v, x);
         } else {
             seen |= gb_group_seen(v, n);
 #pragma unroll

@@ -22,11 +22,11 @@ struct gb_win {
 // to a faster scan than the same statements written for one group without the arrays.
 #define GB_GROUPS 1
 
-// gb_take_groups moves the prefetched groups of the next trip, and their mask words,
+// gb_take_groups moves the prefetched groups of the next trip, and their mask pairs,
 // into the current ones.
 template <int G>
-__device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], gb_u32 mw[G], const float nxt[G][4],
-                                               const gb_u32 nn[G], const gb_u32 nmw[G]) {
+__device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], gb_mask_pair mw[G], const float nxt[G][4],
+                                               const gb_u32 nn[G], const gb_mask_pair nmw[G]) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
         n[i] = nn[i];
@@ -40,17 +40,17 @@ __device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], gb_
 
 // gb_prepare processes a thread's groups of one trip: the row flags, the values the scan
 // ranks (xp: the processed logits with PROC, else the logits; mw: the groups' mask
-// words) and, with NL = 2, the raw log-sum-exp over the logits themselves, whose groups'
+// pairs) and, with NL = 2, the raw log-sum-exp over the logits themselves, whose groups'
 // largest logits it leaves in rmax (NL = 1: the scan's one log-sum-exp covers both; rmax
 // is left unset).
 template <bool PROC, int NL, int G>
 __device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_u32 stride, const float cur[G][4],
-                                           const gb_u32 n[G], const gb_u32 mw[G], float xp[G][4], gb_u32& flags,
+                                           const gb_u32 n[G], const gb_mask_pair mw[G], float xp[G][4], gb_u32& flags,
                                            gb_lse& raw, float rmax[G]) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
         if (PROC) {
-            flags |= gb_process_group_w(pc, mw[i], g + (gb_u32)i * stride, n[i], cur[i], xp[i]);
+            flags |= gb_process_group_w(pc, gb_mask_bits(mw[i]), g + (gb_u32)i * stride, n[i], cur[i], xp[i]);
         } else {
             flags |= gb_group_seen(cur[i], n[i]);
 #pragma unroll
@@ -87,12 +87,13 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
     gb_u32 g = start + 4u * threadIdx.x;
     float cur[GB_GROUPS][4];
     gb_u32 n[GB_GROUPS];
-    gb_u32 mw[GB_GROUPS];
+    gb_mask_pair mw[GB_GROUPS];
     gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
     gb_load_mask_words<PROC, GB_GROUPS>(pc, g, stride, end, mw);
     for (; g < end; g += trip) {
         float nxt[GB_GROUPS][4];
-        gb_u32 nn[GB_GROUPS], nmw[GB_GROUPS];
+        gb_u32 nn[GB_GROUPS];
+        gb_mask_pair nmw[GB_GROUPS];
         gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
         gb_load_mask_words<PROC, GB_GROUPS>(pc, g + trip, stride, end, nmw);
         float xp[GB_GROUPS][4];
@@ -165,13 +166,14 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
     gb_u32 g = start + 4u * threadIdx.x;
     float cur[GB_GROUPS][4];
     gb_u32 n[GB_GROUPS];
-    gb_u32 mw[GB_GROUPS];
+    gb_mask_pair mw[GB_GROUPS];
     gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
     gb_load_mask_words<PROC, GB_GROUPS>(pc, g, stride, end, mw);
     // One trip of the thread's groups g, g + stride, ... (then g moves on by a trip).
     auto run_trip = [&]() {
         float nxt[GB_GROUPS][4];
-        gb_u32 nn[GB_GROUPS], nmw[GB_GROUPS];
+        gb_u32 nn[GB_GROUPS];
+        gb_mask_pair nmw[GB_GROUPS];
         gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
         gb_load_mask_words<PROC, GB_GROUPS>(pc, g + trip, stride, end, nmw);
         float xs[GB_GROUPS][4]; // -Inf for -Inf logits and for elements past end

@@ -81,23 +81,62 @@ __device__ __forceinline__ float gb_processed(const gb_processor& pc, float x, g
     return gb_allowed(pc, i) ? x : -gb_inf();
 }
 
-// gb_group_mask_word is the mask word of the group at g, or all ones past end: what the
-// scans read a trip ahead with the group's logits, so that a masked row's loop waits on
-// one load per trip, not two in a row.
-__device__ __forceinline__ gb_u32 gb_group_mask_word(const gb_processor& pc, gb_u32 g, gb_u32 end) {
-    return g < end ? gb_mask_word(pc, g) : 0xFFFFFFFFu;
+// gb_mask_pair is a group's two words of allowed bits as loaded: the mask's and the
+// bitmask's, each all ones for a row without it or past end. The scans load a group's
+// pair with its logits, a trip ahead, and take the AND (gb_mask_bits) only where they
+// process the group: taken at the load, the AND waited there for the words just issued,
+// one L2 round trip in every masked trip (docs/benchmark_results/bitmask-h200.md).
+struct gb_mask_pair {
+    gb_u32 m, b;
+};
+
+// gb_group_mask_pair loads the pair of the group at g (g < end) or gives all ones.
+__device__ __forceinline__ gb_mask_pair gb_group_mask_pair(const gb_processor& pc, gb_u32 g, gb_u32 end) {
+    gb_mask_pair w;
+    w.m = 0xFFFFFFFFu;
+    w.b = 0xFFFFFFFFu;
+    if (g < end) {
+        if (pc.flags & GB_FLAG_MASK) {
+            w.m = pc.mask[g >> 5];
+        }
+        if (pc.flags & GB_FLAG_BITMASK) {
+            w.b = pc.bitmask[g >> 5];
+        }
+    }
+    return w;
 }
 
-// gb_load_mask_words reads the mask words of a thread's G groups g, g + stride, ... (all
+// gb_mask_bits is the word of allowed bits of a loaded pair.
+__device__ __forceinline__ gb_u32 gb_mask_bits(gb_mask_pair w) {
+    return w.m & w.b;
+}
+
+// gb_load_mask_words loads the mask pairs of a thread's G groups g, g + stride, ... (all
 // ones without processors, or past end). A scan calls it right after it issues the
 // groups' loads and before it uses any of them, so that the logits and the mask words
 // are in flight together and a trip waits once, not once more per group.
 template <bool PROC, int G>
 __device__ __forceinline__ void gb_load_mask_words(const gb_processor& pc, gb_u32 g, gb_u32 stride, gb_u32 end,
-                                                   gb_u32 mw[G]) {
+                                                   gb_mask_pair mw[G]) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
-        mw[i] = PROC ? gb_group_mask_word(pc, g + (gb_u32)i * stride, end) : 0xFFFFFFFFu;
+        if (PROC) {
+            mw[i] = gb_group_mask_pair(pc, g + (gb_u32)i * stride, end);
+        } else {
+            mw[i].m = mw[i].b = 0xFFFFFFFFu;
+        }
+    }
+}
+
+// gb_load_mask_bits is gb_load_mask_words for a scan that uses the words in the trip that
+// loads them, after its logits: the AND waits no longer there, and one word a group keeps
+// fewer registers than the pair (the categorical and shard_select kernels spill).
+template <int G>
+__device__ __forceinline__ void gb_load_mask_bits(const gb_processor& pc, gb_u32 g, gb_u32 stride, gb_u32 end,
+                                                  gb_u32 mw[G]) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        mw[i] = gb_mask_bits(gb_group_mask_pair(pc, g + (gb_u32)i * stride, end));
     }
 }
 

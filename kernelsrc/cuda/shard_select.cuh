@@ -149,7 +149,7 @@ __device__ __forceinline__ gb_u64 gb_select_scan(const typename gb_io<KIND>::ele
         gb_u32 n[GB_SELECT_GROUPS];
         gb_load_groups<KIND, GB_SELECT_GROUPS>(row, g0, stride, end, vec, x, n);
         gb_u32 mw[GB_SELECT_GROUPS]; // all ones for a row without masks
-        gb_load_mask_words<true, GB_SELECT_GROUPS>(pc, g0, stride, end, mw);
+        gb_load_mask_bits<GB_SELECT_GROUPS>(pc, g0, stride, end, mw);
 #pragma unroll
         for (int i = 0; i < GB_SELECT_GROUPS; ++i) {
             const gb_u32 g = g0 + (gb_u32)i * stride;

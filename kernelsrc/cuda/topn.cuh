@@ -317,7 +317,7 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
     gb_u64 tb = 0ull;
     float nxt[4];
     gb_u32 nn = gb_load_group<KIND>(row, start + 4u * threadIdx.x, end, vec, nxt);
-    gb_u32 nmw = PROC ? gb_group_mask_word(pc, start + 4u * threadIdx.x, end) : 0xFFFFFFFFu;
+    gb_mask_pair nmw = gb_group_mask_pair(pc, start + 4u * threadIdx.x, PROC ? end : 0u);
     gb_u32 g = start + 4u * threadIdx.x;
     for (gb_u32 trip = 0u; trip < trips; ++trip, g += stride) {
         const gb_u32 slot = s_bound != nullptr ? gb_topn_bound_slot(trip, trips) : GB_TOPN_BOUNDS;
@@ -326,15 +326,16 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
         }
         const gb_u64 gate = gb_max_u64(thr, tb);
         float v[4];
-        const gb_u32 n = nn, mw = nmw;
+        const gb_u32 n = nn;
+        const gb_mask_pair mw = nmw;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             v[j] = nxt[j];
         }
         nn = gb_load_group<KIND>(row, g + stride, end, vec, nxt);
         if (PROC) {
-            nmw = gb_group_mask_word(pc, g + stride, end);
-            seen |= gb_process_group_w(pc, mw, g, n, v, v);
+            nmw = gb_group_mask_pair(pc, g + stride, end);
+            seen |= gb_process_group_w(pc, gb_mask_bits(mw), g, n, v, v);
         } else {
             seen |= gb_group_seen(v, n);
         }
