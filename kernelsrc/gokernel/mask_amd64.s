@@ -127,10 +127,11 @@ TEXT ·maskSkipAVX2(SB), NOSPLIT, $0-48
 	VMOVDQU maskShifts<>+64(SB), Y10
 	VMOVDQU maskShifts<>+96(SB), Y11
 	XORQ BX, BX
-
-skipLoop:
 	CMPQ BX, CX
 	JGE skipDone
+	PCALIGN $32
+
+skipLoop:
 	VCMPPS $0x1D, 0(SI), Y12, Y1
 	VCMPPS $0x1D, 32(SI), Y12, Y2
 	VCMPPS $0x1D, 64(SI), Y12, Y3
@@ -145,7 +146,9 @@ skipLoop:
 skipNext:
 	ADDQ $128, SI
 	INCQ BX
-	JMP skipLoop
+	CMPQ BX, CX
+	JLT skipLoop
+	JMP skipDone
 
 skipMasked:
 	MASKWORD
