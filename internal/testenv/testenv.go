@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -34,6 +35,29 @@ func GXX(t testing.TB, what string) string {
 	}
 	t.Skip(msg)
 	return ""
+}
+
+// CacheDir is the folder kept between test runs for a build of the named tool with this
+// key (a hash of its sources, flags and compiler): under $GUMBEL_CACHE_DIR (as the GPU
+// backends' compiled modules), else the user cache folder's gumbel/. It returns "" where
+// the variable is "off" or the folder cannot be made: the caller builds for this run only.
+func CacheDir(tool, key string) string {
+	root := os.Getenv("GUMBEL_CACHE_DIR")
+	if root == "off" {
+		return ""
+	}
+	if root == "" {
+		user, err := os.UserCacheDir()
+		if err != nil {
+			return ""
+		}
+		root = filepath.Join(user, "gumbel")
+	}
+	dir := filepath.Join(root, tool, key)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return ""
+	}
+	return dir
 }
 
 // Run runs the tests in a fresh temporary folder and returns m.Run's exit code: every

@@ -24,7 +24,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <random>
 #include <vector>
 
 #include <sys/mman.h>
@@ -106,6 +105,20 @@ struct warp_state {
 
 constexpr std::size_t kStackSize = 256 * 1024;
 
+// rng is the scheduler's seeded generator, SplitMix64: a turn is picked at every meeting,
+// so it has to be cheap.
+struct rng {
+    std::uint64_t state = 0;
+    std::uint64_t operator()() {
+        std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    // below returns a number in [0, n), by a multiply rather than a division.
+    std::size_t below(std::size_t n) { return static_cast<std::size_t>((static_cast<unsigned __int128>((*this)()) * n) >> 64); }
+};
+
 inline dim3 grid_dim, block_dim, block_idx, thread_idx;
 inline int warp_size = 32;
 
@@ -117,7 +130,7 @@ inline struct {
     meeting block;
     std::vector<warp_state> warps;
     std::vector<unsigned char*> stacks;
-    std::mt19937_64 rng;
+    gb_emu::rng rng;
     bool seeded = false;
     std::function<void()> body; // the kernel call of the running block
 #if defined(__x86_64__)
@@ -180,19 +193,26 @@ inline void maybe_yield() {
     }
 }
 
-// shuffle hands each lane the value of lane src(lane), or its own where src is outside
-// the warp (CUDA's rule for __shfl_down/__shfl_up).
-template <typename Src>
-inline std::uint32_t shuffle(unsigned int mask, std::uint32_t v, Src src) {
+// exchange hands v to every lane of the warp and returns the warp's values by lane,
+// once every lane has handed its own.
+inline const std::vector<std::uint32_t>& exchange(unsigned int mask, std::uint32_t v) {
     if (mask != 0xFFFFFFFFu) {
         fail("partial warp masks are not emulated");
     }
     fiber* f = sched.current;
     warp_state& w = sched.warps[f->tid / warp_size];
     std::vector<std::uint32_t>& slots = w.slots[f->shuffles++ & 1u];
-    const int lane = static_cast<int>(f->tid) % warp_size;
-    slots[lane] = v;
+    slots[f->tid % warp_size] = v;
     arrive(w.m);
+    return slots;
+}
+
+// shuffle hands each lane the value of lane src(lane), or its own where src is outside
+// the warp (CUDA's rule for __shfl_down/__shfl_up).
+template <typename Src>
+inline std::uint32_t shuffle(unsigned int mask, std::uint32_t v, Src src) {
+    const int lane = static_cast<int>(sched.current->tid) % warp_size;
+    const std::vector<std::uint32_t>& slots = exchange(mask, v);
     const int s = src(lane);
     return (s >= 0 && s < warp_size) ? slots[s] : v;
 }
@@ -229,7 +249,7 @@ inline void run_block(unsigned int threads) {
         if (sched.runnable.empty()) {
             fail("deadlock: every fiber waits at a barrier or shuffle that not all reach");
         }
-        const std::size_t i = sched.rng() % sched.runnable.size();
+        const std::size_t i = sched.rng.below(sched.runnable.size());
         fiber* f = sched.runnable[i];
         sched.runnable[i] = sched.runnable.back();
         sched.runnable.pop_back();
@@ -263,7 +283,7 @@ inline void launch(void (*kernel)(P...), dim3 grid, dim3 block, int warp, A... a
     }
     if (!sched.seeded) {
         const char* seed = std::getenv("GB_EMU_SEED");
-        sched.rng.seed(seed != nullptr ? std::strtoull(seed, nullptr, 10) : 1u);
+        sched.rng.state = seed != nullptr ? std::strtoull(seed, nullptr, 10) : 1u;
         sched.seeded = true;
     }
     grid_dim = grid;
@@ -331,20 +351,20 @@ inline unsigned int __shfl_xor_sync(unsigned int mask, unsigned int v, int m) {
     return gb_emu::shuffle(mask, v, [m](int lane) { return lane ^ m; });
 }
 
-// sm_80's warp reduction, by a butterfly of emulated shuffles. The CUDA edition uses it where
-// __CUDA_ARCH__ >= 800, which the emulation claims so that it runs the H200's code path.
+// sm_80's warp reductions, each one meeting of the warp as it is one instruction. The CUDA
+// edition uses them where __CUDA_ARCH__ >= 800, which the emulation claims so that it runs
+// the H200's code path.
 #define __CUDA_ARCH__ 900
 inline unsigned int __reduce_max_sync(unsigned int mask, unsigned int v) {
-    for (int m = gb_emu::warp_size / 2; m > 0; m >>= 1) {
-        const unsigned int o = __shfl_xor_sync(mask, v, m);
+    for (const unsigned int o : gb_emu::exchange(mask, v)) {
         v = o > v ? o : v;
     }
     return v;
 }
 
 inline unsigned int __reduce_or_sync(unsigned int mask, unsigned int v) {
-    for (int m = gb_emu::warp_size / 2; m > 0; m >>= 1) {
-        v |= __shfl_xor_sync(mask, v, m);
+    for (const unsigned int o : gb_emu::exchange(mask, v)) {
+        v |= o;
     }
     return v;
 }
@@ -353,12 +373,10 @@ inline unsigned int __shfl_sync(unsigned int mask, unsigned int v, int src) {
 }
 // A 64-bit ballot, as HIP's: the emulation may run 64-lane warps.
 inline unsigned long long __ballot_sync(unsigned int mask, bool p) {
-    const int lane = static_cast<int>(gb_emu::thread_idx.x) % gb_emu::warp_size;
-    unsigned long long b = p ? 1ull << lane : 0ull;
-    for (int m = gb_emu::warp_size / 2; m > 0; m >>= 1) {
-        const unsigned long long lo = __shfl_xor_sync(mask, static_cast<unsigned int>(b), m);
-        const unsigned long long hi = __shfl_xor_sync(mask, static_cast<unsigned int>(b >> 32), m);
-        b |= lo | hi << 32;
+    const std::vector<std::uint32_t>& lanes = gb_emu::exchange(mask, p ? 1u : 0u);
+    unsigned long long b = 0;
+    for (int lane = 0; lane < gb_emu::warp_size; ++lane) {
+        b |= static_cast<unsigned long long>(lanes[lane]) << lane;
     }
     return b;
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,17 +40,38 @@ var cxxFlags = []string{"-std=c++20", "-O2", "-ffp-contract=off", "-pthread", "-
 // untouched fills tokens and status slots before a launch, in both editions.
 const untouched = int32(0x7EEEEEEE)
 
-// buildDriver compiles the emulator and the translated Metal edition (kernelsrc.Metal), or
-// returns the binary of an earlier identical build from the user cache.
+// driver is the emulator binary, built (or found in the cache) once for every test of the
+// package.
+var driver struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// buildDriver returns the emulator of the translated Metal edition (kernelsrc.Metal),
+// built on first use or taken from an earlier identical build in the user cache.
 func buildDriver(t *testing.T) string {
 	t.Helper()
 	cxx := testenv.GXX(t, "the Metal edition's CPU emulation")
+	driver.once.Do(func() { driver.path, driver.err = compileDriver(cxx) })
+	require.NoError(t, driver.err)
+	return driver.path
+}
+
+// compileDriver compiles the emulator and the translated Metal edition, or returns the
+// binary of an earlier identical build from the user cache. Its translation units compile
+// in parallel: the build is on the critical path of the package's tests.
+func compileDriver(cxx string) (string, error) {
 	kernels, n := Translate(kernelsrc.Metal)
-	require.Positive(t, n, "the Metal kernels declare threadgroup memory; Translate found none")
+	if n == 0 {
+		return "", errors.New("the Metal kernels declare threadgroup memory; Translate found none")
+	}
 	kernels += "\n#include \"probes.inc\"\n"
 
 	version, err := exec.Command(cxx, "--version").Output()
-	require.NoError(t, err)
+	if err != nil {
+		return "", err
+	}
 	h := sha256.New()
 	h.Write(version)
 	h.Write([]byte(strings.Join(cxxFlags, " ")))
@@ -56,58 +79,66 @@ func buildDriver(t *testing.T) string {
 	srcs := map[string][]byte{"kernels.cpp": []byte(kernels)}
 	for _, name := range Sources {
 		b, err := os.ReadFile(name)
-		require.NoError(t, err)
+		if err != nil {
+			return "", err
+		}
 		h.Write([]byte(name))
 		h.Write(b)
 		srcs[name] = b
 	}
 	key := hex.EncodeToString(h.Sum(nil))[:24]
 
-	dir := cacheDir(t, key)
+	// The package's temporary folder (testenv.Run) where the cache is off.
+	work, err := os.MkdirTemp("", "mslemu-")
+	if err != nil {
+		return "", err
+	}
+	dir := testenv.CacheDir("mslemu", key)
+	if dir == "" {
+		dir = work
+	}
 	bin := filepath.Join(dir, "driver")
 	if _, err := os.Stat(bin); err == nil {
-		return bin
+		return bin, nil
 	}
-	work := t.TempDir()
 	for name, b := range srcs {
 		p := filepath.Join(work, name)
-		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
-		require.NoError(t, os.WriteFile(p, b, 0o644))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			return "", err
+		}
 	}
 	cx := filepath.Join(work, "cxx")
-	args := append(append([]string{}, cxxFlags...), "-I", filepath.Join(cx, "include"), "-I", cx,
-		"-o", filepath.Join(work, "driver"),
-		filepath.Join(cx, "driver.cpp"), filepath.Join(cx, "mslemu.cpp"), filepath.Join(work, "kernels.cpp"))
-	out, err := exec.Command(cxx, args...).CombinedOutput()
-	require.NoError(t, err, "compiling the emulated kernels:\n%s", out)
+	units := []string{filepath.Join(cx, "driver.cpp"), filepath.Join(cx, "mslemu.cpp"), filepath.Join(work, "kernels.cpp")}
+	errs := make([]error, len(units))
+	var wg sync.WaitGroup
+	for i, u := range units {
+		wg.Go(func() {
+			args := append(append([]string{}, cxxFlags...), "-I", filepath.Join(cx, "include"), "-I", cx,
+				"-c", "-o", u+".o", u)
+			if out, err := exec.Command(cxx, args...).CombinedOutput(); err != nil {
+				errs[i] = fmt.Errorf("compiling %s: %w\n%s", filepath.Base(u), err, out)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return "", err
+	}
+	args := []string{"-pthread", "-o", filepath.Join(work, "driver")}
+	for _, u := range units {
+		args = append(args, u+".o")
+	}
+	if out, err := exec.Command(cxx, args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("linking the emulated kernels: %w\n%s", err, out)
+	}
 	// Rename is atomic: a concurrent test run sees the whole binary or none.
 	if err := os.Rename(filepath.Join(work, "driver"), bin); err != nil {
-		return filepath.Join(work, "driver")
+		return filepath.Join(work, "driver"), nil
 	}
-	return bin
-}
-
-// cacheDir is where the driver built from sources with this key is kept: under
-// $GUMBEL_CACHE_DIR (as the GPU backends' compiled modules), else the user cache
-// folder's gumbel/; "off", or a folder that cannot be made, keeps it for this test only.
-func cacheDir(t *testing.T, key string) string {
-	t.Helper()
-	root := os.Getenv("GUMBEL_CACHE_DIR")
-	if root == "off" {
-		return t.TempDir()
-	}
-	if root == "" {
-		user, err := os.UserCacheDir()
-		if err != nil {
-			return t.TempDir()
-		}
-		root = filepath.Join(user, "gumbel")
-	}
-	dir := filepath.Join(root, "mslemu", key)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return t.TempDir()
-	}
-	return dir
+	return bin, nil
 }
 
 // kernelKind is one of the kernel families of the set, as driver.cpp numbers them.
@@ -488,6 +519,11 @@ func pick[T any](r *rand.Rand, values ...T) T { return values[r.IntN(len(values)
 // writeCases encodes the cases in the driver's input format (see driver.cpp).
 func writeCases(cases []*launchCase) []byte {
 	var b bytes.Buffer
+	size := 0
+	for _, c := range cases {
+		size += len(c.logits) // most of the input: one allocation rather than a series of doublings
+	}
+	b.Grow(size)
 	le := binary.LittleEndian
 	b.WriteString("MSLEMU08")
 	_ = binary.Write(&b, le, uint32(len(cases)))
@@ -771,7 +807,9 @@ func TestTailWordDecidesWinner(t *testing.T) {
 	var seed uint64
 	var gTrue, gZero float32
 	for s := uint64(1); ; s++ {
-		require.Less(t, s, uint64(1<<26), "no seed with a small main word found")
+		if s >= 1<<26 { // checked by hand: require.Less on every seed would cost more than the search
+			require.Fail(t, "no seed with a small main word found")
+		}
 		w := philox.Word(s, 0, 0, philox.PurposeGumbel)
 		if w >= 1<<12 {
 			continue

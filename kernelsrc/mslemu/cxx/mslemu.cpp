@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -108,6 +107,10 @@ struct Region {
     size_t bytes = 0;
 };
 
+// freeRegions holds the regions of finished threadgroups by size, for the next ones to
+// take (poisoned again): unmapping them would cost a TLB flush per threadgroup.
+std::unordered_multimap<size_t, Region> freeRegions;
+
 struct Group {
     uint32_t pos[3] = {0, 0, 0};
     std::vector<Fiber> fibers;
@@ -119,14 +122,28 @@ struct Group {
 
     ~Group() {
         for (auto& kv : storage) {
-            munmap(kv.second.map, kv.second.mapLen);
+            freeRegions.emplace(kv.second.bytes, kv.second);
         }
     }
 };
 
+// Rng is the scheduler's seeded generator, SplitMix64: it is drawn from at every
+// synchronisation point, so it has to be cheap.
+struct Rng {
+    uint64_t state = 0;
+    uint64_t operator()() {
+        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    // below returns a number in [0, n), by a multiply rather than a division.
+    uint64_t below(uint64_t n) { return uint64_t((static_cast<unsigned __int128>((*this)()) * n) >> 64); }
+};
+
 struct Scheduler {
     const Dispatch* d = nullptr;
-    std::mt19937_64 rng;
+    Rng rng;
     std::vector<Fiber*> runnable;
     Fiber* current = nullptr;
 #if defined(__x86_64__)
@@ -303,7 +320,7 @@ void tg_barrier() {
 }
 
 void atomic_point() {
-    if (S.d->yieldPercent > 0 && S.rng() % 100 < S.d->yieldPercent) {
+    if (S.d->yieldPercent > 0 && S.rng.below(100) < S.d->yieldPercent) {
         yieldTurn();
     }
 }
@@ -353,6 +370,13 @@ void* tg_storage(int site, size_t bytes) {
     }
     // Rounded to 8 bytes so that 64-bit elements stay aligned at the end of the page.
     size_t rounded = (bytes + 7) & ~size_t(7);
+    if (auto it = freeRegions.find(bytes); it != freeRegions.end()) {
+        Region r = it->second;
+        freeRegions.erase(it);
+        std::memset(r.data, kPoison, rounded);
+        g->storage.emplace(site, r);
+        return r.data;
+    }
     size_t page = size_t(sysconf(_SC_PAGESIZE));
     Region r;
     r.bytes = bytes;
@@ -378,7 +402,7 @@ void run(const Dispatch& d) {
     }
     installFaultHandler();
     S.d = &d;
-    S.rng.seed(d.seed);
+    S.rng.state = d.seed;
     S.runnable.clear();
     S.current = nullptr;
 
@@ -387,7 +411,9 @@ void run(const Dispatch& d) {
     for (uint64_t i = 0; i < total; ++i) {
         order[i] = i;
     }
-    std::shuffle(order.begin(), order.end(), S.rng);
+    for (uint64_t i = total; i > 1; --i) {
+        std::swap(order[i - 1], order[S.rng.below(i)]);
+    }
 
     std::vector<Group*> active;
     size_t next = 0;
@@ -419,7 +445,7 @@ void run(const Dispatch& d) {
         if (S.runnable.empty()) {
             fatal(describeStuck(*active.front()));
         }
-        size_t pick = size_t(S.rng() % S.runnable.size());
+        size_t pick = size_t(S.rng.below(S.runnable.size()));
         Fiber* f = S.runnable[pick];
         S.runnable[pick] = S.runnable.back();
         S.runnable.pop_back();
