@@ -3,7 +3,7 @@ package statistical
 import (
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 
 	"github.com/gumbel-go/gumbel/sampler"
 )
@@ -60,7 +60,7 @@ func ranked(x []float32) []int32 {
 	for i := range r {
 		r[i] = int32(i)
 	}
-	sort.SliceStable(r, func(a, b int) bool { return x[r[a]] > x[r[b]] })
+	slices.SortStableFunc(r, func(a, b int32) int { return byLogitDesc(x[a], x[b]) })
 	return r
 }
 

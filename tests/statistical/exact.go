@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 )
 
 // Filter is a row's top-k, top-p and min-p, with the sampler's meaning of off: TopK 0 or
@@ -102,7 +102,7 @@ func Probabilities(logits []float32, temperature float32, f Filter) ([]float64, 
 	for i := range order {
 		order[i] = i
 	}
-	sort.SliceStable(order, func(a, b int) bool { return logits[order[a]] > logits[order[b]] })
+	slices.SortStableFunc(order, func(a, b int) int { return byLogitDesc(logits[a], logits[b]) })
 
 	if f.TopK > 0 && f.TopK < v {
 		kth := logits[order[f.TopK-1]]
@@ -166,4 +166,16 @@ func Probabilities(logits []float32, temperature float32, f Filter) ([]float64, 
 		}
 	}
 	return p, nil
+}
+
+// byLogitDesc orders logits largest first for a stable sort: a before b when a > b, and
+// equal otherwise (NaN included), as the less function a > b does for sort.SliceStable.
+func byLogitDesc(a, b float32) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
 }
