@@ -103,8 +103,12 @@ func RunDrawer(d Drawer, c Case, progress func(done, total int)) Outcome {
 const (
 	logitsBudget    = 256 << 20
 	logitsBudgetCPU = 32 << 20
-	// maxRowsPerCall bounds the batch of small-vocabulary cases.
-	maxRowsPerCall = 4096
+	// maxRowsPerCall bounds the batch of small-vocabulary cases. The CPU device takes
+	// fewer: a filtered batch's partials are 32 KB a row whatever V, and each case's new
+	// sampler zeroes them (134 MB at 4096 rows), while a call costs it little. Draws are
+	// batch-invariant, so the batch never changes a case's tokens.
+	maxRowsPerCall    = 4096
+	maxRowsPerCallCPU = 1024
 )
 
 // SamplerDrawer draws a case's tokens with a [sampler.Sampler]: the case's row is copied
@@ -139,12 +143,12 @@ func NewSamplerDrawer(dev runtime.Device, c *Case) (*SamplerDrawer, error) {
 	if v == 0 {
 		return nil, errors.New("statistical: case has no logits")
 	}
-	budget := logitsBudget
+	budget, maxRows := logitsBudget, maxRowsPerCall
 	if dev.Info().Backend == runtime.CPU {
-		budget = logitsBudgetCPU
+		budget, maxRows = logitsBudgetCPU, maxRowsPerCallCPU
 	}
 	per := c.outcomesPerRow()
-	rows := max(1, min(maxRowsPerCall, budget/(4*v), (c.Draws+per-1)/per))
+	rows := max(1, min(maxRows, budget/(4*v), (c.Draws+per-1)/per))
 	s, err := sampler.New(dev, c.Options())
 	if err != nil {
 		return nil, fmt.Errorf("statistical: new sampler: %w", err)
