@@ -129,6 +129,8 @@ TEXT ·maskSkipAVX2(SB), NOSPLIT, $0-48
 	XORQ BX, BX
 	CMPQ BX, CX
 	JGE skipDone
+	// Aligned, and one taken branch a word: otherwise the loop's speed depends on where
+	// the linker places it (docs/benchmark_results/cpu.md).
 	PCALIGN $32
 
 skipLoop:
