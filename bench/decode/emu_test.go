@@ -2,11 +2,11 @@ package decode
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,42 +34,29 @@ func TestCUDAEditionUnderEmulation(t *testing.T) {
 }
 
 // buildEmulation compiles testdata/emu_driver.cpp with the CUDA edition, or takes the
-// binary of an earlier identical build from the user cache (testenv.CacheDir).
+// binary of an earlier identical build from the user cache (testenv.CachedBinary).
 func buildEmulation(t *testing.T, gxx string) string {
 	t.Helper()
 	emu, err := filepath.Abs(filepath.Join("..", "..", "kernelsrc", "emu"))
 	require.NoError(t, err)
 	flags := []string{"-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-Wall", "-Wno-unknown-pragmas"}
-	version, err := exec.Command(gxx, "--version").Output()
+	key, err := testenv.BuildKey(gxx, flags, []string{filepath.Join("testdata", "emu_driver.cpp"),
+		filepath.Join(emu, "cuda_emu.h")}, []byte(cudaSource))
 	require.NoError(t, err)
-	h := sha256.New()
-	h.Write(version)
-	h.Write([]byte(strings.Join(flags, " ")))
-	h.Write([]byte(cudaSource))
-	for _, name := range []string{filepath.Join("testdata", "emu_driver.cpp"), filepath.Join(emu, "cuda_emu.h")} {
-		b, err := os.ReadFile(name)
-		require.NoError(t, err)
-		h.Write(b)
-	}
-	dir := testenv.CacheDir("decode-emu", hex.EncodeToString(h.Sum(nil))[:24])
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	exe := filepath.Join(dir, "emu_driver")
-	if _, err := os.Stat(exe); err == nil {
-		return exe
-	}
-	work := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(work, "decode.cu"), []byte(cudaSource), 0o644))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	args := append(flags, "-I", work, "-I", emu, "-o", filepath.Join(work, "emu_driver"), filepath.Join("testdata", "emu_driver.cpp"))
-	out, err := exec.CommandContext(ctx, gxx, args...).CombinedOutput()
-	require.NoError(t, err, "g++:\n%s", out)
-	require.Empty(t, string(out), "g++ warnings")
-	// Rename is atomic: a concurrent test run sees the whole binary or none.
-	if err := os.Rename(filepath.Join(work, "emu_driver"), exe); err != nil {
-		return filepath.Join(work, "emu_driver")
-	}
+	exe, err := testenv.CachedBinary("decode-emu", key, func(out string) error {
+		work := filepath.Dir(out)
+		if err := os.WriteFile(filepath.Join(work, "decode.cu"), []byte(cudaSource), 0o644); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		args := append(slices.Clone(flags), "-I", work, "-I", emu, "-o", out, filepath.Join("testdata", "emu_driver.cpp"))
+		msg, err := exec.CommandContext(ctx, gxx, args...).CombinedOutput()
+		if err != nil || len(msg) > 0 {
+			return fmt.Errorf("g++ (err %v):\n%s", err, msg)
+		}
+		return nil
+	})
+	require.NoError(t, err, "building the decode kernels' emulation")
 	return exe
 }

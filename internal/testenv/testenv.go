@@ -6,11 +6,14 @@
 package testenv
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -58,6 +61,57 @@ func CacheDir(tool, key string) string {
 		return ""
 	}
 	return dir
+}
+
+// BuildKey is the cache key of a g++ build: a hash of the compiler's version, its flags,
+// the named source files (name and contents) and any generated inputs.
+func BuildKey(gxx string, flags, files []string, generated ...[]byte) (string, error) {
+	version, err := exec.Command(gxx, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", gxx, err)
+	}
+	h := sha256.New()
+	h.Write(version)
+	h.Write([]byte(strings.Join(flags, " ")))
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return "", err
+		}
+		h.Write([]byte(name))
+		h.Write(b)
+	}
+	for _, b := range generated {
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:24], nil
+}
+
+// CachedBinary returns the binary of tool built with key: the one an earlier run left in
+// CacheDir(tool, key), else one that build writes now to the path it is given (in a new
+// temporary folder, which build may use for its own files) and that is then moved into
+// the cache. Where the cache is off the binary stays in the temporary folder.
+func CachedBinary(tool, key string, build func(out string) error) (string, error) {
+	dir := CacheDir(tool, key)
+	bin := filepath.Join(dir, tool)
+	if dir != "" {
+		if _, err := os.Stat(bin); err == nil {
+			return bin, nil
+		}
+	}
+	work, err := os.MkdirTemp("", tool+"-")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(work, tool)
+	if err := build(out); err != nil {
+		return "", err
+	}
+	// Rename is atomic: a concurrent test run sees the whole binary or none.
+	if dir == "" || os.Rename(out, bin) != nil {
+		return out, nil
+	}
+	return bin, nil
 }
 
 // Run runs the tests in a fresh temporary folder and returns m.Run's exit code: every

@@ -84,8 +84,8 @@ __device__ __forceinline__ float gb_processed(const gb_processor& pc, float x, g
 // gb_mask_pair is a group's two words of allowed bits as loaded: the mask's and the
 // bitmask's, each all ones for a row without it or past end. The scans load a group's
 // pair with its logits, a trip ahead, and take the AND (gb_mask_bits) only where they
-// process the group: taken at the load, the AND waited there for the words just issued,
-// one L2 round trip in every masked trip (docs/benchmark_results/bitmask-h200.md).
+// process the group: taken at the load, the AND would make the trip wait there for the
+// words it has just issued for the next trip.
 struct gb_mask_pair {
     gb_u32 m, b;
 };

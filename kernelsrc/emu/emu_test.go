@@ -3,15 +3,14 @@ package emu
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -127,7 +126,6 @@ func decodeResults(t *testing.T, data []byte, ls []*launch) []outcome {
 var driver struct {
 	once sync.Once
 	path string
-	log  string
 	err  error
 }
 
@@ -146,63 +144,35 @@ func driverSources() ([]string, error) {
 }
 
 // driverPath builds testdata/emu_driver.cpp (with ../cuda/sampling.cu) on first use, or
-// takes the binary of an earlier identical build from the user cache (testenv.CacheDir).
+// takes the binary of an earlier identical build from the user cache (testenv.CachedBinary).
 func driverPath(t *testing.T) string {
 	t.Helper()
 	gxx := testenv.GXX(t, "the CUDA edition's CPU emulation")
-	driver.once.Do(func() { driver.path, driver.log, driver.err = buildDriver(gxx) })
-	require.NoError(t, driver.err, "building the emulation driver:\n%s", driver.log)
-	require.Empty(t, driver.log, "g++ warnings")
+	driver.once.Do(func() { driver.path, driver.err = buildDriver(gxx) })
+	require.NoError(t, driver.err, "building the emulation driver")
 	return driver.path
 }
 
-// buildDriver is driverPath's build: the binary's path and g++'s messages.
-func buildDriver(gxx string) (string, string, error) {
-	version, err := exec.Command(gxx, "--version").Output()
-	if err != nil {
-		return "", "", err
-	}
-	h := sha256.New()
-	h.Write(version)
-	h.Write([]byte(strings.Join(driverFlags, " ")))
+// buildDriver is driverPath's build; g++'s warnings fail it.
+func buildDriver(gxx string) (string, error) {
 	srcs, err := driverSources()
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
-	for _, name := range srcs {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			return "", "", err
-		}
-		h.Write([]byte(name))
-		h.Write(b)
-	}
-	// The package's temporary folder (testenv.Run) where the cache is off.
-	work, err := os.MkdirTemp("", "gumbel-emu-")
+	key, err := testenv.BuildKey(gxx, driverFlags, srcs)
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
-	dir := testenv.CacheDir("emu", hex.EncodeToString(h.Sum(nil))[:24])
-	if dir == "" {
-		dir = work
-	}
-	bin := filepath.Join(dir, "emu_driver")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, "", nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	args := append(append([]string{}, driverFlags...), "-o", filepath.Join(work, "emu_driver"),
-		filepath.Join("testdata", "emu_driver.cpp"))
-	msg, err := exec.CommandContext(ctx, gxx, args...).CombinedOutput()
-	if err != nil || len(msg) > 0 {
-		return "", string(msg), err
-	}
-	// Rename is atomic: a concurrent test run sees the whole binary or none.
-	if err := os.Rename(filepath.Join(work, "emu_driver"), bin); err != nil {
-		return filepath.Join(work, "emu_driver"), "", nil
-	}
-	return bin, "", nil
+	return testenv.CachedBinary("emu-driver", key, func(out string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		args := append(slices.Clone(driverFlags), "-o", out, filepath.Join("testdata", "emu_driver.cpp"))
+		msg, err := exec.CommandContext(ctx, gxx, args...).CombinedOutput()
+		if err != nil || len(msg) > 0 {
+			return fmt.Errorf("g++ (err %v):\n%s", err, msg)
+		}
+		return nil
+	})
 }
 
 // TestMain runs the tests in a temporary folder, the driver's among them, that is removed

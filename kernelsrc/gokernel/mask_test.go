@@ -359,14 +359,7 @@ func TestScanGreedyMaskedRandomRows(t *testing.T) {
 // FuzzMaskedGreedy: values, mask words, the chunk's start and the running best from
 // the fuzzer's bytes; maskGroup and scanGreedyMasked against their definitions.
 func FuzzMaskedGreedy(f *testing.F) {
-	r := rand.New(rand.NewPCG(56, 56))
-	for range 20 {
-		b := make([]byte, 8+4*r.IntN(200))
-		for i := range b {
-			b[i] = byte(r.Uint32())
-		}
-		f.Add(b)
-	}
+	addRandomSeeds(f, 56, 200)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) < 8 {
 			return

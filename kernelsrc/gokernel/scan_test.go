@@ -250,18 +250,24 @@ func TestScanBelowFormsRandom(t *testing.T) {
 	}
 }
 
-// FuzzScanBelow: a row from the fuzzer's bytes (values through a table of specials, a
-// coarse grid or raw bits), its start alignment and its floor; each edition against
-// scanBelowGo.
-func FuzzScanBelow(f *testing.F) {
-	r := rand.New(rand.NewPCG(17, 17))
+// addRandomSeeds gives a fuzz target 20 random byte strings of 8 + 4k bytes, k < words,
+// from a fixed seed.
+func addRandomSeeds(f *testing.F, seed uint64, words int) {
+	r := rand.New(rand.NewPCG(seed, seed))
 	for range 20 {
-		b := make([]byte, 8+4*r.IntN(120))
+		b := make([]byte, 8+4*r.IntN(words))
 		for i := range b {
 			b[i] = byte(r.Uint32())
 		}
 		f.Add(b)
 	}
+}
+
+// FuzzScanBelow: a row from the fuzzer's bytes (values through a table of specials, a
+// coarse grid or raw bits), its start alignment and its floor; each edition against
+// scanBelowGo.
+func FuzzScanBelow(f *testing.F) {
+	addRandomSeeds(f, 17, 120)
 	specials := []float32{float32(math.NaN()), math.Float32frombits(0xFFC00001), float32(math.Inf(1)), negInf,
 		0, float32(math.Copysign(0, -1)), math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32, math.MaxFloat32}
 	value := func(u uint32) float32 {

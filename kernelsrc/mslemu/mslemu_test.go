@@ -3,9 +3,7 @@ package mslemu
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -14,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,86 +56,63 @@ func buildDriver(t *testing.T) string {
 }
 
 // compileDriver compiles the emulator and the translated Metal edition, or returns the
-// binary of an earlier identical build from the user cache. Its translation units compile
-// in parallel: the build is on the critical path of the package's tests.
+// binary of an earlier identical build from the user cache (testenv.CachedBinary). Its
+// translation units compile in parallel: the build is on the critical path of the
+// package's tests.
 func compileDriver(cxx string) (string, error) {
 	kernels, n := Translate(kernelsrc.Metal)
 	if n == 0 {
 		return "", errors.New("the Metal kernels declare threadgroup memory; Translate found none")
 	}
 	kernels += "\n#include \"probes.inc\"\n"
-
-	version, err := exec.Command(cxx, "--version").Output()
+	key, err := testenv.BuildKey(cxx, cxxFlags, Sources, []byte(kernels))
 	if err != nil {
 		return "", err
 	}
-	h := sha256.New()
-	h.Write(version)
-	h.Write([]byte(strings.Join(cxxFlags, " ")))
-	h.Write([]byte(kernels))
-	srcs := map[string][]byte{"kernels.cpp": []byte(kernels)}
-	for _, name := range Sources {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			return "", err
-		}
-		h.Write([]byte(name))
-		h.Write(b)
-		srcs[name] = b
-	}
-	key := hex.EncodeToString(h.Sum(nil))[:24]
-
-	// The package's temporary folder (testenv.Run) where the cache is off.
-	work, err := os.MkdirTemp("", "mslemu-")
-	if err != nil {
-		return "", err
-	}
-	dir := testenv.CacheDir("mslemu", key)
-	if dir == "" {
-		dir = work
-	}
-	bin := filepath.Join(dir, "driver")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	for name, b := range srcs {
-		p := filepath.Join(work, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return "", err
-		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			return "", err
-		}
-	}
-	cx := filepath.Join(work, "cxx")
-	units := []string{filepath.Join(cx, "driver.cpp"), filepath.Join(cx, "mslemu.cpp"), filepath.Join(work, "kernels.cpp")}
-	errs := make([]error, len(units))
-	var wg sync.WaitGroup
-	for i, u := range units {
-		wg.Go(func() {
-			args := append(append([]string{}, cxxFlags...), "-I", filepath.Join(cx, "include"), "-I", cx,
-				"-c", "-o", u+".o", u)
-			if out, err := exec.Command(cxx, args...).CombinedOutput(); err != nil {
-				errs[i] = fmt.Errorf("compiling %s: %w\n%s", filepath.Base(u), err, out)
+	return testenv.CachedBinary("mslemu", key, func(out string) error {
+		work := filepath.Dir(out)
+		srcs := map[string][]byte{"kernels.cpp": []byte(kernels)}
+		for _, name := range Sources {
+			b, err := os.ReadFile(name)
+			if err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return "", err
-	}
-	args := []string{"-pthread", "-o", filepath.Join(work, "driver")}
-	for _, u := range units {
-		args = append(args, u+".o")
-	}
-	if out, err := exec.Command(cxx, args...).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("linking the emulated kernels: %w\n%s", err, out)
-	}
-	// Rename is atomic: a concurrent test run sees the whole binary or none.
-	if err := os.Rename(filepath.Join(work, "driver"), bin); err != nil {
-		return filepath.Join(work, "driver"), nil
-	}
-	return bin, nil
+			srcs[name] = b
+		}
+		for name, b := range srcs {
+			p := filepath.Join(work, name)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return err
+			}
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				return err
+			}
+		}
+		cx := filepath.Join(work, "cxx")
+		units := []string{filepath.Join(cx, "driver.cpp"), filepath.Join(cx, "mslemu.cpp"), filepath.Join(work, "kernels.cpp")}
+		errs := make([]error, len(units))
+		var wg sync.WaitGroup
+		for i, u := range units {
+			wg.Go(func() {
+				args := append(slices.Clone(cxxFlags), "-I", filepath.Join(cx, "include"), "-I", cx, "-c", "-o", u+".o", u)
+				if msg, err := exec.Command(cxx, args...).CombinedOutput(); err != nil {
+					errs[i] = fmt.Errorf("compiling %s: %w\n%s", filepath.Base(u), err, msg)
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		args := []string{"-pthread", "-o", out}
+		for _, u := range units {
+			args = append(args, u+".o")
+		}
+		if msg, err := exec.Command(cxx, args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("linking the emulated kernels: %w\n%s", err, msg)
+		}
+		return nil
+	})
 }
 
 // kernelKind is one of the kernel families of the set, as driver.cpp numbers them.
