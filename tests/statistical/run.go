@@ -105,8 +105,8 @@ const (
 	logitsBudgetCPU = 32 << 20
 	// maxRowsPerCall bounds the batch of small-vocabulary cases. The CPU device takes
 	// fewer: a filtered batch's partials are 32 KB a row whatever V, and each case's new
-	// sampler zeroes them, while a call costs it little. Draws are
-	// batch-invariant, so the batch never changes a case's tokens.
+	// sampler zeroes them, while a call costs it little. Draws are batch-invariant, so
+	// the batch never changes a case's tokens.
 	maxRowsPerCall    = 4096
 	maxRowsPerCallCPU = 1024
 )
