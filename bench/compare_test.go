@@ -298,38 +298,60 @@ func TestLoadMeasurements(t *testing.T) {
 }
 
 func TestChart(t *testing.T) {
-	var ms []Measurement
+	var grid []Measurement // two dtypes by two batches, three routes in each panel
 	for _, dt := range []string{"float32", "bfloat16"} {
 		for _, b := range []int{1, 64} {
 			for i, v := range []int{32768, 65536, 151936} {
-				ms = append(ms,
+				grid = append(grid,
 					meas(GumbelSplit, dt, v, b, float64(3+i*b)),
 					meas(Greedy, dt, v, b, float64(2+i)),
 					meas("torch.gumbel-eager", dt, v, b, float64(20+10*i*b)))
 			}
 		}
 	}
-	ms = append(ms, meas("torch.failed", "float32", 32768, 1, 0)) // no time: left out
+	grid = append(grid, meas("torch.failed", "float32", 32768, 1, 0)) // no time: left out
 	tests := []struct {
-		file, magic string
+		name string
+		ms   []Measurement
+		// lines is the number of route lines over all panels, legend is the routes.
+		lines  int
+		legend []string
+		dashed int
+		want   []string
 	}{
-		{"chart.svg", "<svg"},
-		{"chart.png", "\x89PNG"},
+		{name: "grid", ms: grid, lines: 4 * 3, legend: []string{"gumbel-split", "greedy", "torch.gumbel-eager"}, dashed: 4 + 1,
+			want: []string{"float32, batch 64", "bfloat16, batch 1", "device time per step (µs)", "vocabulary size"}},
+		{name: "one point: an own route solid", ms: []Measurement{meas(GumbelSplit, "float16", 2048, 3, 7.5)}, lines: 1,
+			legend: []string{"gumbel-split"}, want: []string{"float16, batch 3", ">1</text>", ">10</text>"}},
+		{name: "a peer missing from a panel", lines: 3, legend: []string{"greedy", "a&b<peer>"}, dashed: 2,
+			ms:   []Measurement{meas(Greedy, "float32", 1000, 1, 0.5), meas(Greedy, "float32", 1000, 2, 0.5), meas("a&b<peer>", "float32", 1000, 2, 900)},
+			want: []string{"a&amp;b&lt;peer&gt;", ">0.1</text>", ">1000</text>"}},
+		{name: "a panel with no measurement", lines: 2, legend: []string{"greedy"},
+			ms:   []Measurement{meas(Greedy, "float32", 1000, 1, 5), meas(Greedy, "bfloat16", 1000, 2, 5)},
+			want: []string{"float32, batch 2", ">no measurement</text>", "bfloat16, batch 1"}},
 	}
 	for _, tc := range tests {
-		t.Run(tc.file, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), tc.file)
-			require.NoError(t, Chart(ms, path))
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "chart.svg")
+			require.NoError(t, Chart(tc.ms, path))
 			data, err := os.ReadFile(path)
 			require.NoError(t, err)
-			require.NotEmpty(t, data)
-			assert.Contains(t, string(data[:min(len(data), 512)]), tc.magic)
-			if tc.file == "chart.svg" {
-				for _, want := range []string{"float32, batch 64", "bfloat16, batch 1", "torch.gumbel-eager", "gumbel-split"} {
-					assert.Contains(t, string(data), want)
-				}
-				assert.NotContains(t, string(data), "torch.failed")
+			svg := string(data)
+			assert.True(t, strings.HasPrefix(svg, "<svg "), svg[:min(len(svg), 100)])
+			assert.True(t, strings.HasSuffix(svg, "</svg>\n"))
+			// A line per route and panel, a sample line per legend entry.
+			assert.Equal(t, tc.lines+len(tc.legend), strings.Count(svg, "<polyline"))
+			for _, name := range tc.legend {
+				assert.Contains(t, svg, ">"+xmlText.Replace(name)+"</text>", "the legend names %s", name)
 			}
+			for _, want := range tc.want {
+				assert.Contains(t, svg, want)
+			}
+			assert.NotContains(t, svg, "torch.failed")
+			assert.NotContains(t, svg, "NaN")
+			assert.NotContains(t, svg, "Inf")
+			assert.Equal(t, strings.Count(svg, "<text"), strings.Count(svg, "</text>"))
+			assert.Equal(t, tc.dashed, strings.Count(svg, `stroke-dasharray="6 3"`), "the peers' lines, in the panels and the legend, are dashed")
 		})
 	}
 }
@@ -345,8 +367,9 @@ func TestChartErrors(t *testing.T) {
 	}{
 		{"no measurements", nil, filepath.Join(dir, "a.svg"), "no measurement"},
 		{"only zero times", []Measurement{meas(Greedy, "float32", 1, 1, 0)}, filepath.Join(dir, "b.svg"), "no measurement"},
-		{"no extension", ok, filepath.Join(dir, "chart"), "no file extension"},
-		{"unknown format", ok, filepath.Join(dir, "c.bmp"), "bmp"},
+		{"negative time", []Measurement{meas(Greedy, "float32", 1, 1, -2)}, filepath.Join(dir, "b.svg"), "no measurement"},
+		{"no extension", ok, filepath.Join(dir, "chart"), "only .svg charts are written"},
+		{"png", ok, filepath.Join(dir, "c.png"), "only .svg charts are written"},
 		{"missing folder", ok, filepath.Join(dir, "nope", "d.svg"), "nope"},
 	}
 	for _, tc := range tests {
@@ -354,6 +377,7 @@ func TestChartErrors(t *testing.T) {
 			err := Chart(tc.ms, tc.path)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.wantErr)
+			assert.Contains(t, err.Error(), tc.path, "the error names the file")
 		})
 	}
 }

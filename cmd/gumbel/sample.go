@@ -250,7 +250,7 @@ func newDrawProgress(w io.Writer, rows, draws int) *drawProgress {
 		p.open = func() caseProgress {
 			bar := newProgress(w, int64(draws))
 			if b, ok := bar.(*barProgress); ok {
-				b.bar.Describe(label)
+				b.label = label
 			}
 			return bar
 		}

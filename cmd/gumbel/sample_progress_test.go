@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,4 +81,39 @@ func TestDrawRowsProgress(t *testing.T) {
 	for _, row := range out.rows {
 		assert.NoError(t, row.err)
 	}
+}
+
+// TestBarProgress: the terminal bar redraws its line at most every barInterval, with the
+// count and an ETA from the rate since its first update, and blanks the line on close.
+func TestBarProgress(t *testing.T) {
+	var w bytes.Buffer
+	now := time.Unix(1000, 0)
+	b := &barProgress{w: &w, total: 100, cols: 80, now: func() time.Time { return now }}
+	b.start(1, 3, "case-a")
+	b.set(0)
+	assert.Equal(t, "\r[2/3] case-a  ["+strings.Repeat(" ", 30)+"] 0/100", w.String())
+	w.Reset()
+	now = now.Add(barInterval / 2)
+	b.set(10)
+	assert.Empty(t, w.String(), "throttled")
+	now = now.Add(barInterval*20 - barInterval/2) // 2 s for 25 draws: 6 s for the last 75
+	b.set(25)
+	quarter := "[2/3] case-a  [======>" + strings.Repeat(" ", 23) + "] 25/100  ETA 6s"
+	assert.Equal(t, "\r"+quarter, w.String())
+	w.Reset()
+	b.start(2, 3, "b")
+	now = now.Add(barInterval)
+	b.set(100)
+	line := "\r[3/3] b  [" + strings.Repeat("=", 30) + "] 100/100  ETA 0s"
+	assert.Equal(t, line+strings.Repeat(" ", len(quarter)-len(line)+1), w.String(),
+		"blanks what the longer line before left")
+	w.Reset()
+	b.close()
+	assert.Equal(t, "\r"+strings.Repeat(" ", len(line)-1)+"\r", w.String())
+
+	narrow := &barProgress{w: &w, total: 10, cols: 50, now: time.Now}
+	narrow.start(0, 1, strings.Repeat("x", 100))
+	w.Reset()
+	narrow.set(5)
+	assert.Len(t, []rune(w.String()), 1+49, "cut to the terminal's width")
 }

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
-	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
 	"github.com/gumbel-go/gumbel/runtime"
@@ -177,26 +177,78 @@ type caseProgress interface {
 
 func newProgress(w io.Writer, total int64) caseProgress {
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		return &barProgress{bar: progressbar.NewOptions64(total,
-			progressbar.OptionSetWriter(w),
-			progressbar.OptionShowCount(),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionClearOnFinish(),
-			progressbar.OptionSetWidth(30),
-		)}
+		cols := 80
+		if c, _, err := term.GetSize(int(f.Fd())); err == nil && c > 40 {
+			cols = c
+		}
+		return &barProgress{w: w, total: max(total, 1), cols: cols, now: time.Now}
 	}
 	return lineProgress{w: w}
 }
 
-type barProgress struct{ bar *progressbar.ProgressBar }
-
-func (b *barProgress) start(i, n int, name string) {
-	b.bar.Describe(fmt.Sprintf("[%d/%d] %s", i+1, n, name))
+// barProgress keeps one terminal line, redrawn after "\r":
+// "[i/n] name  [=====>    ] done/total  ETA 12s".
+type barProgress struct {
+	w     io.Writer
+	total int64
+	cols  int // the terminal's width: "\r" returns to the start of a wrapped line's last row only
+	now   func() time.Time
+	label string
+	// began and base are the time and count of the first set, which the ETA's rate is
+	// taken from (`gumbel sample` opens its bar with draws already done).
+	began time.Time
+	base  int64
+	drawn time.Time // the last redraw
+	shown int       // the last line's width, blanked by the next one
 }
-func (b *barProgress) set(done int64)  { _ = b.bar.Set64(done) }
-func (b *barProgress) finished(string) {}
-func (b *barProgress) close()          { _ = b.bar.Finish() }
+
+// barInterval is the least time between redraws: the draws report far more often than
+// the eye can follow, and each redraw is a write to the terminal.
+const barInterval = 100 * time.Millisecond
+
+func (b *barProgress) start(i, n int, name string) { b.label = fmt.Sprintf("[%d/%d] %s", i+1, n, name) }
+func (b *barProgress) finished(string)             {}
+
+func (b *barProgress) set(done int64) {
+	now := b.now()
+	if b.began.IsZero() {
+		b.began, b.base = now, done
+	}
+	if now.Sub(b.drawn) < barInterval {
+		return
+	}
+	b.drawn = now
+	done = min(max(done, 0), b.total)
+	const width = 30
+	fill := int(width * done / b.total)
+	bar := strings.Repeat("=", fill) + strings.Repeat(" ", width-fill)
+	if fill > 0 && fill < width {
+		bar = bar[:fill-1] + ">" + bar[fill:]
+	}
+	tail := fmt.Sprintf("  [%s] %d/%d", bar, done, b.total)
+	if elapsed := now.Sub(b.began); done > b.base && elapsed > 0 {
+		eta := time.Duration(float64(elapsed) * float64(b.total-done) / float64(done-b.base))
+		tail += "  ETA " + eta.Round(time.Second).String()
+	}
+	label := []rune(b.label)
+	label = label[:min(len(label), max(b.cols-1-utf8.RuneCountInString(tail), 0))]
+	b.draw(string(label) + tail)
+}
+
+// close blanks the line and leaves the cursor at its start, for what is printed next.
+func (b *barProgress) close() {
+	if b.shown > 0 {
+		b.draw("")
+		fmt.Fprint(b.w, "\r")
+	}
+}
+
+// draw overwrites the line with s, blanking what is left of the line before.
+func (b *barProgress) draw(s string) {
+	n := utf8.RuneCountInString(s)
+	fmt.Fprintf(b.w, "\r%s%s", s, strings.Repeat(" ", max(b.shown-n, 0)))
+	b.shown = n
+}
 
 type lineProgress struct{ w io.Writer }
 

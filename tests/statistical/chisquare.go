@@ -6,7 +6,7 @@ import (
 	"math"
 	"sort"
 
-	"gonum.org/v1/gonum/stat/distuv"
+	"gonum.org/v1/gonum/mathext"
 )
 
 // MinExpected is the smallest expected count a chi-square bin may have; lighter bins are
@@ -89,7 +89,7 @@ func ChiSquareTest(probs []float64, counts []int64, binning Binning) (Verdict, e
 	v.DF = len(bins) - 1
 	v.PValue = 1
 	if v.DF > 0 {
-		v.PValue = distuv.ChiSquared{K: float64(v.DF)}.Survival(v.ChiSquare)
+		v.PValue = ChiSquareSurvival(v.DF, v.ChiSquare)
 	}
 	return v, nil
 }
@@ -199,10 +199,18 @@ func mergeAdjacent(in []bin) []bin {
 	return out
 }
 
+// ChiSquareSurvival returns P(X > x) for X chi-square with df degrees of freedom: the
+// regularized upper incomplete gamma function Q(df/2, x/2). It is what gonum's
+// distuv.ChiSquared.Survival computes, taken from the light mathext package so that the
+// tests do not compile distuv's matrix and optimisation dependencies.
+func ChiSquareSurvival(df int, x float64) float64 {
+	return mathext.GammaIncRegComp(float64(df)/2, x/2)
+}
+
 // CriticalValue returns the chi-square statistic at which a test with df degrees of
-// freedom rejects at level alpha.
+// freedom rejects at level alpha: the (1 - alpha) quantile, 2·P⁻¹(df/2, 1 - alpha).
 func CriticalValue(df int, alpha float64) float64 {
-	return distuv.ChiSquared{K: float64(df)}.Quantile(1 - alpha)
+	return 2 * mathext.GammaIncRegInv(float64(df)/2, 1-alpha)
 }
 
 // Power returns the probability that a chi-square test with df degrees of freedom and
@@ -216,19 +224,20 @@ func Power(df int, noncentrality, alpha float64) float64 {
 	c := CriticalValue(df, alpha)
 	half := noncentrality / 2
 	if half == 0 {
-		return distuv.ChiSquared{K: float64(df)}.Survival(c)
+		return ChiSquareSurvival(df, c)
 	}
-	poisson := distuv.Poisson{Lambda: half}
 	// The Poisson weights beyond mean + 12 standard deviations (+ 30 for small means)
 	// are below 1e-30.
 	last := int(half + 12*math.Sqrt(half) + 30)
 	total := 0.0
 	for j := 0; j <= last; j++ {
-		w := poisson.Prob(float64(j))
+		// The Poisson(half) weight of j, in logs so that large means do not overflow.
+		lg, _ := math.Lgamma(float64(j) + 1)
+		w := math.Exp(float64(j)*math.Log(half) - half - lg)
 		if w == 0 {
 			continue
 		}
-		total += w * distuv.ChiSquared{K: float64(df + 2*j)}.Survival(c)
+		total += w * ChiSquareSurvival(df+2*j, c)
 	}
 	return min(1, total)
 }

@@ -18,7 +18,7 @@
 // which is where a lowest-index tie-break shows. Adjacent pools with fewer than
 // [MinExpected] expected draws are merged. A token of probability zero (masked with -Inf or
 // removed by a filter) that is drawn even once fails the case outright. The p-value is the
-// chi-square survival function of gonum's distuv.ChiSquared.
+// chi-square survival function, [ChiSquareSurvival].
 //
 // # The acceptance threshold
 //
