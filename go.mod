@@ -3,7 +3,6 @@ module github.com/gumbel-go/gumbel
 go 1.26
 
 require (
-	codeberg.org/sbinet/npyio v0.14.0
 	github.com/ebitengine/purego v0.11.3
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/sys v0.46.0
@@ -11,8 +10,4 @@ require (
 	gonum.org/v1/gonum v0.17.0
 )
 
-require (
-	github.com/nlpodyssey/gopickle v0.3.0 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/text v0.34.0 // indirect
-)
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

@@ -7,35 +7,41 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
-	"codeberg.org/sbinet/npyio/npy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gumbel-go/gumbel/sampler"
 )
 
-// rawNPY builds a version 1.0 .npy file by hand, for element types and layouts npyio
-// cannot write (float16, Fortran order) and for broken files.
+// rawNPY builds a version 1.0 .npy file by hand: see npyFile.
 func rawNPY(descr string, fortran bool, shape string, data any) []byte {
+	return npyFile(1, descr, fortran, shape, data)
+}
+
+// npyFile builds a .npy file of format version major.0 as the NumPy format spec lays it
+// out, independently of the reader under test: the header dict padded with spaces so
+// that the preamble (10 bytes in version 1, 12 in version 2) and the header end on a
+// multiple of 64 bytes with '\n', then data (nil for none) in little-endian order.
+func npyFile(major byte, descr string, fortran bool, shape string, data any) []byte {
 	order := "False"
 	if fortran {
 		order = "True"
 	}
 	hdr := fmt.Sprintf("{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr, order, shape)
-	for (10+len(hdr)+1)%64 != 0 {
-		hdr += " "
+	pre := 10
+	if major > 1 {
+		pre = 12
 	}
-	hdr += "\n"
+	hdr += strings.Repeat(" ", 63-(pre+len(hdr))%64) + "\n"
 	var b bytes.Buffer
-	b.WriteString("\x93NUMPY\x01\x00")
-	_ = binary.Write(&b, binary.LittleEndian, uint16(len(hdr)))
-	b.WriteString(hdr)
 	if data != nil {
 		_ = binary.Write(&b, binary.LittleEndian, data)
 	}
-	return b.Bytes()
+	return npyWithHeader(major, hdr, b.Bytes())
 }
 
 // writeFile writes b into a fresh file of the test's temporary folder and returns its path.
@@ -46,12 +52,24 @@ func writeFile(t *testing.T, name string, b []byte) string {
 	return p
 }
 
-// writeNPY writes v with npyio.
+// writeNPY writes v, a []float32, []float64 or arrays of them ([B][V]float32), to a .npy
+// file of version 2.0 (a 4-byte header length), the header's descr and shape taken from
+// v's type, and returns its path.
 func writeNPY(t *testing.T, v any) string {
 	t.Helper()
-	var b bytes.Buffer
-	require.NoError(t, npy.Write(&b, v))
-	return writeFile(t, "logits.npy", b.Bytes())
+	rv := reflect.ValueOf(v)
+	dims := []string{fmt.Sprint(rv.Len())}
+	elem := rv.Type().Elem()
+	for ; elem.Kind() == reflect.Array; elem = elem.Elem() {
+		dims = append(dims, fmt.Sprint(elem.Len()))
+	}
+	descr := map[reflect.Kind]string{reflect.Float32: "<f4", reflect.Float64: "<f8"}[elem.Kind()]
+	require.NotEmpty(t, descr, "writeNPY: element type %v", elem)
+	shape := strings.Join(dims, ", ")
+	if len(dims) == 1 {
+		shape += ","
+	}
+	return writeFile(t, "logits.npy", npyFile(2, descr, false, "("+shape+")", v))
 }
 
 func TestReadNPY(t *testing.T) {
@@ -68,11 +86,11 @@ func TestReadNPY(t *testing.T) {
 		note  string
 	}{
 		{
-			name: "float32 [V] by npyio", path: func(t *testing.T) string { return writeNPY(t, []float32{1, 2, 3}) },
+			name: "float32 [V], version 2.0", path: func(t *testing.T) string { return writeNPY(t, []float32{1, 2, 3}) },
 			dtype: sampler.Float32, rows: 1, vocab: 3, f32: []float32{1, 2, 3},
 		},
 		{
-			name: "float32 [B, V] by npyio", path: func(t *testing.T) string { return writeNPY(t, [2][3]float32{{1, 2, 3}, {4, 5, 6}}) },
+			name: "float32 [B, V], version 2.0", path: func(t *testing.T) string { return writeNPY(t, [2][3]float32{{1, 2, 3}, {4, 5, 6}}) },
 			dtype: sampler.Float32, rows: 2, vocab: 3, f32: []float32{1, 2, 3, 4, 5, 6},
 		},
 		{
