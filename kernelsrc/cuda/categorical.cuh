@@ -53,6 +53,16 @@ __device__ __forceinline__ bool gb_row_kept(float x, const gb_row_state& st, flo
     return !(st.minp_on && !(w >= st.min_p));
 }
 
+// gb_fixed_weight is gb_fixed(gb_weight(x, ...)) without gb_weight's branch, for scans
+// that sum every element's weight: expf runs for nearly every element of LLM logits
+// anyway, and a branch per element costs more than the few it skips. An argument at or
+// below cutoff (NaN and -Inf included) is raised to cutoff, whose weight, under 2^-F / e,
+// truncates to 0, so q is gb_fixed(gb_weight(x, ...)) for every x.
+__device__ __forceinline__ gb_u64 gb_fixed_weight(float x, const gb_row_state& st) {
+    const float d = __fmul_rn(__fadd_rn(x, -st.m), st.invT);
+    return gb_fixed(expf(fmaxf(d, st.cutoff)), st.two_pow_f);
+}
+
 // gb_kept_q returns an element's fixed-point weight if it is kept, else 0.
 __device__ __forceinline__ gb_u64 gb_kept_q(float x, const gb_row_state& st) {
     float w;

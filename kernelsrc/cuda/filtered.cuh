@@ -272,7 +272,7 @@ __device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32
         if (TOPP_MASS) {
 #pragma unroll
             for (gb_u32 j = 0; j < 4u; ++j) {
-                mass += j < n ? gb_fixed(gb_weight(x[j], st.m, st.invT, st.cutoff), st.two_pow_f) : 0ull;
+                mass += gb_fixed_weight(x[j], st); // -Inf past n: 0
             }
         }
         if (QUEUE) {
@@ -328,68 +328,14 @@ __device__ __forceinline__ gb_filter_shared& gb_filter_smem() {
     return s;
 }
 
-// gb_filter_publish_lists writes the block's `take` largest listed keys (fewer when it
-// holds fewer) to its words, largest first: each warp takes its GB_FILTER_WARP largest,
-// then warp 0 merges the warps' lists, a warp maximum per key. It returns the largest
-// key this thread knows the block did not publish (the block's maximum of them is Kcov;
-// rej is the thread's own).
-__device__ __forceinline__ gb_u32 gb_filter_publish_lists(gb_u64 lst[GB_FILTER_THREAD], gb_u32 rej, gb_u32 take,
-                                                          const gb_filter_shape& s, gb_filter_shared& fs) {
-    const gb_u32 lane = gb_lane(), warp = gb_warp();
-    // A warp hands on at most take keys: the block's take largest are among its warps'.
-    const gb_u32 wtake = gb_min_u32(take, GB_FILTER_WARP);
-    gb_u32 left = gb_max_u32(rej, gb_warp_take<GB_FILTER_THREAD>(lst, wtake, fs.top + warp * GB_FILTER_WARP));
-    __syncthreads();
-    if (warp == 0u) {
-        // Lane l walks warp l's list; the lists are sorted, so their heads hold the
-        // largest key not yet taken.
-        const bool own = lane < gb_num_warps();
-        const gb_u64* mine = fs.top + lane * GB_FILTER_WARP;
-        gb_u32 at = 0u;
-        gb_u64 head = own ? mine[0] : 0ull;
-        gb_u32 c = 0u;
-        for (; c < take; ++c) {
-            const gb_u64 best = gb_warp_max_u64_all(head);
-            if (best == 0ull) {
-                break;
-            }
-            if (lane == 0u) {
-                s.part[c] = best;
-            }
-            if (head == best) {
-                ++at;
-                head = at < wtake ? mine[at] : 0ull;
-            }
-        }
-        left = gb_max_u32(left, (gb_u32)(gb_warp_max_u64_all(head) >> 32));
-        for (gb_u32 e = c + lane; e < take; e += GB_WARP_SIZE) {
-            s.part[e] = 0ull; // the last block reads all take slots
-        }
-    }
-    return left;
-}
-
-// gb_filter_publish_queues is gb_filter_publish_lists for the warps' queues: each warp
-// hands on its gb_cand_keep() largest, sorted, and each handed-on key finds its place in
-// the block by a binary search of the other warps' lists, which costs the same for any
-// take (the merge above costs a round per key).
-__device__ __forceinline__ gb_u32 gb_filter_publish_queues(const gb_cand_queue& q, gb_u32 rej, gb_u32 take,
-                                                           const gb_filter_shape& s, gb_filter_shared& fs) {
-    const gb_u32 lane = gb_lane(), warp = gb_warp();
-    // A warp hands on at most take keys: the block's take largest are among its warps'.
-    const gb_u32 wtake = gb_min_u32(take, gb_cand_keep());
-    gb_u64 a, b;
-    gb_cand_sorted(q, a, b);
-    const gb_u64 next = wtake < (gb_u32)GB_WARP_SIZE ? gb_shfl_u64(a, wtake) : gb_shfl_u64(b, 0u);
-    gb_u32 left = gb_max_u32(rej, (gb_u32)(next >> 32));
-    const bool mine = lane < wtake && a != 0ull;
-    const gb_u64 ballot = (gb_u64)__ballot_sync(0xFFFFFFFFu, mine);
-    for (gb_u32 i = lane; i < GB_FILTER_WARP; i += GB_WARP_SIZE) {
-        fs.top[warp * GB_FILTER_WARP + i] = i == lane && mine ? a : 0ull;
-    }
-    if (lane == 0u) {
-        fs.count[warp] = (gb_u32)__popcll(ballot);
-    }
+// gb_filter_publish_ranked writes the block's `take` largest keys of the warps' lists in
+// fs.top (each sorted, largest first, 0 past fs.count[w]) to its words, largest first:
+// each key finds its place in the block by a binary search of the other warps' lists,
+// which costs the same for any take (a merge of the lists costs a warp round per key:
+// at S = 2 a top-p row's blocks publish 130 keys each). It returns left, raised to the
+// largest listed key it did not publish.
+__device__ __forceinline__ gb_u32 gb_filter_publish_ranked(gb_u32 left, gb_u32 take, const gb_filter_shape& s,
+                                                           gb_filter_shared& fs) {
     __syncthreads();
     const gb_u32 nw = gb_num_warps();
     gb_u32 total = 0u;
@@ -418,6 +364,88 @@ __device__ __forceinline__ gb_u32 gb_filter_publish_queues(const gb_cand_queue& 
         s.part[c] = 0ull; // the last block reads all take slots
     }
     return left;
+}
+
+// GB_FILTER_RANK_MIN is the smallest take that gb_filter_publish_lists publishes by ranks:
+// below it warp 0's merge, a warp round per key, costs less than the ranks' binary
+// searches (on the H200 the ranks cost 1 to 3 µs more per step at take 4 to 18, and
+// save 4 µs at take 50 and 16 µs at take 130: docs/benchmark_results/filtered-h200.md).
+#define GB_FILTER_RANK_MIN 24u
+
+// gb_filter_publish_lists publishes the block's `take` largest keys of the threads' lists,
+// largest first: each warp takes its GB_FILTER_WARP largest, one warp maximum per key,
+// then warp 0 merges the warps' lists the same way, or, from GB_FILTER_RANK_MIN keys,
+// gb_filter_publish_ranked places them. It returns the largest key this thread knows the
+// block did not publish (the block's maximum of them is Kcov; rej is the thread's own).
+__device__ __forceinline__ gb_u32 gb_filter_publish_lists(gb_u64 lst[GB_FILTER_THREAD], gb_u32 rej, gb_u32 take,
+                                                          const gb_filter_shape& s, gb_filter_shared& fs) {
+    const gb_u32 lane = gb_lane(), warp = gb_warp();
+    // A warp hands on at most take keys: the block's take largest are among its warps'.
+    const gb_u32 wtake = gb_min_u32(take, GB_FILTER_WARP);
+    gb_u64* own = fs.top + warp * GB_FILTER_WARP;
+    if (take >= GB_FILTER_RANK_MIN) {
+        for (gb_u32 i = lane; i < GB_FILTER_WARP; i += GB_WARP_SIZE) {
+            own[i] = 0ull; // gb_warp_take stops at its first 0; the ranks read every slot
+        }
+        __syncwarp();
+        const gb_u32 left = gb_max_u32(rej, gb_warp_take<GB_FILTER_THREAD>(lst, wtake, own));
+        __syncwarp();
+        if (lane == 0u) {
+            fs.count[warp] = gb_count_above<GB_FILTER_WARP>(own, 0ull);
+        }
+        return gb_filter_publish_ranked(left, take, s, fs);
+    }
+    gb_u32 left = gb_max_u32(rej, gb_warp_take<GB_FILTER_THREAD>(lst, wtake, own));
+    __syncthreads();
+    if (warp == 0u) {
+        // Lane l walks warp l's list; the lists are sorted, so their heads hold the
+        // largest key not yet taken.
+        const bool listed = lane < gb_num_warps();
+        const gb_u64* mine = fs.top + lane * GB_FILTER_WARP;
+        gb_u32 at = 0u;
+        gb_u64 head = listed ? mine[0] : 0ull;
+        gb_u32 c = 0u;
+        for (; c < take; ++c) {
+            const gb_u64 best = gb_warp_max_u64_all(head);
+            if (best == 0ull) {
+                break;
+            }
+            if (lane == 0u) {
+                s.part[c] = best;
+            }
+            if (head == best) {
+                ++at;
+                head = at < wtake ? mine[at] : 0ull;
+            }
+        }
+        left = gb_max_u32(left, (gb_u32)(gb_warp_max_u64_all(head) >> 32));
+        for (gb_u32 e = c + lane; e < take; e += GB_WARP_SIZE) {
+            s.part[e] = 0ull; // the last block reads all take slots
+        }
+    }
+    return left;
+}
+
+// gb_filter_publish_queues is gb_filter_publish_lists for the warps' queues: each warp
+// hands on its gb_cand_keep() largest, sorted.
+__device__ __forceinline__ gb_u32 gb_filter_publish_queues(const gb_cand_queue& q, gb_u32 rej, gb_u32 take,
+                                                           const gb_filter_shape& s, gb_filter_shared& fs) {
+    const gb_u32 lane = gb_lane(), warp = gb_warp();
+    // A warp hands on at most take keys: the block's take largest are among its warps'.
+    const gb_u32 wtake = gb_min_u32(take, gb_cand_keep());
+    gb_u64 a, b;
+    gb_cand_sorted(q, a, b);
+    const gb_u64 next = wtake < (gb_u32)GB_WARP_SIZE ? gb_shfl_u64(a, wtake) : gb_shfl_u64(b, 0u);
+    const gb_u32 left = gb_max_u32(rej, (gb_u32)(next >> 32));
+    const bool mine = lane < wtake && a != 0ull;
+    const gb_u64 ballot = (gb_u64)__ballot_sync(0xFFFFFFFFu, mine);
+    for (gb_u32 i = lane; i < GB_FILTER_WARP; i += GB_WARP_SIZE) {
+        fs.top[warp * GB_FILTER_WARP + i] = i == lane && mine ? a : 0ull;
+    }
+    if (lane == 0u) {
+        fs.count[warp] = (gb_u32)__popcll(ballot);
+    }
+    return gb_filter_publish_ranked(left, take, s, fs);
 }
 
 // gb_filter_block_end merges the block's scan results in one round of shared memory:
