@@ -331,9 +331,9 @@ __device__ __forceinline__ gb_filter_shared& gb_filter_smem() {
 // gb_filter_publish_ranked writes the block's `take` largest keys of the warps' lists in
 // fs.top (each sorted, largest first, 0 past fs.count[w]) to its words, largest first:
 // each key finds its place in the block by a binary search of the other warps' lists,
-// which costs the same for any take (a merge of the lists costs a warp round per key:
-// at S = 2 a top-p row's blocks publish 130 keys each). It returns left, raised to the
-// largest listed key it did not publish.
+// which costs the same for any take (a merge of the lists costs a warp round per key,
+// and at S = 2 a top-p row's blocks publish 130 keys each). It returns left, raised to
+// the largest listed key it did not publish.
 __device__ __forceinline__ gb_u32 gb_filter_publish_ranked(gb_u32 left, gb_u32 take, const gb_filter_shape& s,
                                                            gb_filter_shared& fs) {
     __syncthreads();
@@ -368,8 +368,7 @@ __device__ __forceinline__ gb_u32 gb_filter_publish_ranked(gb_u32 left, gb_u32 t
 
 // GB_FILTER_RANK_MIN is the smallest take that gb_filter_publish_lists publishes by ranks:
 // below it warp 0's merge, a warp round per key, costs less than the ranks' binary
-// searches (on the H200 the ranks cost 1 to 3 µs more per step at take 4 to 18, and
-// save 4 µs at take 50 and 16 µs at take 130: docs/benchmark_results/filtered-h200.md).
+// searches, whose cost does not shrink with take (docs/benchmark_results/filtered-h200.md).
 #define GB_FILTER_RANK_MIN 24u
 
 // gb_filter_publish_lists publishes the block's `take` largest keys of the threads' lists,
