@@ -557,26 +557,95 @@ __device__ __forceinline__ void gb_filter_row_words(const gb_cat_row<KIND>& r, c
     }
 }
 
-// gb_filter_list_add appends a published key above the row's Kcov to the candidate list.
+// gb_filter_above is a published key if it lies above the row's Kcov, else 0.
+__device__ __forceinline__ gb_u64 gb_filter_above(gb_u64 key, gb_u32 kcov) {
+    return (gb_u32)(key >> 32) > kcov ? key : 0ull;
+}
+
+// gb_filter_list_put appends key (when take) to the candidate list and returns its place.
 // Every lane of the warp calls it.
-__device__ __forceinline__ void gb_filter_list_add(gb_u64 key, gb_u32 kcov, const gb_row_state& st, gb_cat_shared& sh,
-                                                   gb_filter_shared& fs) {
-    const gb_u32 k = (gb_u32)(key >> 32);
-    const bool take = key != 0ull && k > kcov;
+__device__ __forceinline__ gb_u32 gb_filter_list_put(gb_u64 key, bool take, const gb_row_state& st,
+                                                     gb_cat_shared& sh) {
     const gb_u32 at = gb_list_append(take, &sh.n_list);
     if (take && at < GB_FILTER_RANKED) {
+        const gb_u32 k = (gb_u32)(key >> 32);
         sh.idx[at] = 0xFFFFFFFFu - (gb_u32)key;
         sh.key[at] = k;
         sh.w[at] = gb_weight(gb_orderkey_inverse(k), st.m, st.invT, st.cutoff);
-        if (at < GB_FILTER_PACKED) {
-            fs.top[at] = key;
-        }
+    }
+    return at;
+}
+
+// gb_filter_list_add appends a published key above the row's Kcov to the candidate list,
+// and packs it into fs.top for the ranks. Every lane of the warp calls it.
+__device__ __forceinline__ void gb_filter_list_add(gb_u64 key, gb_u32 kcov, const gb_row_state& st, gb_cat_shared& sh,
+                                                   gb_filter_shared& fs) {
+    key = gb_filter_above(key, kcov);
+    const gb_u32 at = gb_filter_list_put(key, key != 0ull, st, sh);
+    if (key != 0ull && at < GB_FILTER_PACKED) {
+        fs.top[at] = key;
     }
 }
 
+// gb_count_above_n returns how many of the n keys of a descending list (0 = empty, at the
+// end) exceed key: a binary search, any n.
+__device__ __forceinline__ gb_u32 gb_count_above_n(const gb_u64* list, gb_u32 n, gb_u64 key) {
+    gb_u32 lo = 0u, hi = n;
+    while (lo < hi) {
+        const gb_u32 mid = (lo + hi) >> 1;
+        if (list[mid] > key) {
+            lo = mid + 1u;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+// gb_filter_list_runs builds the candidate list of a row whose blocks published take >=
+// GB_FILTER_RANK_MIN keys each, span <= GB_FILTER_PACKED in all, and ranks it (order[rank]
+// = entry). Block b's keys above Kcov lead its published run, largest first, so fs.top
+// holds the runs as published (0 past those keys), and an entry's rank is its place in
+// its own run plus, for every other run, the keys there above it: a binary search each,
+// where a comparison with every entry costs span loads per entry.
+__device__ __forceinline__ void gb_filter_list_runs(const gb_filter_shape& s, const gb_row_state& st, gb_u32 kcov,
+                                                    gb_u32 span, gb_u32 take, const gb_u64 cand[GB_FILTER_LOADS],
+                                                    gb_u32* order, gb_cat_shared& sh, gb_filter_shared& fs) {
+#pragma unroll
+    for (int j = 0; j < GB_FILTER_LOADS; ++j) {
+        const gb_u32 i = (gb_u32)j * blockDim.x + threadIdx.x;
+        if (i < span) {
+            fs.top[i] = gb_filter_above(cand[j], kcov);
+        }
+    }
+    for (gb_u32 i = GB_FILTER_LOADS * blockDim.x + threadIdx.x; i < span; i += blockDim.x) {
+        fs.top[i] = gb_filter_above(gb_load_published(s.row_part + (gb_u64)(i / take) * s.stride + i % take), kcov);
+    }
+    __syncthreads();
+    for (gb_u32 i0 = 0u; i0 < span; i0 += blockDim.x) { // block-uniform trips: warps append
+        const gb_u32 i = i0 + threadIdx.x;
+        const gb_u64 key = i < span ? fs.top[i] : 0ull;
+        gb_u32 rank = 0u;
+        if (key != 0ull) {
+            const gb_u32 own = i - i % take;
+            rank = i - own;
+            for (gb_u32 o = 0u; o < span; o += take) {
+                if (o != own) {
+                    rank += gb_count_above_n(fs.top + o, take, key);
+                }
+            }
+        }
+        const gb_u32 at = gb_filter_list_put(key, key != 0ull, st, sh);
+        if (key != 0ull) {
+            order[rank] = at;
+        }
+    }
+    __syncthreads();
+}
+
 // gb_filter_finish_list is the last block's work for a row with candidates: the list of
-// every published key above the row's Kcov, ranked (each entry counts the larger ones),
-// gives Kk at rank k - 1 and, by one block scan of the weights in rank order, Kp; then
+// every published key above the row's Kcov, ranked (by the blocks' sorted runs,
+// gb_filter_list_runs, or each entry counting the larger ones), gives Kk at rank k - 1 and, by one block scan of the weights in rank order, Kp; then
 // the Gumbel-max draw over the kept entries. It returns false, having written nothing,
 // when the kept set is not certain to lie in the list (or the list is too long to rank);
 // the caller then runs the one-block path.
@@ -588,18 +657,25 @@ __device__ __forceinline__ bool gb_filter_finish_list(gb_cat_row<KIND>& r, const
                                                       gb_filter_shared& fs) {
     // Each block published its take largest keys, 0 in the slots it had no key for; this
     // thread holds the first GB_FILTER_LOADS trips' (gb_filter_row_words).
+    gb_u32* order = sh.idx + GB_FILTER_RANKED; // order[rank] = entry
+    const bool runs = take >= GB_FILTER_RANK_MIN && span <= GB_FILTER_PACKED;
+    if (runs) {
+        gb_filter_list_runs(s, st, kcov, span, take, cand, order, sh, fs);
+    } else {
 #pragma unroll
-    for (int j = 0; j < GB_FILTER_LOADS; ++j) {
-        if ((gb_u32)j * blockDim.x < span) { // block-uniform trips: warps append
-            gb_filter_list_add(cand[j], kcov, st, sh, fs);
+        for (int j = 0; j < GB_FILTER_LOADS; ++j) {
+            if ((gb_u32)j * blockDim.x < span) { // block-uniform trips: warps append
+                gb_filter_list_add(cand[j], kcov, st, sh, fs);
+            }
         }
+        for (gb_u32 i0 = GB_FILTER_LOADS * blockDim.x; i0 < span; i0 += blockDim.x) {
+            const gb_u32 i = i0 + threadIdx.x;
+            const gb_u64 key =
+                i < span ? gb_load_published(s.row_part + (gb_u64)(i / take) * s.stride + i % take) : 0ull;
+            gb_filter_list_add(key, kcov, st, sh, fs);
+        }
+        __syncthreads();
     }
-    for (gb_u32 i0 = GB_FILTER_LOADS * blockDim.x; i0 < span; i0 += blockDim.x) {
-        const gb_u32 i = i0 + threadIdx.x;
-        const gb_u64 key = i < span ? gb_load_published(s.row_part + (gb_u64)(i / take) * s.stride + i % take) : 0ull;
-        gb_filter_list_add(key, kcov, st, sh, fs);
-    }
-    __syncthreads();
     const gb_u32 n_list = sh.n_list;
     // Uniform: every thread read the same count. Without top-k and top-p (no filter on,
     // a row the sampler never sends) the kept set is the row, listed only when no block
@@ -609,8 +685,7 @@ __device__ __forceinline__ bool gb_filter_finish_list(gb_cat_row<KIND>& r, const
     }
     // Ranks: entries are distinct packed keys, so rank order is the order of the keys.
     // A list that fits in fs.top is ranked from its packed keys: one load per comparison.
-    gb_u32* order = sh.idx + GB_FILTER_RANKED; // order[rank] = entry
-    for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
+    for (gb_u32 e = threadIdx.x; e < n_list && !runs; e += blockDim.x) {
         gb_u32 rank = 0u;
         if (n_list <= GB_FILTER_PACKED) {
             const gb_u64 me = fs.top[e];
