@@ -2,6 +2,7 @@ package bench
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -29,6 +30,18 @@ var chartColors = []string{"#f15a60", "#7ac36a", "#5a9bd4", "#faa75b", "#9e67ab"
 // xmlText escapes text for SVG; encoding/xml would be a heavy import for five characters.
 var xmlText = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;", "'", "&apos;")
 
+// ErrChartFormat is CheckChartPath's error: a chart path that does not end in .svg.
+var ErrChartFormat = errors.New("only .svg charts are written")
+
+// CheckChartPath reports whether Chart can write path (its extension is .svg, in any
+// case), so that a caller can refuse a wrong name before it measures anything.
+func CheckChartPath(path string) error {
+	if !strings.EqualFold(filepath.Ext(path), ".svg") {
+		return ErrChartFormat
+	}
+	return nil
+}
+
 // Chart draws device time per step against vocabulary size, one line per route and one
 // panel per dtype (rows) and batch size (columns), with a legend of the routes at the
 // right, and writes it to path as SVG: a path that does not end in .svg is an error.
@@ -36,8 +49,8 @@ var xmlText = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "
 // logarithmic because the routes span orders of magnitude. Points without a positive time
 // are left out.
 func Chart(ms []Measurement, path string) error {
-	if !strings.EqualFold(filepath.Ext(path), ".svg") {
-		return fmt.Errorf("chart %s: only .svg charts are written", path)
+	if err := CheckChartPath(path); err != nil {
+		return fmt.Errorf("chart %s: %w", path, err)
 	}
 	var dtypes []string
 	var batches []int

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -378,6 +379,8 @@ func TestChartErrors(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.wantErr)
 			assert.Contains(t, err.Error(), tc.path, "the error names the file")
+			assert.Equal(t, strings.Contains(tc.wantErr, ".svg"), errors.Is(err, ErrChartFormat))
+			assert.Equal(t, errors.Is(err, ErrChartFormat), CheckChartPath(tc.path) != nil, "CheckChartPath agrees")
 		})
 	}
 }

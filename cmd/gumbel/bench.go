@@ -157,9 +157,10 @@ func parseBenchFlags(args []string, w io.Writer) (benchConfig, error) {
 			return c, usagef("%s %d: must be between %d and 1000000", f.name, f.v, f.min)
 		}
 	}
-	// Checked here as well as by bench.Chart, so that a wrong name fails before the run.
-	if c.chart != "" && !strings.EqualFold(filepath.Ext(c.chart), ".svg") {
-		return c, usagef("--chart %q: only .svg charts are written", c.chart)
+	if c.chart != "" {
+		if err := bench.CheckChartPath(c.chart); err != nil {
+			return c, usagef("--chart %q: %v", c.chart, err) // before the run, not after it
+		}
 	}
 	return c, c.device.validate()
 }

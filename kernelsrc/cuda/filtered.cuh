@@ -587,21 +587,6 @@ __device__ __forceinline__ void gb_filter_list_add(gb_u64 key, gb_u32 kcov, cons
     }
 }
 
-// gb_count_above_n returns how many of the n keys of a descending list (0 = empty, at the
-// end) exceed key: a binary search, any n.
-__device__ __forceinline__ gb_u32 gb_count_above_n(const gb_u64* list, gb_u32 n, gb_u64 key) {
-    gb_u32 lo = 0u, hi = n;
-    while (lo < hi) {
-        const gb_u32 mid = (lo + hi) >> 1;
-        if (list[mid] > key) {
-            lo = mid + 1u;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo;
-}
-
 // gb_filter_list_runs builds the candidate list of a row whose blocks published take >=
 // GB_FILTER_RANK_MIN keys each, span <= GB_FILTER_PACKED in all, and ranks it (order[rank]
 // = entry). Block b's keys above Kcov lead its published run, largest first, so fs.top
@@ -645,8 +630,8 @@ __device__ __forceinline__ void gb_filter_list_runs(const gb_filter_shape& s, co
 
 // gb_filter_finish_list is the last block's work for a row with candidates: the list of
 // every published key above the row's Kcov, ranked (by the blocks' sorted runs,
-// gb_filter_list_runs, or each entry counting the larger ones), gives Kk at rank k - 1 and, by one block scan of the weights in rank order, Kp; then
-// the Gumbel-max draw over the kept entries. It returns false, having written nothing,
+// gb_filter_list_runs, or each entry counting the larger ones), gives Kk at rank k - 1
+// and, by one block scan of the weights in rank order, Kp; then the Gumbel-max draw over the kept entries. It returns false, having written nothing,
 // when the kept set is not certain to lie in the list (or the list is too long to rank);
 // the caller then runs the one-block path.
 template <int KIND>
@@ -685,22 +670,24 @@ __device__ __forceinline__ bool gb_filter_finish_list(gb_cat_row<KIND>& r, const
     }
     // Ranks: entries are distinct packed keys, so rank order is the order of the keys.
     // A list that fits in fs.top is ranked from its packed keys: one load per comparison.
-    for (gb_u32 e = threadIdx.x; e < n_list && !runs; e += blockDim.x) {
-        gb_u32 rank = 0u;
-        if (n_list <= GB_FILTER_PACKED) {
-            const gb_u64 me = fs.top[e];
-            for (gb_u32 f = 0u; f < n_list; ++f) {
-                rank += fs.top[f] > me ? 1u : 0u;
+    if (!runs) {
+        for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
+            gb_u32 rank = 0u;
+            if (n_list <= GB_FILTER_PACKED) {
+                const gb_u64 me = fs.top[e];
+                for (gb_u32 f = 0u; f < n_list; ++f) {
+                    rank += fs.top[f] > me ? 1u : 0u;
+                }
+            } else {
+                const gb_u64 me = ((gb_u64)sh.key[e] << 32) | (0xFFFFFFFFu - sh.idx[e]);
+                for (gb_u32 f = 0u; f < n_list; ++f) {
+                    rank += (((gb_u64)sh.key[f] << 32) | (0xFFFFFFFFu - sh.idx[f])) > me ? 1u : 0u;
+                }
             }
-        } else {
-            const gb_u64 me = ((gb_u64)sh.key[e] << 32) | (0xFFFFFFFFu - sh.idx[e]);
-            for (gb_u32 f = 0u; f < n_list; ++f) {
-                rank += (((gb_u64)sh.key[f] << 32) | (0xFFFFFFFFu - sh.idx[f])) > me ? 1u : 0u;
-            }
+            order[rank] = e;
         }
-        order[rank] = e;
+        __syncthreads();
     }
-    __syncthreads();
     const gb_u32 kk = s.topk ? sh.key[order[r.p.top_k - 1u]] : 0u;
     st.threshold = kk;
     gb_u32 kp = 0u;

@@ -432,6 +432,21 @@ __device__ __forceinline__ gb_u32 gb_count_above(const gb_u64* list, gb_u64 key)
     return c;
 }
 
+// gb_count_above_n returns how many of the n keys of a descending list (0 = empty, at the
+// end) exceed key: a binary search, any n.
+__device__ __forceinline__ gb_u32 gb_count_above_n(const gb_u64* list, gb_u32 n, gb_u64 key) {
+    gb_u32 lo = 0u, hi = n;
+    while (lo < hi) {
+        const gb_u32 mid = (lo + hi) >> 1;
+        if (list[mid] > key) {
+            lo = mid + 1u;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
 // gb_list_append returns the place of this thread's entry (when take) in a list whose
 // length is *n: one shared atomic per warp.
 __device__ __forceinline__ gb_u32 gb_list_append(bool take, gb_u32* n) {
