@@ -54,6 +54,9 @@ type DeviceInfo struct {
 	WarpSize int
 	// TotalMemory is the device memory in bytes (0 when unknown).
 	TotalMemory uint64
+	// L2CacheBytes is the size of the device's last-level cache in bytes: CUDA reports
+	// it; 0 elsewhere.
+	L2CacheBytes int
 	// UnifiedMemory is true when host and device share memory (Apple GPUs, the CPU
 	// device): a host slice may be used in place.
 	UnifiedMemory bool
@@ -216,6 +219,17 @@ func BytesOf[T ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~int32 | ~int64 | ~float32
 		return nil
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
+}
+
+// DependentLauncher is implemented by streams that can start a kernel before the kernel
+// queued just before it on the stream has finished (CUDA's programmatic dependent launch,
+// sm_90 and later): the second kernel's launch and its first instructions then overlap the
+// end of the first. Such a kernel must wait for the earlier grid (PTX griddepcontrol.wait)
+// before it reads what that grid writes or writes what it reads, and on every path before
+// it exits; the kernels of package kernelsrc that are launched this way do. Where the
+// device, the driver or the compile target cannot overlap them, LaunchDependent is Launch.
+type DependentLauncher interface {
+	LaunchDependent(k Kernel, grid, block Dim3, args *Args) error
 }
 
 // GraphCapturer is implemented by streams that can record the work queued on them into a

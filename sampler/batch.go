@@ -408,7 +408,13 @@ func (b *Batch) launch(lg Logits, stride, k int) error {
 	a.Buffer(s.scratch.unused.buf)        // no draft probabilities
 	grid := runtime.Dim3{X: split, Y: b.rows, Z: draws}
 	block := runtime.Dim3{X: lk.block, Y: 1, Z: 1}
-	if err := s.stream.Launch(lk.kernel, grid, block, a); err != nil {
+	// filtered right after filter_max waits for its words on the device; topn after
+	// gumbel_argmax or categorical, and gumbel_exact, last, for everything before them.
+	// gumbel_exact reads the few rows left to it, so the cache does not decide for it.
+	reread := k == kernelFiltered && b.kernelRows[kernelFilterMax] > 0 ||
+		k == kernelTopN && b.kernelRows[kernelGumbel]+b.kernelRows[kernelCategorical] > 0
+	dependent := k == kernelExact || reread && s.overlaps(b.kernelRows[k], lg)
+	if err := s.launchAfter(lk.kernel, grid, block, a, dependent); err != nil {
 		return fmt.Errorf("gumbel/sampler: launching %s over a batch of %d rows x %d blocks x %d draws: %w", lk.kernel.Name(), b.rows, split, draws, err)
 	}
 	return nil

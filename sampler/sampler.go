@@ -51,10 +51,14 @@ type launchKernel struct {
 // called from several goroutines, but calls are serialised by a mutex: a Sampler runs one
 // batch at a time (use one Sampler per stream for concurrent batches).
 type Sampler struct {
-	mu      sync.Mutex
-	closed  bool
-	dev     runtime.Device
-	stream  runtime.Stream
+	mu     sync.Mutex
+	closed bool
+	dev    runtime.Device
+	stream runtime.Stream
+	// dep is stream's dependent launch, where it has one (launchAfter), and l2 the
+	// device's last-level cache in bytes, which decides where it is used (overlaps).
+	dep     runtime.DependentLauncher
+	l2      int
 	module  runtime.Module
 	kernels [numDTypes][numKernels]launchKernel
 	// topnErr says why the module has no topn kernels (an edition without them);
@@ -153,6 +157,8 @@ func New(dev runtime.Device, opts Options) (*Sampler, error) {
 		procs:   newProcessors(),
 		set:     Settings{Seed: seed, Gumbel: gumbel, Split: split, Policy: policy},
 	}
+	s.dep, _ = stream.(runtime.DependentLauncher)
+	s.l2 = info.L2CacheBytes
 	for d, dt := range abi.DTypes {
 		for k, family := range kernelFamilies {
 			name := abi.KernelName(family, dt)
@@ -614,7 +620,7 @@ func exactPending(results []byte, out outLayout) bool {
 func (s *Sampler) launchExact(pl *plan) error {
 	out := pl.out
 	lk := s.kernels[pl.logits.DType][kernelExact]
-	return s.launchRows(pl, lk, 0, pl.groups[groupGumbel], 1, pl.draws, out.tokens(), out.status(), out.logprobs())
+	return s.launchRows(pl, lk, 0, pl.groups[groupGumbel], 1, pl.draws, out.tokens(), out.status(), out.logprobs(), false)
 }
 
 // copyBack queues the copies of the outputs a plan's groups wrote into results, the
@@ -789,7 +795,7 @@ func (s *Sampler) prepare(pl *plan) error {
 func (s *Sampler) queue(pl *plan) error {
 	first := 0
 	for g, n := range pl.groups {
-		if err := s.launchGroup(pl, g, first, n); err != nil {
+		if err := s.launchGroup(pl, g, first, n, first > 0); err != nil {
 			return err
 		}
 		first += n
@@ -804,8 +810,9 @@ func (s *Sampler) queue(pl *plan) error {
 }
 
 // launchGroup queues group g's kernel over n launched rows whose RowParams start at
-// slot first, in launches of at most maxRowsPerLaunch rows.
-func (s *Sampler) launchGroup(pl *plan, g, first, n int) error {
+// slot first, in launches of at most maxRowsPerLaunch rows; after says that a kernel of
+// the call was queued before it.
+func (s *Sampler) launchGroup(pl *plan, g, first, n int, after bool) error {
 	if n == 0 {
 		return nil
 	}
@@ -821,11 +828,14 @@ func (s *Sampler) launchGroup(pl *plan, g, first, n int) error {
 		for done := 0; done < n; done += maxRowsPerLaunch {
 			c := min(n-done, maxRowsPerLaunch)
 			if pl.maxRows > 0 {
-				if err := s.launchRows(pl, s.kernels[lg.DType][kernelFilterMax], first+done, c, split, 1, out.tokens(), out.status(), -1); err != nil {
+				if err := s.launchRows(pl, s.kernels[lg.DType][kernelFilterMax], first+done, c, split, 1, out.tokens(), out.status(), -1, false); err != nil {
 					return err
 				}
 			}
-			if err := s.launchRows(pl, lk, first+done, c, split, pl.draws, out.tokens(), out.status(), out.logprobs()); err != nil {
+			// filtered waits for filter_max's words on the device (gb_grid_wait), so it
+			// may start while filter_max ends.
+			dependent := pl.maxRows > 0 && s.overlaps(c, lg)
+			if err := s.launchRows(pl, lk, first+done, c, split, pl.draws, out.tokens(), out.status(), out.logprobs(), dependent); err != nil {
 				return err
 			}
 		}
@@ -842,13 +852,26 @@ func (s *Sampler) launchGroup(pl *plan, g, first, n int) error {
 	case groupScore, groupResidual:
 		draws = 1
 	}
-	return s.launchRows(pl, lk, first, n, split, draws, out0, out1, records)
+	// topn waits for the kernels before it on the device (gb_grid_wait).
+	return s.launchRows(pl, lk, first, n, split, draws, out0, out1, records, after && g == groupTop && s.overlaps(n, lg))
+}
+
+// overlaps reports whether a kernel that reads rows rows of lg after the kernel before
+// it, which read them too, may be launched to overlap that kernel's end (launchAfter):
+// only while those logits take at most two fifths of the L2 cache. On an H200 (60 MB of
+// L2 in two halves) the overlap was faster up to 24 MB of logits and up to 18% slower
+// from 29 to 39 MB (docs/benchmark_results/filtered-h200.md, "Dependent launches"):
+// most likely the early blocks land on other SMs than the first kernel's blocks of the
+// same chunk, and read it from the other half of the L2.
+func (s *Sampler) overlaps(rows int, lg Logits) bool {
+	return 5*int64(rows)*int64(lg.Vocab)*int64(lg.DType.Size()) <= 2*int64(s.l2)
 }
 
 // launchRows queues kernel lk over n launched rows whose RowParams start at slot first,
 // in launches of at most maxRowsPerLaunch rows, with the outputs at results offsets out0
-// and out1 and the records at records (-1: none).
-func (s *Sampler) launchRows(pl *plan, lk launchKernel, first, n, split, draws, out0, out1, records int) error {
+// and out1 and the records at records (-1: none). With dependent, the first launch may
+// overlap the kernel queued before it (launchAfter).
+func (s *Sampler) launchRows(pl *plan, lk launchKernel, first, n, split, draws, out0, out1, records int, dependent bool) error {
 	sc := &s.scratch
 	lg := pl.logits
 	for done := 0; done < n; done += maxRowsPerLaunch {
@@ -881,11 +904,21 @@ func (s *Sampler) launchRows(pl *plan, lk launchKernel, first, n, split, draws, 
 		}
 		grid := runtime.Dim3{X: split, Y: chunk, Z: draws}
 		block := runtime.Dim3{X: lk.block, Y: 1, Z: 1}
-		if err := s.stream.Launch(lk.kernel, grid, block, a); err != nil {
+		if err := s.launchAfter(lk.kernel, grid, block, a, dependent && done == 0); err != nil {
 			return fmt.Errorf("gumbel/sampler: launching %s over %d rows x %d blocks x %d draws: %w", lk.kernel.Name(), chunk, split, draws, err)
 		}
 	}
 	return nil
+}
+
+// launchAfter queues k on the sampler's stream; with dependent, through the stream's
+// dependent launch where it has one, for a kernel that waits for the one before it on the
+// device (gb_grid_wait) and so may start while that one ends.
+func (s *Sampler) launchAfter(k runtime.Kernel, grid, block runtime.Dim3, a *runtime.Args, dependent bool) error {
+	if dependent && s.dep != nil {
+		return s.dep.LaunchDependent(k, grid, block, a)
+	}
+	return s.stream.Launch(k, grid, block, a)
 }
 
 // decode turns the outputs in results (laid out by out) into res.

@@ -173,3 +173,21 @@ __device__ __forceinline__ void gb_chunk_of(gb_u32 vocab, gb_u32 nblocks, gb_u32
     start = start64 < vocab ? (gb_u32)start64 : vocab;
     end = start64 + per < vocab ? (gb_u32)(start64 + per) : vocab;
 }
+
+// Programmatic dependent launch (sm_90 and later, CUDA only). A kernel the host queues
+// with runtime.DependentLauncher may start while the kernel before it on the stream is
+// still running: gb_grid_release in the earlier kernel lets it start, and the later one
+// calls gb_grid_wait before it reads what the earlier one wrote or writes what it reads,
+// and on every path before it exits. Elsewhere (HIP, the emulation, older targets) kernels
+// run one after the other and both are no-ops.
+__device__ __forceinline__ void gb_grid_wait() {
+#if GB_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void gb_grid_release() {
+#if GB_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}

@@ -256,6 +256,9 @@ __device__ __forceinline__ void gb_gumbel_exact(const typename gb_io<KIND>::elem
     __shared__ gb_exact s_win[GB_MAX_WARPS];
     __shared__ gb_u64 s_pair[2 * GB_MAX_WARPS];
 
+    // A batch launches this last, after gumbel_argmax, whose statuses it reads: it may
+    // start before the kernel ahead of it ends, and waits here.
+    gb_grid_wait();
     if (blockIdx.x != 0u || blockIdx.z != 0u) {
         return;
     }

@@ -57,6 +57,8 @@ __device__ __forceinline__ void gb_filter_max(const typename gb_io<KIND>::elem* 
                                               const gb_u32* mask, const gb_u32* bitmask) {
     __shared__ gb_u64 s_red[GB_MAX_WARPS];
     __shared__ gb_u64 s_bcast[2];
+    // filtered, queued right after, starts its blocks while these finish.
+    gb_grid_release();
     const gb_row_params p = params[blockIdx.y];
     if (blockIdx.z != 0u || !gb_filter_owns(p.flags) ||
         gb_bad_flags(p.flags) || gb_bad_row(p.temperature, vocab) || p.temperature == 0.0f ||
@@ -738,17 +740,22 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
     gb_cat_row<KIND> r;
     r.y = blockIdx.y;
     r.p = params[r.y];
+    // This kernel may start before filter_max ends (gb_grid_wait): until the wait it only
+    // reads what filter_max does not write and writes what filter_max does not read.
     if (!gb_filter_owns(r.p.flags)) {
+        gb_grid_wait();
         return; // another kernel's row: left entirely alone
     }
     const gb_u32 z = blockIdx.z;
     const gb_u32 nblocks = gridDim.x;
     if (!gb_cat_row_bind<KIND>(r, logits, params, tokens, status, counters, row_stride, vocab, logprobs, bias, counts,
                                mask, bitmask)) {
+        gb_grid_wait();
         return;
     }
     gb_cat_shared& sh = gb_cat_smem();
     if (r.p.temperature == 0.0f) {
+        gb_grid_wait();
         if (blockIdx.x == 0u) {
             gb_categorical_row<KIND, true>(r, sh); // greedy: the first largest logit
         }
@@ -776,6 +783,7 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
     st.minp_on = s.minp;
     st.min_p = r.p.min_p;
     st.m = 0.0f;
+    gb_grid_wait();
     if (s.needs_max) {
         // filter_max's words: a previous launch wrote them.
         gb_u32 mk = 0u, none = 0u;

@@ -584,6 +584,8 @@ __device__ __forceinline__ void gb_gumbel_argmax(const typename gb_io<KIND>::ele
     __shared__ gb_u32 s_last;
     __shared__ gb_u32 s_bound; // the order key of the block's lower bound
     __shared__ gb_u64 s_xv[GB_MAX_WARPS]; // the warps' winners' (x, v) for the record
+    // gumbel_exact, which a batch queues right after, starts its blocks while these finish.
+    gb_grid_release();
 
     const gb_u32 y = blockIdx.y;
     const gb_u32 z = blockIdx.z;

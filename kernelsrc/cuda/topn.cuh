@@ -578,6 +578,8 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     __shared__ gb_lse s_lse; // the row's merged log-sum-exp
     __shared__ gb_u32 s_state;               // gb_topn_state of a perturbed list
     __shared__ gb_exact s_win[GB_MAX_WARPS]; // gb_topn_exact's
+    // Queued after another kernel of the same call, this one may start before it ends.
+    gb_grid_wait();
 
     if (blockIdx.z != 0u) {
         return; // topn draws nothing: a deeper grid's extra blocks have no work

@@ -23,12 +23,14 @@ type Device struct {
 
 	// core is the device as the code shared with the HIP backend sees it: its limits,
 	// driver calls, streams and the objects it made.
-	core     gpurt.Device
-	ctx      uintptr // CUcontext: the device's primary context
-	props    deviceProps
-	target   compileTarget
-	statsMu  sync.Mutex
-	lastLoad LoadStats
+	core   gpurt.Device
+	ctx    uintptr // CUcontext: the device's primary context
+	props  deviceProps
+	target compileTarget
+	// dependent: launches may overlap the kernel before them (LaunchDependent).
+	dependent bool
+	statsMu   sync.Mutex
+	lastLoad  LoadStats
 
 	// current makes the primary context current for WithContext without allocating;
 	// currentMu guards its argument words.
@@ -40,6 +42,7 @@ type Device struct {
 type deviceProps struct {
 	gpurt.Props
 	ccMajor, ccMinor int
+	l2               int
 }
 
 // readProps asks the driver about device ordinal; it needs no context.
@@ -47,13 +50,16 @@ func (drv *driver) readProps(ordinal int) (deviceProps, error) {
 	var p deviceProps
 	var err error
 	p.Props, err = backend.ReadProps(&drv.api, ordinal,
-		gpurt.Attribute{ID: devAttrCCMajor, Dst: &p.ccMajor}, gpurt.Attribute{ID: devAttrCCMinor, Dst: &p.ccMinor})
+		gpurt.Attribute{ID: devAttrCCMajor, Dst: &p.ccMajor}, gpurt.Attribute{ID: devAttrCCMinor, Dst: &p.ccMinor},
+		gpurt.Attribute{ID: devAttrL2Size, Dst: &p.l2})
 	return p, err
 }
 
 // info is the runtime's description of the device.
 func (p *deviceProps) info(libraries []string) runtime.DeviceInfo {
-	return p.Info(runtime.CUDA, "sm_"+strconv.Itoa(p.ccMajor*10+p.ccMinor), libraries)
+	info := p.Info(runtime.CUDA, "sm_"+strconv.Itoa(p.ccMajor*10+p.ccMinor), libraries)
+	info.L2CacheBytes = p.l2
+	return info
 }
 
 // Open opens CUDA device number ordinal. It returns an error wrapping
@@ -82,7 +88,7 @@ func open(drv *driver, rtc *nvrtc, ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: NVRTC %s: %w", runtime.ErrUnavailable, rtc.VersionString(), err)
 	}
-	d := &Device{drv: drv, rtc: rtc, props: props, target: target}
+	d := &Device{drv: drv, rtc: rtc, props: props, target: target, dependent: canLaunchDependent(drv, target)}
 	if r := Result(gpurt.CallN(drv.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)), uintptr(props.Handle))); r != Success {
 		return nil, failed(fmt.Sprintf("cuDevicePrimaryCtxRetain(device %d)", ordinal), r)
 	}

@@ -68,6 +68,7 @@ var backend = &gpurt.Backend{Pkg: "cuda", Brand: "CUDA", Status: gpurt.ErrorOf[R
 const (
 	devAttrCCMajor = 75
 	devAttrCCMinor = 76
+	devAttrL2Size  = 38 // CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE
 
 	// captureModeRelaxed is CU_STREAM_CAPTURE_MODE_RELAXED: the capture does not
 	// forbid other threads' unsafe calls, which the per-call thread locking of this
@@ -147,6 +148,7 @@ func (d *driver) symbols() []dynlib.Func {
 		opt(&d.cuGraphExecDestroy, "cuGraphExecDestroy"),
 		opt(&d.cuGraphDestroy, "cuGraphDestroy"),
 		a.Launch.Required("cuLaunchKernel"),
+		a.LaunchEx.Optional("cuLaunchKernelEx"),
 	}
 }
 

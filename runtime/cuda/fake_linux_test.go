@@ -51,7 +51,7 @@ func TestFakeDeviceInfo(t *testing.T) {
 	info := d.Info()
 	assert.Equal(t, runtime.DeviceInfo{
 		Backend: runtime.CUDA, Name: "Fake H200", Arch: "sm_90", Multiprocessors: 132,
-		MaxThreadsPerBlock: 1024, WarpSize: 32, TotalMemory: 141 << 30,
+		MaxThreadsPerBlock: 1024, WarpSize: 32, TotalMemory: 141 << 30, L2CacheBytes: 50 << 20,
 		Libraries: []string{"/fake/libcuda.so.1", "/fake/libnvrtc.so.13"},
 	}, info)
 	info.Libraries[0] = "changed"
@@ -124,4 +124,50 @@ func TestFakeCompileOptions(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, fakegpu.Code("--gpu-architecture=sm_90", "--fmad=false", "-default-device", "--std=c++17"), img.data)
 	assert.Zero(t, g.Programs(), "every NVRTC program destroyed")
+}
+
+func TestFakeLaunchDependent(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		cc    [2]int
+		attrs map[uint32]uint32
+	}{
+		{"sm_90 launches through cuLaunchKernelEx", [2]int{9, 0}, map[uint32]uint32{6: 1}},
+		{"sm_80 launches as usual", [2]int{8, 0}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dev := fakegpu.H200()
+			dev.CC = c.cc
+			g := fakegpu.New(dev)
+			d := fakeDevice(t, g)
+			m, err := d.Load(gputest.Program())
+			require.NoError(t, err)
+			k, err := m.Kernel("add_one")
+			require.NoError(t, err)
+			x := gputest.Alloc(t, d, 16)
+			s := d.DefaultStream()
+			dl, ok := s.(runtime.DependentLauncher)
+			require.True(t, ok, "CUDA streams launch dependent kernels")
+
+			var args runtime.Args
+			args.Reset().Buffer(x).U32(4)
+			require.NoError(t, dl.LaunchDependent(k, runtime.Dim3{X: 1}, runtime.Dim3{X: 4}, &args))
+			require.NoError(t, s.Launch(k, runtime.Dim3{X: 1}, runtime.Dim3{X: 4}, &args))
+			require.Len(t, g.Launches, 2)
+			assert.Equal(t, c.attrs, g.Launches[0].Attrs)
+			assert.Nil(t, g.Launches[1].Attrs, "Launch takes cuLaunchKernel")
+			assert.Equal(t, g.Launches[1].Slots, g.Launches[0].Slots)
+			assert.Equal(t, [3]uintptr{4, 1, 1}, g.Launches[0].Block)
+
+			got := make([]byte, 16)
+			require.NoError(t, s.CopyToHost(got, x, 0))
+			assert.Equal(t, []float32{2, 2, 2, 2}, gputest.Floats(got), "both launches ran")
+
+			args.Reset().Buffer(x)
+			assert.ErrorIs(t, dl.LaunchDependent(k, runtime.Dim3{X: 1}, runtime.Dim3{X: 4}, &args), runtime.ErrInvalidArgument,
+				"the launch is checked as Launch checks it")
+			assert.Len(t, g.Launches, 2)
+			require.NoError(t, m.Close())
+		})
+	}
 }

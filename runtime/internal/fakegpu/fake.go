@@ -53,12 +53,14 @@ type Device struct {
 	Multiprocessors, MaxThreads, WarpSize int
 	MaxBlock, MaxGrid                     [3]int
 	TotalMemory                           uint64
+	// L2 is the last-level cache in bytes, which CUDA's attributes report.
+	L2 int
 }
 
 // H200 is a device like NVIDIA's H200.
 func H200() Device {
 	return Device{Name: "Fake H200", CC: [2]int{9, 0}, Multiprocessors: 132, MaxThreads: 1024, WarpSize: 32,
-		MaxBlock: [3]int{1024, 1024, 64}, MaxGrid: [3]int{math.MaxInt32, 65535, 65535}, TotalMemory: 141 << 30}
+		MaxBlock: [3]int{1024, 1024, 64}, MaxGrid: [3]int{math.MaxInt32, 65535, 65535}, TotalMemory: 141 << 30, L2: 50 << 20}
 }
 
 // MI210 is a device like AMD's Instinct MI210 (CDNA, 64-wide wavefronts).
@@ -77,6 +79,9 @@ type Launch struct {
 	Slots [16]uint64
 	// Device was current on the launching thread.
 	Device int
+	// Attrs are the launch attributes of cuLaunchKernelEx, ID to the first 32-bit word
+	// of the value; nil for cuLaunchKernel.
+	Attrs map[uint32]uint32
 }
 
 // Copy is one recorded asynchronous copy.
@@ -646,6 +651,30 @@ func (g *GPU) launch(fn, gx, gy, gz, bx, by, bz, shared, s, params, extra uintpt
 		return run(g, table, gx*gy*gz*bx*by*bz)
 	}
 	return 0
+}
+
+// launchEx is cuLaunchKernelEx: the configuration's shape, stream and attributes (the
+// 64-bit CUlaunchConfig and CUlaunchAttribute layouts), then the launch as launch runs it.
+func (g *GPU) launchEx(config, fn, params, extra uintptr) int32 {
+	if config == 0 {
+		return InvalidValue
+	}
+	u32 := func(off uintptr) uintptr { return uintptr(*(*uint32)(gpurt.CPointer(config + off))) }
+	attrs, n := word(config+40), u32(48)
+	if n != 0 && attrs == 0 {
+		return InvalidValue
+	}
+	got := map[uint32]uint32{}
+	for i := range n {
+		a := attrs + 72*i
+		got[*(*uint32)(gpurt.CPointer(a))] = *(*uint32)(gpurt.CPointer(a + 8))
+	}
+	before := len(g.Launches)
+	r := g.launch(fn, u32(0), u32(4), u32(8), u32(12), u32(16), u32(20), u32(24), word(config+32), params, extra)
+	if len(g.Launches) > before {
+		g.Launches[before].Attrs = got
+	}
+	return r
 }
 
 // kernel is one kernel the fake's modules hold.

@@ -81,6 +81,7 @@ var (
 		m := attributes(1, 2, 5, 10, 16)
 		m[75] = func(d Device) int { return d.CC[0] }
 		m[76] = func(d Device) int { return d.CC[1] }
+		m[38] = func(d Device) int { return d.L2 }
 		return m
 	}()
 	hipAttrs = attributes(56, 26, 29, 87, 63)
@@ -161,6 +162,7 @@ func calls() []call {
 		host("cuCtxSetCurrent", (*GPU).setContext),
 		dev("cuStreamGetCtx", func(g *GPU, s, p uintptr) int32 { return g.streamOwner(s, p, putContext) }),
 		dev("cuFuncGetParamInfo", (*GPU).paramInfo),
+		dev("cuLaunchKernelEx", (*GPU).launchEx),
 
 		host("hipInit", flags),
 		host("hipRuntimeGetVersion", version(60241134)),

@@ -66,6 +66,9 @@ type API struct {
 	// Launch takes cuLaunchKernel's eleven words: function, grid x, y, z, block x, y,
 	// z, shared memory bytes, stream, kernel parameters, extra.
 	Launch Entry
+	// LaunchEx takes cuLaunchKernelEx's four words: launch configuration, function,
+	// kernel parameters, extra. Optional: CUDA 12.0 and later; HIP has none bound.
+	LaunchEx Entry
 
 	// The flags of the calls that make objects, and the kernel attribute read.
 	HostAllocFlags, StreamFlags, EventFlags, FuncMaxThreads Flag

@@ -40,6 +40,8 @@ type Stream struct {
 	Dev    *Device
 	handle uintptr
 	params *ParamBlock
+	// config, after params in the same pinned memory, is API.LaunchEx's configuration.
+	config *launchConfig
 	// owned streams are destroyed by Release; wrapped ones are the caller's.
 	owned bool
 	// isDefault marks the device's default stream, which only the device closes.
@@ -105,10 +107,12 @@ func (d *Device) WrapStream(handle uintptr) (runtime.Stream, error) {
 // wrapStreamLocked gives a stream handle a fresh argument block; the device is current.
 func (d *Device) wrapStreamLocked(handle uintptr, owned bool) (*Stream, error) {
 	var params unsafe.Pointer
-	if err := d.hostAlloc(&params, ParamBlockBytes); err != nil {
+	if err := d.hostAlloc(&params, ParamBlockBytes+launchConfigBytes); err != nil {
 		return nil, err
 	}
-	return &Stream{Dev: d, handle: handle, params: InitParamBlock(params), owned: owned}, nil
+	cfg := (*launchConfig)(unsafe.Add(params, ParamBlockBytes))
+	cfg.attrs = uintptr(unsafe.Pointer(&cfg.attr))
+	return &Stream{Dev: d, handle: handle, params: InitParamBlock(params), config: cfg, owned: owned}, nil
 }
 
 // extend returns the runtime.Stream the device hands out for s.
@@ -134,6 +138,11 @@ func (s *Stream) opErr(op string, err error) error {
 // kernel's parameters (HIP), their number and sizes are the caller's to get right (the
 // kernel ABI fixes them); the block's unused slots read as zeros.
 func (s *Stream) Launch(k runtime.Kernel, grid, block runtime.Dim3, args *runtime.Args) error {
+	return s.launch(k, grid, block, args, LaunchAttr{})
+}
+
+// launch is Launch, through API.LaunchEx with attribute a when a.ID is not 0.
+func (s *Stream) launch(k runtime.Kernel, grid, block runtime.Dim3, args *runtime.Args, a LaunchAttr) error {
 	d := s.Dev
 	kern, _ := k.(*Kernel)
 	switch {
@@ -174,6 +183,9 @@ func (s *Stream) Launch(k runtime.Kernel, grid, block runtime.Dim3, args *runtim
 	}
 	defer s.end()
 	s.params.Pack(args)
+	if a.ID != 0 {
+		return s.launchEx(kern, g, b, grid, block, a)
+	}
 	launch := d.API.Launch
 	if r := s.Call(launch.Fn, kern.Fn, g[0], g[1], g[2], b[0], b[1], b[2], 0, s.handle, uintptr(unsafe.Pointer(s.params)), 0); r != 0 {
 		return d.Failed(fmt.Sprintf("%s(%s, grid %v, block %v)", launch.Name, kern.name, grid, block), r)
