@@ -858,11 +858,10 @@ func (s *Sampler) launchGroup(pl *plan, g, first, n int, after bool) error {
 
 // overlaps reports whether a kernel that reads rows rows of lg after the kernel before
 // it, which read them too, may be launched to overlap that kernel's end (launchAfter):
-// only while those logits take at most two fifths of the L2 cache. On an H200 (60 MB of
-// L2 in two halves) the overlap was faster up to 24 MB of logits and up to 18% slower
-// from 29 to 39 MB (docs/benchmark_results/filtered-h200.md, "Dependent launches"):
-// most likely the early blocks land on other SMs than the first kernel's blocks of the
-// same chunk, and read it from the other half of the L2.
+// only while those logits take at most two fifths of the L2 cache. Larger ones ran
+// slower overlapped on an H200 (docs/benchmark_results/filtered-h200.md, "Dependent
+// launches"), most likely because the early blocks land on other SMs than the first
+// kernel's blocks of the same chunk, and read it from the other half of the L2.
 func (s *Sampler) overlaps(rows int, lg Logits) bool {
 	return 5*int64(rows)*int64(lg.Vocab)*int64(lg.DType.Size()) <= 2*int64(s.l2)
 }
