@@ -10,6 +10,7 @@ import (
 
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/gumbel-go/gumbel/runtime/internal/fakegpu"
+	"github.com/gumbel-go/gumbel/runtime/internal/gpurt"
 	"github.com/gumbel-go/gumbel/runtime/internal/gputest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -166,6 +167,10 @@ func TestFakeLaunchDependent(t *testing.T) {
 			args.Reset().Buffer(x)
 			assert.ErrorIs(t, dl.LaunchDependent(k, runtime.Dim3{X: 1}, runtime.Dim3{X: 4}, &args), runtime.ErrInvalidArgument,
 				"the launch is checked as Launch checks it")
+			assert.Len(t, g.Launches, 2)
+			args.Reset().Buffer(x).U32(4)
+			assert.ErrorIs(t, s.(*stream).LaunchWith(k, runtime.Dim3{X: 1}, runtime.Dim3{X: 4}, &args, gpurt.LaunchAttr{}),
+				runtime.ErrUnavailable, "an extended launch needs an attribute")
 			assert.Len(t, g.Launches, 2)
 			require.NoError(t, m.Close())
 		})

@@ -37,8 +37,8 @@ type launchAttribute struct {
 
 const launchConfigBytes = int(unsafe.Sizeof(launchConfig{}))
 
-// LaunchWith is Launch through API.LaunchEx with one launch attribute, which the backend
-// must have bound (callers check API.LaunchEx.Fn).
+// LaunchWith is Launch through API.LaunchEx with one launch attribute; without
+// API.LaunchEx it refuses with runtime.ErrUnavailable.
 func (s *Stream) LaunchWith(k runtime.Kernel, grid, block runtime.Dim3, args *runtime.Args, a LaunchAttr) error {
 	if a.ID == 0 || s.Dev.API.LaunchEx.Fn == 0 {
 		return fmt.Errorf("%w: %s: a launch with attribute %s needs the driver's extended launch", runtime.ErrUnavailable, s.Dev.Pkg, a.Name)
