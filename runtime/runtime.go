@@ -227,9 +227,11 @@ func BytesOf[T ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~int32 | ~int64 | ~float32
 // end of the first. Such a kernel must wait for the earlier grid (PTX griddepcontrol.wait)
 // before it reads what that grid writes or writes what it reads, and on every path before
 // it exits; the kernels of package kernelsrc that are launched this way do. Where the
-// device, the driver or the compile target cannot overlap them, LaunchDependent is Launch.
+// device, the driver or the compile target cannot overlap them, LaunchDependent is Launch
+// and Overlaps reports false.
 type DependentLauncher interface {
 	LaunchDependent(k Kernel, grid, block Dim3, args *Args) error
+	Overlaps() bool
 }
 
 // GraphCapturer is implemented by streams that can record the work queued on them into a

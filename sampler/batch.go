@@ -34,6 +34,7 @@ type Batch struct {
 	rows, vocab, draws int
 	dtype              DType
 	split, topSplit    int
+	sharedSplit        int // gumbel_argmax's and topn's when they share the device
 	params             runtime.Buffer
 	// out holds the outputs, one buffer per region of layout; host mirrors them
 	// all, laid out as layout says, for decode.
@@ -116,16 +117,17 @@ func (s *Sampler) NewBatch(rows, vocab int, dtype DType, draws int) (*Batch, err
 	}
 	b := &Batch{
 		s: s, rows: rows, vocab: vocab, draws: draws, dtype: dtype,
-		split:     s.blocksPerRow(rows, vocab),
-		topSplit:  s.blocksPerRow(rows, vocab),
-		layout:    outLayout{rows: rows, draws: draws},
-		host:      hostScratch{name: "batch output"},
-		set:       make([]bool, rows),
-		rowParams: make([]Params, rows),
-		routes:    make([]Route, rows),
-		record:    make([]byte, RowParamsSize),
-		maskRows:  make([]int, rows),
-		rowFlags:  make([]abi.Flags, rows),
+		split:       s.blocksPerRow(rows, vocab),
+		topSplit:    s.blocksPerRow(rows, vocab),
+		sharedSplit: s.sharedSplit(rows, vocab),
+		layout:      outLayout{rows: rows, draws: draws},
+		host:        hostScratch{name: "batch output"},
+		set:         make([]bool, rows),
+		rowParams:   make([]Params, rows),
+		routes:      make([]Route, rows),
+		record:      make([]byte, RowParamsSize),
+		maskRows:    make([]int, rows),
+		rowFlags:    make([]abi.Flags, rows),
 	}
 	for i := range b.maskRows {
 		b.maskRows[i] = -1
@@ -377,6 +379,9 @@ func (b *Batch) launch(lg Logits, stride, k int) error {
 	switch k {
 	case kernelGumbel, kernelFiltered:
 		split = b.split
+		if k == kernelGumbel && b.sharesDevice(lg) {
+			split = b.sharedSplit
+		}
 	case kernelFilterMax:
 		split, draws = b.split, 1
 	case kernelExact:
@@ -386,6 +391,9 @@ func (b *Batch) launch(lg Logits, stride, k int) error {
 		split = 1
 	case kernelTopN:
 		split, draws = b.topSplit, 1
+		if b.sharesDevice(lg) {
+			split = b.sharedSplit
+		}
 		out0, out1, records = b.out[regionTopTokens], b.out[regionTopValues], s.scratch.unused.buf
 	}
 	a := b.args.Reset()
@@ -418,6 +426,14 @@ func (b *Batch) launch(lg Logits, stride, k int) error {
 		return fmt.Errorf("gumbel/sampler: launching %s over a batch of %d rows x %d blocks x %d draws: %w", lk.kernel.Name(), b.rows, split, draws, err)
 	}
 	return nil
+}
+
+// sharesDevice reports whether the next launch runs its gumbel_argmax and topn side by
+// side (Sampler.sharesDevice). A batch queues topn before filter_max and filtered, so
+// only categorical rows come between them.
+func (b *Batch) sharesDevice(lg Logits) bool {
+	k := &b.kernelRows
+	return b.s.sharesDevice(k[kernelGumbel], k[kernelTopN], k[kernelCategorical], lg)
 }
 
 // Read waits for the stream, copies the last launch's outputs back and decodes them into

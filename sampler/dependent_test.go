@@ -12,29 +12,36 @@ import (
 
 // launchLog is a stream that can launch dependent kernels and records every launch, by
 // kernel family, with "~" before those launched dependent; it runs them as Launch does.
+// splits holds each launch's blocks per row (grid.X). With serial, the stream says it
+// cannot overlap kernels (Overlaps), as on a GPU before sm_90.
 type launchLog struct {
 	runtime.Stream
-	got []string
+	serial bool
+	got    []string
+	splits []int
 }
 
-func (l *launchLog) record(k runtime.Kernel, dependent bool) {
+func (l *launchLog) record(k runtime.Kernel, grid runtime.Dim3, dependent bool) {
 	name := k.Name()
 	name = name[:strings.LastIndexByte(name, '_')]
 	if dependent {
 		name = "~" + name
 	}
 	l.got = append(l.got, name)
+	l.splits = append(l.splits, grid.X)
 }
 
 func (l *launchLog) Launch(k runtime.Kernel, grid, block runtime.Dim3, args *runtime.Args) error {
-	l.record(k, false)
+	l.record(k, grid, false)
 	return l.Stream.Launch(k, grid, block, args)
 }
 
 func (l *launchLog) LaunchDependent(k runtime.Kernel, grid, block runtime.Dim3, args *runtime.Args) error {
-	l.record(k, true)
+	l.record(k, grid, true)
 	return l.Stream.Launch(k, grid, block, args)
 }
+
+func (l *launchLog) Overlaps() bool { return !l.serial }
 
 func TestDependentLaunches(t *testing.T) {
 	dev := openCPU(t)
@@ -104,4 +111,59 @@ func TestDependentLaunches(t *testing.T) {
 			assert.Equal(t, c.want, log.got)
 		})
 	}
+}
+
+// TestSharedSplit pins when gumbel_argmax and topn split the device between them (each
+// half the policy's blocks) and when each takes all of it.
+func TestSharedSplit(t *testing.T) {
+	dev := openCPU(t)
+	const vocab = 300
+	logits := randomLogits(rand.New(rand.NewPCG(9, 10)), 2, vocab, 2)
+	lg := Logits{Data: upload(t, dev, runtime.BytesOf(logits)), Rows: 2, Vocab: vocab}
+	// Two rows of 8 blocks (one of 16), or of 4 where the kernels share the device.
+	pol := SplitPolicy{TargetBlocks: 16, MinElementsPerBlock: 1, MaxBlocksPerRow: 64}
+	top := Params{Temperature: 0.8, TopLogprobs: 5}
+	greedyTop := Params{TopLogprobs: 2}
+	for _, c := range []struct {
+		name   string
+		params []Params
+		serial bool
+		l2     int
+		got    []string
+		splits []int
+	}{
+		{"topn beside the step", []Params{top, greedyTop}, false, 5 * vocab * 4,
+			[]string{"gumbel_argmax", "~topn"}, []int{4, 4}},
+		{"a filtered row between them", []Params{top, {Temperature: 0.8, TopK: 20, TopLogprobs: 1}}, false, 5 * vocab * 4,
+			[]string{"gumbel_argmax", "filtered", "~topn"}, []int{16, 16, 8}},
+		{"logits over two fifths of the cache", []Params{top, greedyTop}, false, 2 * vocab * 4,
+			[]string{"gumbel_argmax", "topn"}, []int{8, 8}},
+		{"a stream that cannot overlap kernels", []Params{top, greedyTop}, true, 5 * vocab * 4,
+			[]string{"gumbel_argmax", "topn"}, []int{8, 8}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			log := &launchLog{Stream: dev.DefaultStream(), serial: c.serial}
+			s := newSampler(t, dev, Options{Seed: 3, Stream: log, Split: On, Policy: &pol})
+			s.l2 = c.l2
+			var res Result
+			require.NoError(t, s.Sample(lg, c.params, &res))
+			assert.Equal(t, []error{nil, nil}, res.Errs)
+			assert.Equal(t, c.got, log.got)
+			assert.Equal(t, c.splits, log.splits)
+		})
+	}
+
+	t.Run("batch", func(t *testing.T) {
+		log := &launchLog{Stream: dev.DefaultStream()}
+		s := newSampler(t, dev, Options{Seed: 3, Stream: log, Split: On, Policy: &pol})
+		s.l2 = 5 * vocab * 4
+		b, err := s.NewBatch(2, vocab, Float32, 1)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		require.NoError(t, b.SetRow(0, top))
+		require.NoError(t, b.SetRow(1, Params{Temperature: 0.8, TopP: 0.9}))
+		require.NoError(t, b.Launch(lg))
+		assert.Equal(t, []string{"gumbel_argmax", "~topn", "filter_max", "~filtered", "~gumbel_exact"}, log.got)
+		assert.Equal(t, []int{4, 4, 8, 8, 1}, log.splits)
+	})
 }

@@ -215,6 +215,10 @@ func TestGPUServingMatchesCPU(t *testing.T) {
 					distinct[i] = p
 					distinct[i].TopK, distinct[i].TopP, distinct[i].MinP = 0, 0, 0
 				}
+				// Without filtered rows, topn runs beside gumbel_argmax (Sampler.sharesDevice).
+				require.NoError(t, c.SampleFloat32(logits, vocab, distinct, &want))
+				require.NoError(t, g.SampleFloat32(logits, vocab, distinct, &got))
+				compare(fmt.Sprintf("Sample without filters step %d", step))
 				require.NoError(t, c.SampleDistinctFloat32(logits, vocab, distinct, 5, &want))
 				require.NoError(t, g.SampleDistinctFloat32(logits, vocab, distinct, 5, &got))
 				compare(fmt.Sprintf("SampleDistinct step %d", step))

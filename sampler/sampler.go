@@ -55,8 +55,8 @@ type Sampler struct {
 	closed bool
 	dev    runtime.Device
 	stream runtime.Stream
-	// dep is stream's dependent launch, where it has one (launchAfter), and l2 the
-	// device's last-level cache in bytes, which decides where it is used (overlaps).
+	// dep is stream's dependent launch, where it overlaps kernels (launchAfter), and l2
+	// the device's last-level cache in bytes, which decides where it is used (overlaps).
 	dep     runtime.DependentLauncher
 	l2      int
 	module  runtime.Module
@@ -157,7 +157,9 @@ func New(dev runtime.Device, opts Options) (*Sampler, error) {
 		procs:   newProcessors(),
 		set:     Settings{Seed: seed, Gumbel: gumbel, Split: split, Policy: policy},
 	}
-	s.dep, _ = stream.(runtime.DependentLauncher)
+	if d, ok := stream.(runtime.DependentLauncher); ok && d.Overlaps() {
+		s.dep = d
+	}
 	s.l2 = info.L2CacheBytes
 	for d, dt := range abi.DTypes {
 		for k, family := range kernelFamilies {
@@ -730,11 +732,35 @@ func (s *Sampler) blocksPerRow(rows, vocab int) int {
 }
 
 // groupSplit is the blocks per row of launch group g of n rows.
-func (s *Sampler) groupSplit(g, n, vocab int) int {
-	if g == groupCategorical {
+func (s *Sampler) groupSplit(pl *plan, g, n, vocab int) int {
+	switch {
+	case g == groupCategorical:
 		return 1
+	case (g == groupGumbel || g == groupTop) && s.sharesDevice(pl.groups[groupGumbel], pl.groups[groupTop],
+		pl.groups[groupCategorical]+pl.groups[groupFiltered], pl.logits):
+		return s.sharedSplit(n, vocab)
 	}
 	return s.blocksPerRow(n, vocab)
+}
+
+// sharesDevice reports whether a call's gumbel_argmax (over gumbel rows) and topn (over
+// top rows) run side by side, each on half of the device: topn queued right after
+// gumbel_argmax (no categorical or filtered rows between them), launched dependent. A
+// topn block of raw logits scans its chunk and selects its list before it waits for
+// gumbel_argmax (gb_grid_wait), which lets it start as it begins (gb_grid_release), so
+// on the multiprocessors gumbel_argmax leaves free topn does most of its work beside it
+// instead of after it (docs/benchmark_results/filtered-h200.md, "Top log-probabilities
+// beside the Gumbel step").
+func (s *Sampler) sharesDevice(gumbel, top, between int, lg Logits) bool {
+	return s.dep != nil && s.set.Split && gumbel > 0 && top > 0 && between == 0 && s.overlaps(max(gumbel, top), lg)
+}
+
+// sharedSplit is the blocks per row of a gumbel_argmax or topn launch of rows rows that
+// shares the device with the other (sharesDevice): the policy's for half its target.
+func (s *Sampler) sharedSplit(rows, vocab int) int {
+	p := s.set.Policy
+	p.TargetBlocks = max(p.TargetBlocks/2, 1)
+	return p.BlocksPerRow(rows, vocab)
 }
 
 // scratchNeeds returns the partials and counters bytes a launch of n rows (at most
@@ -763,7 +789,7 @@ func (s *Sampler) prepare(pl *plan) error {
 		if n == 0 {
 			continue
 		}
-		p, c := scratchNeeds(g, min(n, maxRowsPerLaunch), pl.draws, s.groupSplit(g, n, pl.logits.Vocab))
+		p, c := scratchNeeds(g, min(n, maxRowsPerLaunch), pl.draws, s.groupSplit(pl, g, n, pl.logits.Vocab))
 		needPartials, needCounters = max(needPartials, p), max(needCounters, c)
 	}
 	if _, err := sc.params.ensure(s.dev, slots*RowParamsSize); err != nil {
@@ -821,7 +847,7 @@ func (s *Sampler) launchGroup(pl *plan, g, first, n int, after bool) error {
 	if lk.kernel == nil {
 		return s.topnErr
 	}
-	split := s.groupSplit(g, n, lg.Vocab)
+	split := s.groupSplit(pl, g, n, lg.Vocab)
 	if g == groupFiltered {
 		// filter_max and filtered chunk by chunk: each chunk's maxima sit at the same
 		// partials words.

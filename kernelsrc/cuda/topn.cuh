@@ -578,10 +578,12 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     __shared__ gb_lse s_lse; // the row's merged log-sum-exp
     __shared__ gb_u32 s_state;               // gb_topn_state of a perturbed list
     __shared__ gb_exact s_win[GB_MAX_WARPS]; // gb_topn_exact's
-    // Queued after another kernel of the same call, this one may start before it ends.
-    gb_grid_wait();
-
+    // Queued after another kernel of the same call, this one may start before it ends
+    // (gb_grid_wait). Until it waits it reads only what no kernel of the call writes (the
+    // logits, its own rows' parameters) and writes only shared memory and its own lists:
+    // a row of raw logits scans and selects its block's top N beside the kernel before.
     if (blockIdx.z != 0u) {
+        gb_grid_wait();
         return; // topn draws nothing: a deeper grid's extra blocks have no work
     }
     const gb_u32 y = blockIdx.y;
@@ -592,6 +594,7 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     float* oval = out_values + (gb_u64)p.row * GB_MAX_TOPN;
     const bool bad_n = N < 1u || N > GB_MAX_TOPN;
     if (bad_n || gb_bad_flags(p.flags) || gb_bad_row(p.temperature, vocab)) {
+        gb_grid_wait();
         if (blockIdx.x == 0u) {
             for (gb_u32 j = threadIdx.x; j < (bad_n ? GB_MAX_TOPN : N); j += blockDim.x) {
                 otok[j] = GB_TOPN_REFUSED;
@@ -615,6 +618,8 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     gb_processor pc = gb_processor_of(p, bias, counts, mask, bitmask, vocab);
     if (!perturbed) {
         pc.flags = 0u; // raw logits: no processing
+    } else {
+        gb_grid_wait(); // the processors' counts, which RECORD of the kernel before writes
     }
 
     // Keys: the raw logit; with PERTURBED the Gumbel score fl(fl(x' · invT) + g) (greedy:
@@ -665,6 +670,7 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
         cap = s_top[have - 1u];
     }
 
+    gb_grid_wait(); // partials and counters are shared with the kernel before
     if (nblocks > 1u && !gb_topn_merge_blocks(N, seen, lse, partials, counters, s_top, s_wtop, s_wthr, s_pair,
                                               &s_last, &s_have, &s_sel)) {
         return;

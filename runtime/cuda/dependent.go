@@ -37,3 +37,7 @@ func (s *stream) LaunchDependent(k runtime.Kernel, grid, block runtime.Dim3, arg
 	}
 	return s.LaunchWith(k, grid, block, args, programmaticSerialization)
 }
+
+// Overlaps reports whether LaunchDependent can overlap kernels on this device (see
+// canLaunchDependent).
+func (s *stream) Overlaps() bool { return s.dev.dependent }

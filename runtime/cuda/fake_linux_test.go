@@ -149,6 +149,7 @@ func TestFakeLaunchDependent(t *testing.T) {
 			s := d.DefaultStream()
 			dl, ok := s.(runtime.DependentLauncher)
 			require.True(t, ok, "CUDA streams launch dependent kernels")
+			assert.Equal(t, c.attrs != nil, dl.Overlaps(), "they overlap from sm_90")
 
 			var args runtime.Args
 			args.Reset().Buffer(x).U32(4)
