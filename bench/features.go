@@ -14,6 +14,8 @@ const (
 	GumbelLogprobs Route = "gumbel+logprobs"
 	// GumbelTop20 asks for the record and the 20 most likely raw tokens (topn kernel).
 	GumbelTop20 Route = "gumbel+top20"
+	// TopPTop20 is top-p 0.95 (the filtered route) with GumbelTop20's outputs.
+	TopPTop20 Route = "topp0.95+top20"
 	// GumbelPenalties tracks token counts on the device (a 256-token prompt) with
 	// repetition, frequency and presence penalties.
 	GumbelPenalties Route = "gumbel+penalties"
@@ -33,7 +35,7 @@ const (
 )
 
 // FeatureRoutes lists the plain Gumbel step followed by every serving feature.
-var FeatureRoutes = []Route{GumbelSplit, GumbelLogprobs, GumbelTop20, GumbelPenalties, GumbelBiasMask, GumbelDraws4, GumbelDistinct4, GumbelBatch, Score}
+var FeatureRoutes = []Route{GumbelSplit, GumbelLogprobs, GumbelTop20, TopPTop20, GumbelPenalties, GumbelBiasMask, GumbelDraws4, GumbelDistinct4, GumbelBatch, Score}
 
 // FeatureMatrix is the serving-feature issue's matrix: each feature against the plain
 // Gumbel step at the vocabulary of the log-probability target.
@@ -51,6 +53,8 @@ func featureParams(r Route, p *sampler.Params) {
 		p.Logprobs = true
 	case GumbelTop20:
 		p.Logprobs, p.TopLogprobs = true, 20
+	case TopPTop20:
+		p.TopP, p.Logprobs, p.TopLogprobs = 0.95, true, 20
 	case GumbelPenalties:
 		p.RepetitionPenalty, p.FrequencyPenalty, p.PresencePenalty = 1.1, 0.2, 0.3
 	}
