@@ -580,8 +580,8 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     __shared__ gb_exact s_win[GB_MAX_WARPS]; // gb_topn_exact's
     // Queued after another kernel of the same call, this one may start before it ends
     // (gb_grid_wait). Until it waits it reads only what no kernel of the call writes (the
-    // logits, its own rows' parameters) and writes only shared memory and its own lists:
-    // a row of raw logits scans and selects its block's top N beside the kernel before.
+    // logits, its own rows' parameters) and writes only shared memory: a row of raw
+    // logits scans and selects its block's top N beside the kernel before.
     if (blockIdx.z != 0u) {
         gb_grid_wait();
         return; // topn draws nothing: a deeper grid's extra blocks have no work
