@@ -34,7 +34,9 @@ const (
 	Score Route = "score"
 )
 
-// FeatureRoutes lists the plain Gumbel step followed by every serving feature.
+// FeatureRoutes lists the plain Gumbel step followed by every serving feature, and top-p
+// with top log-probabilities (TopPTop20: its cost against the plain step includes the
+// filtered route's).
 var FeatureRoutes = []Route{GumbelSplit, GumbelLogprobs, GumbelTop20, TopPTop20, GumbelPenalties, GumbelBiasMask, GumbelDraws4, GumbelDistinct4, GumbelBatch, Score}
 
 // FeatureMatrix is the serving-feature issue's matrix: each feature against the plain
