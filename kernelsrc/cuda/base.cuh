@@ -163,6 +163,23 @@ __device__ __forceinline__ void gb_load_groups(const typename gb_io<KIND>::elem*
     }
 }
 
+// gb_bool is a flag known at compile time, passed by value (to a generic lambda).
+template <bool B>
+struct gb_bool {
+    static constexpr bool value = B;
+};
+
+// gb_load_whole_groups is gb_load_groups for groups known to be whole (g + 4 <= end for
+// each) in a row whose vector loads are aligned.
+template <int KIND, int G>
+__device__ __forceinline__ void gb_load_whole_groups(const typename gb_io<KIND>::elem* row, gb_u32 g,
+                                                     gb_u32 stride, float x[G][4]) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        gb_io<KIND>::load4(row + g + (gb_u32)i * stride, x[i]);
+    }
+}
+
 // gb_chunk_of is block x's contiguous part [start, end) of a row of vocab elements split
 // over nblocks: a multiple of 4 elements long, so that a Philox block never straddles two
 // blocks and vector loads stay aligned.

@@ -42,14 +42,16 @@ __device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], gb_
 // ranks (xp: the processed logits with PROC, else the logits; mw: the groups' mask
 // pairs) and, with NL = 2, the raw log-sum-exp over the logits themselves, whose groups'
 // largest logits it leaves in rmax (NL = 1: the scan's one log-sum-exp covers both; rmax
-// is left unset).
-template <bool PROC, int NL, int G>
+// is left unset). MASKS: the row's only processors are masks (gb_masks_only).
+template <bool PROC, int NL, int G, bool MASKS = false>
 __device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_u32 stride, const float cur[G][4],
                                            const gb_u32 n[G], const gb_mask_pair mw[G], float xp[G][4], gb_u32& flags,
                                            gb_lse& raw, float rmax[G]) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
-        if (PROC) {
+        if (PROC && MASKS) {
+            flags |= gb_mask_group(gb_mask_bits(mw[i]), g + (gb_u32)i * stride, n[i], cur[i], xp[i]);
+        } else if (PROC) {
             flags |= gb_process_group_w(pc, gb_mask_bits(mw[i]), g + (gb_u32)i * stride, n[i], cur[i], xp[i]);
         } else {
             flags |= gb_group_seen(cur[i], n[i]);
@@ -65,60 +67,98 @@ __device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_
     }
 }
 
-// gb_scan_greedy folds the chunk [start, end) into the thread's best key: score = x'
-// (the logit itself without PROC). A thread meets its groups in index order (the groups
-// of one trip too), so a group only matters when its largest value beats the best so far
-// strictly, and then its first element of that value wins (-0 equals +0, as their order
-// keys do). -Inf never becomes a best: a row whose finite logits are all missing ends
-// with status 2 (NaN and +Inf: status 1) whatever the key. NL log-sum-exps run beside
-// it: proc over x' (the greedy record's temperature-1 distribution) and, with NL = 2,
-// raw over the logits; with NL > 0, w.x and w.v follow the best key (see gb_win).
+// gb_greedy_trip folds one trip of a thread's groups (cur, from g) into its best: score
+// = x' (the logit itself without PROC). A thread meets its groups in index order (the
+// groups of one trip too), so a group only matters when its largest value beats the best
+// so far strictly, and then its first element of that value wins (-0 equals +0, as their
+// order keys do). With NL = 0 the best is tbest and its index tidx, taken by selects (the
+// key is packed once, at the end: on LLM logits some lane of a warp improves in most
+// trips, so a branch would be taken anyway); with NL > 0 the key is kept as it improves,
+// and w.x and w.v follow it (see gb_win). MASKS as in gb_prepare.
+template <bool PROC, int NL, bool MASKS>
+__device__ __forceinline__ void gb_greedy_trip(const gb_processor& pc, gb_u32 g, gb_u32 stride, gb_u32 goff,
+                                               const float cur[GB_GROUPS][4], const gb_u32 n[GB_GROUPS],
+                                               const gb_mask_pair mw[GB_GROUPS], float& tbest, gb_u32& tidx,
+                                               gb_win& w) {
+    float xp[GB_GROUPS][4];
+    float rmax[GB_GROUPS];
+    gb_prepare<PROC, NL, GB_GROUPS, MASKS>(pc, g, stride, cur, n, mw, xp, w.seen, w.raw, rmax);
+#pragma unroll
+    for (int i = 0; i < GB_GROUPS; ++i) {
+        const float mx = gb_max4(xp[i]); // elements past end read as -Inf
+        if (NL >= 1) {
+            gb_lse_add4(w.proc, xp[i], mx);
+        }
+        gb_u32 j = 3u;
+        if (NL == 0) {
+            j = xp[i][2] == mx ? 2u : j;
+            j = xp[i][1] == mx ? 1u : j;
+            j = xp[i][0] == mx ? 0u : j;
+            const bool up = mx > tbest;
+            tidx = up ? g + (gb_u32)i * stride + j : tidx;
+            tbest = up ? mx : tbest;
+        } else if (mx > tbest) {
+            j = xp[i][2] == mx ? 2u : j;
+            j = xp[i][1] == mx ? 1u : j;
+            j = xp[i][0] == mx ? 0u : j;
+            tbest = mx;
+            w.key = gb_pack(mx, goff + g + (gb_u32)i * stride + j);
+            w.x = j == 0u ? cur[i][0] : j == 1u ? cur[i][1] : j == 2u ? cur[i][2] : cur[i][3];
+            w.v = mx;
+        }
+    }
+}
+
+// gb_scan_greedy folds the chunk [start, end) into the thread's best key (gb_greedy_trip).
+// -Inf never becomes a best: a row whose finite logits are all missing ends with status
+// 2 (NaN and +Inf: status 1) whatever the key. NL log-sum-exps run beside it: proc over
+// x' (the greedy record's temperature-1 distribution) and, with NL = 2, raw over the
+// logits. A row of aligned logits whose processors are masks at most runs its trips
+// while the next one is whole without bounds, fills or feature tests: most of the
+// instructions a trip issued before were those (docs/benchmark_results/bitmask-h200.md).
 template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem* row, gb_u32 start,
                                                gb_u32 end, bool vec, const gb_processor& pc, gb_u32 goff,
                                                gb_win& w) {
-    gb_u64& tkey = w.key;
-    gb_u32& flags = w.seen;
-    gb_lse& raw = w.raw;
-    gb_lse& proc = w.proc;
     const gb_u32 stride = 4u * blockDim.x;
     const gb_u32 trip = GB_GROUPS * stride;
     float tbest = -gb_inf();
+    gb_u32 tidx = 0u;
     gb_u32 g = start + 4u * threadIdx.x;
     float cur[GB_GROUPS][4];
     gb_u32 n[GB_GROUPS];
     gb_mask_pair mw[GB_GROUPS];
     gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
     gb_load_mask_words<PROC, GB_GROUPS>(pc, g, stride, end, mw);
+    if (vec && (!PROC || gb_masks_only(pc))) {
+        const gb_u32* mk;
+        const gb_u32* bm;
+        gb_mask_arrays(pc, mk, bm);
+        gb_u32 whole[GB_GROUPS];
+#pragma unroll
+        for (int i = 0; i < GB_GROUPS; ++i) {
+            whole[i] = 4u;
+        }
+        for (; g + trip + (GB_GROUPS - 1u) * stride + 4u <= end; g += trip) {
+            float nxt[GB_GROUPS][4];
+            gb_mask_pair nmw[GB_GROUPS];
+            gb_load_whole_groups<KIND, GB_GROUPS>(row, g + trip, stride, nxt);
+            gb_load_whole_mask_words<PROC, GB_GROUPS>(mk, bm, g + trip, stride, nmw);
+            gb_greedy_trip<PROC, NL, true>(pc, g, stride, goff, cur, whole, mw, tbest, tidx, w);
+            gb_take_groups<GB_GROUPS>(cur, n, mw, nxt, whole, nmw);
+        }
+    }
     for (; g < end; g += trip) {
         float nxt[GB_GROUPS][4];
         gb_u32 nn[GB_GROUPS];
         gb_mask_pair nmw[GB_GROUPS];
         gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
         gb_load_mask_words<PROC, GB_GROUPS>(pc, g + trip, stride, end, nmw);
-        float xp[GB_GROUPS][4];
-        float rmax[GB_GROUPS];
-        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, mw, xp, flags, raw, rmax);
-#pragma unroll
-        for (int i = 0; i < GB_GROUPS; ++i) {
-            const float mx = gb_max4(xp[i]); // elements past end read as -Inf
-            if (NL >= 1) {
-                gb_lse_add4(proc, xp[i], mx);
-            }
-            if (mx > tbest) {
-                gb_u32 j = 3u;
-                j = xp[i][2] == mx ? 2u : j;
-                j = xp[i][1] == mx ? 1u : j;
-                j = xp[i][0] == mx ? 0u : j;
-                tbest = mx;
-                tkey = gb_pack(mx, goff + g + (gb_u32)i * stride + j);
-                if (NL != 0) {
-                    w.x = j == 0u ? cur[i][0] : j == 1u ? cur[i][1] : j == 2u ? cur[i][2] : cur[i][3];
-                    w.v = mx;
-                }
-            }
-        }
+        gb_greedy_trip<PROC, NL, false>(pc, g, stride, goff, cur, n, mw, tbest, tidx, w);
         gb_take_groups<GB_GROUPS>(cur, n, mw, nxt, nn, nmw);
+    }
+    if (NL == 0 && tbest > -gb_inf()) {
+        w.key = gb_pack(tbest, goff + tidx);
     }
 }
 
@@ -169,18 +209,39 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
     gb_mask_pair mw[GB_GROUPS];
     gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
     gb_load_mask_words<PROC, GB_GROUPS>(pc, g, stride, end, mw);
+    const bool whole_ok = vec && (!PROC || gb_masks_only(pc));
+    const gb_u32* mk;
+    const gb_u32* bm;
+    gb_mask_arrays(pc, mk, bm);
     // One trip of the thread's groups g, g + stride, ... (then g moves on by a trip).
-    auto run_trip = [&]() {
+    // WHOLE: this trip's groups and the next one's are whole for every thread of the
+    // block, and whole_ok holds: no bounds, fills or feature tests.
+    auto run_trip = [&](auto whole) {
+        constexpr bool WHOLE = decltype(whole)::value;
         float nxt[GB_GROUPS][4];
         gb_u32 nn[GB_GROUPS];
         gb_mask_pair nmw[GB_GROUPS];
-        gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
-        gb_load_mask_words<PROC, GB_GROUPS>(pc, g + trip, stride, end, nmw);
+        gb_u32 nc[GB_GROUPS]; // this trip's group lengths, constant in whole trips
+#pragma unroll
+        for (int i = 0; i < GB_GROUPS; ++i) {
+            nc[i] = WHOLE ? 4u : n[i];
+        }
+        if (WHOLE) {
+            gb_load_whole_groups<KIND, GB_GROUPS>(row, g + trip, stride, nxt);
+            gb_load_whole_mask_words<PROC, GB_GROUPS>(mk, bm, g + trip, stride, nmw);
+#pragma unroll
+            for (int i = 0; i < GB_GROUPS; ++i) {
+                nn[i] = 4u;
+            }
+        } else {
+            gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
+            gb_load_mask_words<PROC, GB_GROUPS>(pc, g + trip, stride, end, nmw);
+        }
         float xs[GB_GROUPS][4]; // -Inf for -Inf logits and for elements past end
         float mx[GB_GROUPS];
         float lower = tbest;
         float rmax[GB_GROUPS]; // with NL = 2, the groups' largest logits
-        gb_prepare<PROC, NL, GB_GROUPS>(pc, g, stride, cur, n, mw, xs, flags, raw, rmax);
+        gb_prepare<PROC, NL, GB_GROUPS, WHOLE>(pc, g, stride, cur, nc, mw, xs, flags, raw, rmax);
 #pragma unroll
         for (int i = 0; i < GB_GROUPS; ++i) {
 #pragma unroll
@@ -202,7 +263,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
         bool any_run = false;
 #pragma unroll
         for (int i = 0; i < GB_GROUPS; ++i) {
-            run[i] = n[i] != 0u && !(__fadd_rn(mx[i], GB_MAX_GUMBEL) < wlower);
+            run[i] = nc[i] != 0u && !(__fadd_rn(mx[i], GB_MAX_GUMBEL) < wlower);
             any_run = any_run || run[i];
         }
         if (any_run) {
@@ -221,7 +282,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
                 for (gb_u32 j = 0; j < 4u; ++j) {
                     // A -Inf logit scores -Inf: it is computed only while nothing better
                     // is known, and then its noise cannot change that.
-                    need[i][j] = run[i] && j < n[i] && !(__fadd_rn(xs[i][j], gb_cheap_bound(w[i][j])) < wlower);
+                    need[i][j] = run[i] && j < nc[i] && !(__fadd_rn(xs[i][j], gb_cheap_bound(w[i][j])) < wlower);
                     any_tail = any_tail || (need[i][j] && w[i][j] < GB_TAIL_THRESHOLD);
                 }
             }
@@ -262,11 +323,16 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
     // of a block's warps, at decode batch sizes, where a block makes two or three trips).
     const gb_u32 last_warp = 4u * (blockDim.x - GB_WARP_SIZE); // the last warp's lane 0, from g0
     gb_u32 g0 = start;
+    if (whole_ok) {
+        for (; g0 + 2u * trip <= end; g0 += trip) {
+            run_trip(gb_bool<true>());
+        }
+    }
     for (; g0 < end && end - g0 > last_warp; g0 += trip) {
-        run_trip();
+        run_trip(gb_bool<false>());
     }
     if (g - 4u * gb_lane() < end) { // this warp's lane 0 holds an element of the last trip
-        run_trip();
+        run_trip(gb_bool<false>());
     }
 }
 

@@ -128,6 +128,35 @@ __device__ __forceinline__ void gb_load_mask_words(const gb_processor& pc, gb_u3
     }
 }
 
+// gb_masks_only reports a row whose only processors are the mask and the bitmask (at
+// least one of them): its processed logits are a select per element (gb_mask_group).
+__device__ __forceinline__ bool gb_masks_only(const gb_processor& pc) {
+    return pc.flags != 0u && (pc.flags & (GB_FLAG_BIAS | GB_FLAG_PENALTIES)) == 0u;
+}
+
+// gb_mask_arrays gives a masks-only row's two word arrays for loads without predicates:
+// a row with one of them reads it twice (a word ANDed with itself is the word).
+__device__ __forceinline__ void gb_mask_arrays(const gb_processor& pc, const gb_u32*& m, const gb_u32*& b) {
+    m = (pc.flags & GB_FLAG_MASK) ? pc.mask : pc.bitmask;
+    b = (pc.flags & GB_FLAG_BITMASK) ? pc.bitmask : pc.mask;
+}
+
+// gb_load_whole_mask_words is gb_load_mask_words for groups known to lie below end, from
+// gb_mask_arrays (PROC) or all ones.
+template <bool PROC, int G>
+__device__ __forceinline__ void gb_load_whole_mask_words(const gb_u32* m, const gb_u32* b, gb_u32 g, gb_u32 stride,
+                                                         gb_mask_pair mw[G]) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        if (PROC) {
+            mw[i].m = m[(g + (gb_u32)i * stride) >> 5];
+            mw[i].b = b[(g + (gb_u32)i * stride) >> 5];
+        } else {
+            mw[i].m = mw[i].b = 0xFFFFFFFFu;
+        }
+    }
+}
+
 // gb_load_mask_bits is gb_load_mask_words for a scan that uses the words in the trip that
 // loads them, after its logits: the AND waits no longer there, and one word a group keeps
 // fewer registers than the pair (the categorical and shard_select kernels spill).
