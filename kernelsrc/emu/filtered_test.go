@@ -141,8 +141,9 @@ func newFiltered(r *rand.Rand, dt, v int, sh filteredShape, d, slots int, shapes
 
 // filteredLaunches is the route's workload: every dtype, S in {1, 2, 5, 33}, D in {1, 3},
 // vocabularies of 37 and 1000 (several rows each) and 151936 (few rows), rows with top-k
-// above their finite count, launches whose every row applies the bitmask, and the probes
-// whose paths TestFilteredMatchesGoEdition checks.
+// above their finite count, launches whose every row applies the bitmask, the probes
+// whose paths TestFilteredMatchesGoEdition checks, and rows whose only processors are
+// masks over aligned chunks of several trips.
 func filteredLaunches(r *rand.Rand) []*launch {
 	var ls []*launch
 	for dt := range 3 {
@@ -199,7 +200,32 @@ func filteredLaunches(r *rand.Rand) []*launch {
 		}
 		ls = append(ls, l)
 	}
-	return append(ls, probeLaunches(r)...)
+	ls = append(ls, probeLaunches(r)...)
+	// Masks only (the bitmask, the allowed-token mask, or both) on aligned rows of several
+	// trips per warp: the scans' fast paths for such rows. After the probes, whose rows
+	// the generator's earlier draws decide.
+	for _, dt := range []int{dtF32, dtBF16} {
+		shapes := []func(*rand.Rand, int) []float32{strongRow, llmRow, steppedRow}
+		l := newFiltered(r, dt, 1000, filteredShape{1, 64, 32}, 1, 6, shapes, filterConfigs, true)
+		l.stride, l.slack = 1000, 0
+		l.fillWith(r, shapes)
+		l.name = "masks only " + l.name
+		for y := range l.params {
+			p := &l.params[y]
+			p.Flags = abi.FlagLogprobs * abi.Flags(r.IntN(2))
+			if y%3 != 1 {
+				p.Flags |= abi.FlagBitmask
+				p.BitmaskRow = uint32(r.IntN(l.bitmaskRows()))
+			}
+			if y%3 != 0 {
+				p.Flags |= abi.FlagMask
+			}
+			p.Temperature = []float32{0.7, 1, 1.3}[r.IntN(3)]
+			filterConfigs[r.IntN(len(filterConfigs)-2)].apply(p, l.vocab)
+		}
+		ls = append(ls, l)
+	}
+	return ls
 }
 
 // probe is a launch of rows whose path is known: LLM-shaped rows at temperature 1 with
