@@ -343,11 +343,12 @@ func featureLaunches(r *rand.Rand) []*launch {
 // grammarLaunches are launches whose every row applies a mask row of the bitmask (a
 // third of them the mask too), on LLM-shaped logits, as constrained decoding runs:
 // gumbel_argmax greedy and sampled, one block and split, one and several draws;
-// categorical with the serving filters; topn perturbed.
+// categorical with the serving filters; topn perturbed, split and over aligned rows.
 func grammarLaunches(r *rand.Rand) []*launch {
 	var ls []*launch
 	for i, c := range []struct{ kernel, s, v int }{
 		{kernelGumbel, 1, 4099}, {kernelGumbel, 3, 4099}, {kernelCategorical, 1, 1001}, {kernelTopN, 3, 1001},
+		{kernelTopN, 1, 1000},
 	} {
 		d := 1 + i%2
 		if c.kernel == kernelTopN {
@@ -356,6 +357,11 @@ func grammarLaunches(r *rand.Rand) []*launch {
 		l := &launch{kernel: c.kernel, dtype: i % 3, gridX: c.s, gridZ: d, block: 32, warp: 16, vocab: c.v,
 			stride: stride(r, c.v), slack: r.IntN(16), slots: 6, logprobs: c.kernel != kernelTopN}
 		l.name = fmt.Sprintf("grammar %s dtype=%d S=%d D=%d V=%d", kernelNames[c.kernel], l.dtype, c.s, d, c.v)
+		if c.v%4 == 0 {
+			// Aligned rows of several trips per thread: the scans' fast path for rows
+			// whose only processors are masks.
+			l.stride, l.slack = c.v, 0
+		}
 		// NaN and +Inf rows: a grammar's mask mostly hides them, and the row must still
 		// fail (status 1), which the masks-only path has to see before it writes -Inf.
 		l.fillWith(r, []func(*rand.Rand, int) []float32{llmRow, llmRow, strongRow, steppedRow, tiedRow, nanRow, posInfRow})
