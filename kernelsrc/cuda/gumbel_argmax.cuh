@@ -114,8 +114,8 @@ __device__ __forceinline__ void gb_greedy_trip(const gb_processor& pc, gb_u32 g,
 // 2 (NaN and +Inf: status 1) whatever the key. NL log-sum-exps run beside it: proc over
 // x' (the greedy record's temperature-1 distribution) and, with NL = 2, raw over the
 // logits. A row of aligned logits whose processors are masks at most runs its trips
-// while the next one is whole without bounds, fills or feature tests: most of the
-// instructions a trip issued before were those (docs/benchmark_results/bitmask-h200.md).
+// while the next one is whole without bounds, fills or feature tests, which cost more
+// instructions than a trip's work (docs/benchmark_results/bitmask-h200.md).
 template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem* row, gb_u32 start,
                                                gb_u32 end, bool vec, const gb_processor& pc, gb_u32 goff,
