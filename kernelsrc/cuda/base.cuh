@@ -152,6 +152,15 @@ __device__ __forceinline__ float gb_max4(const float v[4]) {
     return fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]));
 }
 
+// gb_first_of4 is the index of the first of four values equal to m (3 when none is;
+// -0 equals +0).
+__device__ __forceinline__ gb_u32 gb_first_of4(const float v[4], float m) {
+    gb_u32 j = 3u;
+    j = v[2] == m ? 2u : j;
+    j = v[1] == m ? 1u : j;
+    return v[0] == m ? 0u : j;
+}
+
 // gb_load_groups reads a thread's G groups g, g + stride, ... (see gb_load_group).
 template <int KIND, int G>
 __device__ __forceinline__ void gb_load_groups(const typename gb_io<KIND>::elem* row, gb_u32 g,

@@ -42,7 +42,7 @@ __device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], gb_
 // ranks (xp: the processed logits with PROC, else the logits; mw: the groups' mask
 // pairs) and, with NL = 2, the raw log-sum-exp over the logits themselves, whose groups'
 // largest logits it leaves in rmax (NL = 1: the scan's one log-sum-exp covers both; rmax
-// is left unset). MASKS: the row's only processors are masks (gb_masks_only).
+// is left unset). MASKS: the row's processors are masks at most (gb_masks_at_most).
 template <bool PROC, int NL, int G, bool MASKS = false>
 __device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_u32 stride, const float cur[G][4],
                                            const gb_u32 n[G], const gb_mask_pair mw[G], float xp[G][4], gb_u32& flags,
@@ -89,18 +89,12 @@ __device__ __forceinline__ void gb_greedy_trip(const gb_processor& pc, gb_u32 g,
         if (NL >= 1) {
             gb_lse_add4(w.proc, xp[i], mx);
         }
-        gb_u32 j = 3u;
+        const bool up = mx > tbest;
         if (NL == 0) {
-            j = xp[i][2] == mx ? 2u : j;
-            j = xp[i][1] == mx ? 1u : j;
-            j = xp[i][0] == mx ? 0u : j;
-            const bool up = mx > tbest;
-            tidx = up ? g + (gb_u32)i * stride + j : tidx;
+            tidx = up ? g + (gb_u32)i * stride + gb_first_of4(xp[i], mx) : tidx;
             tbest = up ? mx : tbest;
-        } else if (mx > tbest) {
-            j = xp[i][2] == mx ? 2u : j;
-            j = xp[i][1] == mx ? 1u : j;
-            j = xp[i][0] == mx ? 0u : j;
+        } else if (up) {
+            const gb_u32 j = gb_first_of4(xp[i], mx);
             tbest = mx;
             w.key = gb_pack(mx, goff + g + (gb_u32)i * stride + j);
             w.x = j == 0u ? cur[i][0] : j == 1u ? cur[i][1] : j == 2u ? cur[i][2] : cur[i][3];
@@ -130,7 +124,7 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
     gb_mask_pair mw[GB_GROUPS];
     gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
     gb_load_mask_words<PROC, GB_GROUPS>(pc, g, stride, end, mw);
-    if (vec && (!PROC || gb_masks_only(pc))) {
+    if (vec && gb_masks_at_most(pc)) {
         const gb_u32* mk;
         const gb_u32* bm;
         gb_mask_arrays(pc, mk, bm);
@@ -209,7 +203,7 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
     gb_mask_pair mw[GB_GROUPS];
     gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
     gb_load_mask_words<PROC, GB_GROUPS>(pc, g, stride, end, mw);
-    const bool whole_ok = vec && (!PROC || gb_masks_only(pc));
+    const bool whole_ok = vec && gb_masks_at_most(pc);
     const gb_u32* mk;
     const gb_u32* bm;
     gb_mask_arrays(pc, mk, bm);

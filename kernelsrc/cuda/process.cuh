@@ -128,13 +128,13 @@ __device__ __forceinline__ void gb_load_mask_words(const gb_processor& pc, gb_u3
     }
 }
 
-// gb_masks_only reports a row whose only processors are the mask and the bitmask (at
-// least one of them): its processed logits are a select per element (gb_mask_group).
-__device__ __forceinline__ bool gb_masks_only(const gb_processor& pc) {
-    return pc.flags != 0u && (pc.flags & (GB_FLAG_BIAS | GB_FLAG_PENALTIES)) == 0u;
+// gb_masks_at_most reports a row whose processors are the mask and the bitmask at most:
+// its processed logits are the logits or a select per element (gb_mask_group).
+__device__ __forceinline__ bool gb_masks_at_most(const gb_processor& pc) {
+    return (pc.flags & (GB_FLAG_BIAS | GB_FLAG_PENALTIES)) == 0u;
 }
 
-// gb_mask_arrays gives a masks-only row's two word arrays for loads without predicates:
+// gb_mask_arrays gives a masked row's two word arrays for loads without predicates:
 // a row with one of them reads it twice (a word ANDed with itself is the word).
 __device__ __forceinline__ void gb_mask_arrays(const gb_processor& pc, const gb_u32*& m, const gb_u32*& b) {
     m = (pc.flags & GB_FLAG_MASK) ? pc.mask : pc.bitmask;
