@@ -220,6 +220,15 @@ func filteredLaunches(r *rand.Rand) []*launch {
 			if y%3 != 0 {
 				p.Flags |= abi.FlagMask
 			}
+			if y%3 == 2 {
+				// The mask bans about half of what the bitmask allows, and allows all
+				// it bans: a scan that read one of the two arrays would draw a banned token.
+				words := (l.vocab + 31) / 32
+				bm := l.bitmask[int(p.BitmaskRow)*words:][:words]
+				for w, m := range bm {
+					l.mask[int(p.Row)*words+w] = ^(m & r.Uint32())
+				}
+			}
 			p.Temperature = []float32{0.7, 1, 1.3}[r.IntN(3)]
 			filterConfigs[r.IntN(len(filterConfigs)-2)].apply(p, l.vocab)
 		}
