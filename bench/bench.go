@@ -90,6 +90,14 @@ type Config struct {
 	Warmup int
 }
 
+// check reports a Config that cannot time anything.
+func (c Config) check() error {
+	if c.Groups < 1 || c.Repeats < 1 || c.HostCalls < 1 || c.Warmup < 0 {
+		return fmt.Errorf("bench: config %+v: Groups, Repeats and HostCalls must be at least 1, Warmup at least 0", c)
+	}
+	return nil
+}
+
 // DefaultConfig suits a GPU: a few thousand steps per point.
 var DefaultConfig = Config{Groups: 15, Repeats: 100, HostCalls: 200, Warmup: 20}
 
@@ -178,6 +186,9 @@ func Upload(dev runtime.Device, logits []float32, dt sampler.DType) (runtime.Buf
 // type.
 func Measure(dev runtime.Device, p Point, logits runtime.Buffer, cfg Config) (Measurement, error) {
 	m := Measurement{Point: p, DTypeName: p.DType.String()}
+	if err := cfg.check(); err != nil {
+		return m, err
+	}
 	s, err := sampler.New(dev, options(p, dev.Info()))
 	if err != nil {
 		return m, err
@@ -225,6 +236,10 @@ func Measure(dev runtime.Device, p Point, logits runtime.Buffer, cfg Config) (Me
 		if err := call(uint64(i)); err != nil {
 			return m, err
 		}
+	}
+	// The token of step Warmup's first row, which the first timed call draws.
+	if err := call(uint64(cfg.Warmup)); err != nil {
+		return m, err
 	}
 	m.Token = res.Tokens[0]
 

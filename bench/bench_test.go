@@ -37,6 +37,36 @@ func TestMatrixOnCPU(t *testing.T) {
 	assert.Contains(t, md, "categorical / gumbel")
 }
 
+// Without warm-up calls a point still has its token; a config that cannot time anything
+// is an error, not a panic.
+func TestMeasureConfig(t *testing.T) {
+	dev, err := cpu.Open()
+	require.NoError(t, err)
+	defer dev.Close()
+	p := Point{Route: TopK50, DType: sampler.Float32, Vocab: 1024, Batch: 2}
+	lg, err := Upload(dev, LLMLogits(p.Batch, p.Vocab, 1), p.DType)
+	require.NoError(t, err)
+	defer lg.Free()
+	for _, c := range []struct {
+		cfg Config
+		ok  bool
+	}{
+		{Config{Groups: 1, Repeats: 1, HostCalls: 1, Warmup: 0}, true},
+		{Config{Groups: 0, Repeats: 1, HostCalls: 1}, false},
+		{Config{Groups: 1, Repeats: 0, HostCalls: 1}, false},
+		{Config{Groups: 1, Repeats: 1, HostCalls: 0}, false},
+		{Config{Groups: 1, Repeats: 1, HostCalls: 1, Warmup: -1}, false},
+	} {
+		m, err := Measure(dev, p, lg, c.cfg)
+		if !c.ok {
+			assert.Error(t, err, "%+v", c.cfg)
+			continue
+		}
+		require.NoError(t, err, "%+v", c.cfg)
+		assert.True(t, m.Token >= 0 && int(m.Token) < m.Vocab, "%+v", m)
+	}
+}
+
 // A small sweep on the CPU device: every split measures, and the table lists each
 // split's time and the fastest one.
 func TestSweepOnCPU(t *testing.T) {
