@@ -40,6 +40,7 @@ type Batch struct {
 	// all, laid out as layout says, for decode.
 	out                [numRegions]runtime.Buffer
 	partials, counters runtime.Buffer
+	topScratch         scratchAt // where topn's scratch starts
 	layout             outLayout
 	host               hostScratch
 	args               runtime.Args
@@ -149,8 +150,10 @@ func (s *Sampler) NewBatch(rows, vocab int, dtype DType, draws int) (*Batch, err
 	for r, reg := range b.layout.regions() {
 		alloc(&b.out[r], reg[1], "outputs")
 	}
-	alloc(&b.partials, max(mainPartials, filterPartials, topPartials), "partials")
-	alloc(&b.counters, max(mainCounters, filterCounters, topCounters), "counters")
+	// topn's scratch follows the other kernels' (Sampler.prepare).
+	b.topScratch = scratchAt{max(mainPartials, filterPartials), max(mainCounters, filterCounters)}
+	alloc(&b.partials, b.topScratch.partials+topPartials, "partials")
+	alloc(&b.counters, b.topScratch.counters+topCounters, "counters")
 	if err == nil {
 		err = s.stream.Zero(b.counters, 0, b.counters.Size())
 	}
@@ -376,6 +379,7 @@ func (b *Batch) launch(lg Logits, stride, k int) error {
 	}
 	split, draws := 1, b.draws
 	out0, out1, records := b.out[regionTokens], b.out[regionStatus], b.out[regionLogprobs]
+	var at scratchAt
 	switch k {
 	case kernelGumbel, kernelFiltered:
 		split = b.split
@@ -394,15 +398,15 @@ func (b *Batch) launch(lg Logits, stride, k int) error {
 		if b.sharesDevice(lg) {
 			split = b.sharedSplit
 		}
-		out0, out1, records = b.out[regionTopTokens], b.out[regionTopValues], s.scratch.unused.buf
+		out0, out1, records, at = b.out[regionTopTokens], b.out[regionTopValues], s.scratch.unused.buf, b.topScratch
 	}
 	a := b.args.Reset()
 	a.BufferAt(lg.Data, lg.Offset).
 		Buffer(b.params).
 		Buffer(out0).
 		Buffer(out1).
-		Buffer(b.partials).
-		Buffer(b.counters).
+		BufferAt(b.partials, at.partials).
+		BufferAt(b.counters, at.counters).
 		U64(uint64(stride)).
 		U32(uint32(lg.Vocab)).
 		Buffer(records)

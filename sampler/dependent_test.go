@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gumbel-go/gumbel/kernelsrc/abi"
 	"github.com/gumbel-go/gumbel/runtime"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,33 +13,78 @@ import (
 
 // launchLog is a stream that can launch dependent kernels and records every launch, by
 // kernel family, with "~" before those launched dependent; it runs them as Launch does.
-// splits holds each launch's blocks per row (grid.X). With serial, the stream says it
-// cannot overlap kernels (Overlaps), as on a GPU before sm_90.
+// splits holds each launch's blocks per row (grid.X) and scratch the partials and
+// counters it may touch. With serial, the stream says it cannot overlap kernels
+// (Overlaps), as on a GPU before sm_90.
 type launchLog struct {
 	runtime.Stream
-	serial bool
-	got    []string
-	splits []int
+	serial  bool
+	got     []string
+	splits  []int
+	scratch [][2]scratchSpan
 }
 
-func (l *launchLog) record(k runtime.Kernel, grid runtime.Dim3, dependent bool) {
+// scratchSpan is the bytes [from, to) of buf that a launch may use.
+type scratchSpan struct {
+	buf      runtime.Buffer
+	from, to int
+}
+
+func (s scratchSpan) overlaps(o scratchSpan) bool {
+	return s.buf == o.buf && s.from < o.to && o.from < s.to
+}
+
+func (l *launchLog) record(k runtime.Kernel, grid runtime.Dim3, args *runtime.Args, dependent bool) {
 	name := k.Name()
 	name = name[:strings.LastIndexByte(name, '_')]
+	// The words the ABI gives a launch of this shape (kernelsrc/ABI.md, "Arguments").
+	shape := abi.Launch{Rows: grid.Y, Split: grid.X, Draws: grid.Z}
+	var spans [2]scratchSpan
+	for i, size := range [2]int{8 * shape.PartialsWords(name), 4 * shape.CountersWords(name)} {
+		buf, off := args.BufferArg(4 + i)
+		spans[i] = scratchSpan{buf, off, off + size}
+	}
 	if dependent {
 		name = "~" + name
 	}
 	l.got = append(l.got, name)
 	l.splits = append(l.splits, grid.X)
+	l.scratch = append(l.scratch, spans)
 }
 
 func (l *launchLog) Launch(k runtime.Kernel, grid, block runtime.Dim3, args *runtime.Args) error {
-	l.record(k, grid, false)
+	l.record(k, grid, args, false)
 	return l.Stream.Launch(k, grid, block, args)
 }
 
 func (l *launchLog) LaunchDependent(k runtime.Kernel, grid, block runtime.Dim3, args *runtime.Args) error {
-	l.record(k, grid, true)
+	l.record(k, grid, args, true)
 	return l.Stream.Launch(k, grid, block, args)
+}
+
+// checkTopNApart checks the ABI's rule for topn's scratch: its partials and counters
+// overlap no other kernel's of the call, and lie inside their buffers.
+func (l *launchLog) checkTopNApart(t *testing.T) {
+	t.Helper()
+	for i, name := range l.got {
+		for j, s := range l.scratch[i] {
+			if s.to > s.from {
+				assert.LessOrEqual(t, s.to, s.buf.Size(), "launch %d (%s), scratch %d", i, name, j)
+			}
+		}
+		if strings.TrimPrefix(name, "~") != "topn" {
+			continue
+		}
+		for o, other := range l.got {
+			if o == i {
+				continue
+			}
+			for j := range l.scratch[i] {
+				assert.False(t, l.scratch[i][j].overlaps(l.scratch[o][j]),
+					"%s's scratch %d overlaps %s's: %+v, %+v", name, j, other, l.scratch[i][j], l.scratch[o][j])
+			}
+		}
+	}
 }
 
 func (l *launchLog) Overlaps() bool { return !l.serial }
@@ -78,8 +124,20 @@ func TestDependentLaunches(t *testing.T) {
 				assert.Equal(t, []error{nil, nil}, res.Errs)
 			}
 			assert.Equal(t, c.want, log.got)
+			log.checkTopNApart(t)
 		})
 	}
+
+	t.Run("topn after distinct draws", func(t *testing.T) {
+		log := &launchLog{Stream: dev.DefaultStream()}
+		s := newSampler(t, dev, Options{Seed: 3, Stream: log, Split: On})
+		s.l2 = l2
+		var res Result
+		require.NoError(t, s.SampleDistinct(lg, []Params{{Temperature: 0.8, TopLogprobs: 4}, {Temperature: 1}}, 3, &res))
+		assert.Equal(t, []error{nil, nil}, res.Errs)
+		assert.Equal(t, []string{"topn", "~topn"}, log.got)
+		log.checkTopNApart(t)
+	})
 
 	t.Run("logits over two fifths of the cache", func(t *testing.T) {
 		log := &launchLog{Stream: dev.DefaultStream()}
@@ -88,6 +146,7 @@ func TestDependentLaunches(t *testing.T) {
 		var res Result
 		require.NoError(t, s.Sample(lg, []Params{{Temperature: 0.8, TopP: 0.9, TopLogprobs: 3}, {Temperature: 0.7}}, &res))
 		assert.Equal(t, []string{"gumbel_argmax", "filter_max", "filtered", "topn"}, log.got)
+		log.checkTopNApart(t)
 	})
 
 	for _, c := range []struct {
@@ -109,6 +168,7 @@ func TestDependentLaunches(t *testing.T) {
 			require.NoError(t, b.SetRow(1, Params{Temperature: 0.8}))
 			require.NoError(t, b.Launch(lg))
 			assert.Equal(t, c.want, log.got)
+			log.checkTopNApart(t)
 		})
 	}
 }
@@ -150,6 +210,7 @@ func TestSharedSplit(t *testing.T) {
 			assert.Equal(t, []error{nil, nil}, res.Errs)
 			assert.Equal(t, c.got, log.got)
 			assert.Equal(t, c.splits, log.splits)
+			log.checkTopNApart(t)
 		})
 	}
 
@@ -165,5 +226,6 @@ func TestSharedSplit(t *testing.T) {
 		require.NoError(t, b.Launch(lg))
 		assert.Equal(t, []string{"gumbel_argmax", "~topn", "filter_max", "~filtered", "~gumbel_exact"}, log.got)
 		assert.Equal(t, []int{4, 4, 8, 8, 1}, log.splits)
+		log.checkTopNApart(t)
 	})
 }

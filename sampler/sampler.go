@@ -298,7 +298,13 @@ type plan struct {
 	// exact: the Gumbel group's draws needed gumbel_exact (kernelsrc/ABI.md, "Exact
 	// scores"), which Relaunch then repeats too.
 	exact bool
+	// topScratch is where the top log-probabilities' topn launches keep their scratch
+	// (prepare).
+	topScratch scratchAt
 }
+
+// scratchAt is a launch's byte offsets into the partials and counters scratch.
+type scratchAt struct{ partials, counters int }
 
 // appendBitmask appends the bitmask argument (ABI argument 12) of a plan's launches.
 func (s *Sampler) appendBitmask(a *runtime.Args, pl *plan) {
@@ -622,7 +628,7 @@ func exactPending(results []byte, out outLayout) bool {
 func (s *Sampler) launchExact(pl *plan) error {
 	out := pl.out
 	lk := s.kernels[pl.logits.DType][kernelExact]
-	return s.launchRows(pl, lk, 0, pl.groups[groupGumbel], 1, pl.draws, out.tokens(), out.status(), out.logprobs(), false)
+	return s.launchRows(pl, lk, 0, pl.groups[groupGumbel], 1, pl.draws, out.tokens(), out.status(), out.logprobs(), scratchAt{}, false)
 }
 
 // copyBack queues the copies of the outputs a plan's groups wrote into results, the
@@ -779,7 +785,10 @@ func (s *Sampler) prepare(pl *plan) error {
 		_ = s.stream.Synchronize()
 	}
 	slots := 0
-	needPartials, needCounters := 0, 0
+	// The top log-probabilities' scratch follows every other group's, so that topn may
+	// merge its blocks' lists beside the kernel it is launched after (ABI.md,
+	// "Dependent launches").
+	var others, top scratchAt
 	for g, n := range pl.groups {
 		slots += n
 		if g == groupResidual && n > 0 {
@@ -790,8 +799,14 @@ func (s *Sampler) prepare(pl *plan) error {
 			continue
 		}
 		p, c := scratchNeeds(g, min(n, maxRowsPerLaunch), pl.draws, s.groupSplit(pl, g, n, pl.logits.Vocab))
-		needPartials, needCounters = max(needPartials, p), max(needCounters, c)
+		need := &others
+		if g == groupTop {
+			need = &top
+		}
+		need.partials, need.counters = max(need.partials, p), max(need.counters, c)
 	}
+	pl.topScratch = others
+	needPartials, needCounters := others.partials+top.partials, others.counters+top.counters
 	if _, err := sc.params.ensure(s.dev, slots*RowParamsSize); err != nil {
 		return err
 	}
@@ -854,14 +869,14 @@ func (s *Sampler) launchGroup(pl *plan, g, first, n int, after bool) error {
 		for done := 0; done < n; done += maxRowsPerLaunch {
 			c := min(n-done, maxRowsPerLaunch)
 			if pl.maxRows > 0 {
-				if err := s.launchRows(pl, s.kernels[lg.DType][kernelFilterMax], first+done, c, split, 1, out.tokens(), out.status(), -1, false); err != nil {
+				if err := s.launchRows(pl, s.kernels[lg.DType][kernelFilterMax], first+done, c, split, 1, out.tokens(), out.status(), -1, scratchAt{}, false); err != nil {
 					return err
 				}
 			}
 			// filtered waits for filter_max's words on the device (gb_grid_wait), so it
 			// may start while filter_max ends.
 			dependent := pl.maxRows > 0 && s.overlaps(c, lg)
-			if err := s.launchRows(pl, lk, first+done, c, split, pl.draws, out.tokens(), out.status(), out.logprobs(), dependent); err != nil {
+			if err := s.launchRows(pl, lk, first+done, c, split, pl.draws, out.tokens(), out.status(), out.logprobs(), scratchAt{}, dependent); err != nil {
 				return err
 			}
 		}
@@ -870,16 +885,17 @@ func (s *Sampler) launchGroup(pl *plan, g, first, n int, after bool) error {
 	// Output buffers 0 and 1 (tokens and status, or the topn lists) and the
 	// log-probability records, by group.
 	out0, out1, records, draws := out.tokens(), out.status(), out.logprobs(), pl.draws
+	var at scratchAt
 	switch g {
 	case groupTop:
-		out0, out1, records, draws = out.topTokens(), out.topValues(), -1, 1
+		out0, out1, records, draws, at = out.topTokens(), out.topValues(), -1, 1, pl.topScratch
 	case groupDistinct:
 		out0, out1, records, draws = out.distinctTokens(), out.distinctValues(), -1, 1
 	case groupScore, groupResidual:
 		draws = 1
 	}
 	// topn waits for the kernels before it on the device (gb_grid_wait).
-	return s.launchRows(pl, lk, first, n, split, draws, out0, out1, records, after && g == groupTop && s.overlaps(n, lg))
+	return s.launchRows(pl, lk, first, n, split, draws, out0, out1, records, at, after && g == groupTop && s.overlaps(n, lg))
 }
 
 // overlaps reports whether a kernel that reads rows rows of lg after the kernel before
@@ -894,9 +910,10 @@ func (s *Sampler) overlaps(rows int, lg Logits) bool {
 
 // launchRows queues kernel lk over n launched rows whose RowParams start at slot first,
 // in launches of at most maxRowsPerLaunch rows, with the outputs at results offsets out0
-// and out1 and the records at records (-1: none). With dependent, the first launch may
+// and out1, the records at records (-1: none) and its partials and counters from at.
+// With dependent, the first launch may
 // overlap the kernel queued before it (launchAfter).
-func (s *Sampler) launchRows(pl *plan, lk launchKernel, first, n, split, draws, out0, out1, records int, dependent bool) error {
+func (s *Sampler) launchRows(pl *plan, lk launchKernel, first, n, split, draws, out0, out1, records int, at scratchAt, dependent bool) error {
 	sc := &s.scratch
 	lg := pl.logits
 	for done := 0; done < n; done += maxRowsPerLaunch {
@@ -906,8 +923,8 @@ func (s *Sampler) launchRows(pl *plan, lk launchKernel, first, n, split, draws, 
 			BufferAt(sc.params.buf, (first+done)*RowParamsSize).
 			BufferAt(sc.results.buf, out0).
 			BufferAt(sc.results.buf, out1).
-			Buffer(sc.partials.buf).
-			Buffer(sc.counters.buf).
+			BufferAt(sc.partials.buf, at.partials).
+			BufferAt(sc.counters.buf, at.counters).
 			U64(uint64(pl.stride)).
 			U32(uint32(lg.Vocab))
 		if records < 0 {

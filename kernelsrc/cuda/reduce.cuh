@@ -311,11 +311,12 @@ __device__ __forceinline__ float gb_shfl_xor_f32(float v, gb_u32 d) {
 // ld.global.cg reads at L2, where the fenced stores are; a
 // volatile read would be a system-scope strong load, slower on the draw's critical path.
 // HIP (whose fence invalidates L1 too) and the emulation keep the volatile read.
-__device__ __forceinline__ gb_u64 gb_load_published(const gb_u64* p) {
+template <typename T>
+__device__ __forceinline__ T gb_load_published(const T* p) {
 #if GB_NVIDIA
     return __ldcg(p);
 #else
-    return *(const volatile gb_u64*)p;
+    return *(const volatile T*)p;
 #endif
 }
 

@@ -243,22 +243,30 @@ __device__ __forceinline__ bool gb_topn_select(const gb_u64 lst[L], gb_u64 thr, 
     return true;
 }
 
+// gb_topn_probes_published is how many probes gb_topn_select_published takes from S =
+// nblocks published lists: each list's R largest keys (R lists' worth reach N), at most
+// GB_TOPN_PROBES of them; probe i is word i % R of list i / R (gb_topn_probe_word).
+__device__ __forceinline__ gb_u32 gb_topn_probes_published(gb_u32 nblocks, gb_u32 N, gb_u32& R) {
+    R = (N + nblocks - 1u) / nblocks;
+    return gb_min_u32(nblocks * R, GB_TOPN_PROBES);
+}
+
+template <gb_u32 STRIDE>
+__device__ __forceinline__ const gb_u64* gb_topn_probe_word(const gb_u64* row_part, gb_u32 i, gb_u32 R) {
+    return row_part + (gb_u64)STRIDE * (i / R) + i % R;
+}
+
 // gb_topn_select_published is gb_topn_select over the S blocks' published lists (each
-// its block's exact top N, largest first): the probes are each list's R largest keys
-// (R lists' worth reach N), at most GB_TOPN_PROBES of them. It never meets a key let
-// go, so it gives up only on too many candidates. List b starts at row_part[STRIDE·b].
+// its block's exact top N, largest first), with the np probes of
+// gb_topn_probes_published already in s_wtop and sel reset (gb_topn_sel_reset), both
+// before a barrier. It never meets a key let go, so it gives up only on too many
+// candidates. List b starts at row_part[STRIDE·b].
 template <gb_u32 STRIDE>
 __device__ __forceinline__ bool gb_topn_select_published(const gb_u64* row_part, gb_u32 nblocks, gb_u32 N,
-                                                         gb_u64* s_top, gb_u64* s_wtop, gb_topn_sel* sel) {
-    const gb_u32 R = (N + nblocks - 1u) / nblocks;
-    const gb_u32 np = gb_min_u32(nblocks * R, GB_TOPN_PROBES);
+                                                         gb_u32 np, gb_u64* s_top, gb_u64* s_wtop,
+                                                         gb_topn_sel* sel) {
     gb_u64* probes = s_wtop;
     gb_u64* cand = s_wtop + GB_TOPN_PROBES;
-    for (gb_u32 i = threadIdx.x; i < np; i += blockDim.x) {
-        probes[i] = gb_load_published(row_part + (gb_u64)STRIDE * (i / R) + i % R);
-    }
-    gb_topn_sel_reset(sel);
-    __syncthreads();
     gb_topn_rank_all(probes, np, N, nullptr, &sel->t);
     __syncthreads();
     const gb_u64 t = sel->t;
@@ -426,17 +434,33 @@ __device__ __forceinline__ bool gb_topn_merge_blocks(gb_u32 N, gb_u32& seen, gb_
     if (*s_last == 0u) {
         return false;
     }
+    // One round of loads: the blocks' log-sum-exp pairs, the selection's probes and the
+    // row's observations, all in flight together (a trip more only past blockDim.x).
     const gb_u64* row_part = partials + (gb_u64)GB_TOPN_STRIDE * y * nblocks;
+    const bool select = N >= GB_TOPN_SELECT_MIN;
+    gb_u32 R = 1u;
+    const gb_u32 np = select ? gb_topn_probes_published(nblocks, N, R) : 0u;
+    gb_topn_sel_reset(s_sel);
     gb_lse_init(lse);
-    for (gb_u32 i = threadIdx.x; i < nblocks; i += blockDim.x) {
-        gb_lse_merge_packed(lse, gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * i + GB_MAX_TOPN));
+    gb_u32 row_seen = 0u;
+    for (gb_u32 i = threadIdx.x; i < gb_max_u32(nblocks, np); i += blockDim.x) {
+        const gb_u64 pair =
+            i < nblocks ? gb_load_published(row_part + (gb_u64)GB_TOPN_STRIDE * i + GB_MAX_TOPN) : GB_LSE_EMPTY_WORD;
+        const gb_u64 probe = i < np ? gb_load_published(gb_topn_probe_word<GB_TOPN_STRIDE>(row_part, i, R)) : 0ull;
+        row_seen |= i == 0u ? gb_load_published(&counters[2u * y + 1u]) : 0u;
+        if (i < nblocks) {
+            gb_lse_merge_packed(lse, pair);
+        }
+        if (i < np) {
+            s_wtop[i] = probe;
+        }
     }
-    gb_block_lse(lse, lse, false, s_pair);
+    gb_block_lse(lse, lse, false, s_pair); // its barriers also publish the probes and the reset
     // The row's top N is among the blocks' (their words past N hold 0).
     gb_u32 have = 0u;
     gb_u64 cap = GB_TOPN_ALL;
     const bool selected =
-        N >= GB_TOPN_SELECT_MIN && gb_topn_select_published<GB_TOPN_STRIDE>(row_part, nblocks, N, s_top, s_wtop, s_sel);
+        select && gb_topn_select_published<GB_TOPN_STRIDE>(row_part, nblocks, N, np, s_top, s_wtop, s_sel);
     while (!selected) {
         gb_u64 lst[GB_TOPN_THREAD] = {};
         gb_u64 thr = 0ull;
@@ -453,10 +477,11 @@ __device__ __forceinline__ bool gb_topn_merge_blocks(gb_u32 N, gb_u32& seen, gb_
         }
         cap = s_top[have - 1u];
     }
+    // Thread 0 read the row's observations above: the resets need no answer back.
     if (threadIdx.x == 0u) {
-        seen = atomicExch(&counters[2u * y + 1u], 0u);
+        atomicExch(&counters[2u * y + 1u], 0u);
         atomicExch(&counters[2u * y], 0u);
-        *s_last = seen;
+        *s_last = row_seen;
     }
     __syncthreads();
     seen = *s_last;
@@ -465,11 +490,13 @@ __device__ __forceinline__ bool gb_topn_merge_blocks(gb_u32 N, gb_u32& seen, gb_
 
 // gb_topn_write writes the row's N entries from the merged keys in s_top and the merged
 // log-sum-exp: token -1 and NaN for a row with NaN or +Inf, token -1 and -Inf for entries
-// beyond its finite keys.
+// beyond its finite keys. With keyed, a key's high half is its entry's value (the raw or
+// processed logit), taken from it without reading the logits again (a zero's sign aside,
+// which the key drops).
 template <int KIND>
 __device__ __forceinline__ void gb_topn_write(const typename gb_io<KIND>::elem* row, gb_i32* otok, float* oval,
                                               gb_u32 N, gb_u32 seen, const gb_processor& pc, float invT,
-                                              const gb_u64* s_top, const gb_lse& s_lse) {
+                                              bool keyed, const gb_u64* s_top, const gb_lse& s_lse) {
     for (gb_u32 j = threadIdx.x; j < N; j += blockDim.x) {
         const gb_u64 k = s_top[j];
         if (seen & GB_SEEN_NONFINITE) {
@@ -480,12 +507,13 @@ __device__ __forceinline__ void gb_topn_write(const typename gb_io<KIND>::elem* 
             oval[j] = -gb_inf();
         } else {
             const gb_u32 tok = 0xFFFFFFFFu - (gb_u32)k;
-            const float x = gb_io<KIND>::load1(row + tok);
+            const float v = keyed ? gb_orderkey_inverse((gb_u32)(k >> 32))
+                                  : __fmul_rn(gb_processed(pc, gb_io<KIND>::load1(row + tok), tok), invT);
             otok[j] = (gb_i32)tok;
             // From the set's reference, not fl(m + log s): a row whose logits sit near 2^29
             // (a frequency penalty of a saturated count) would otherwise read 0 for all.
             float norm;
-            oval[j] = gb_lse_logprob(__fmul_rn(gb_processed(pc, x, tok), invT), s_lse.m, s_lse.s, norm);
+            oval[j] = gb_lse_logprob(v, s_lse.m, s_lse.s, norm);
         }
     }
 }
@@ -557,7 +585,7 @@ __device__ __noinline__ void gb_topn_exact(const typename gb_io<KIND>::elem* log
         __syncthreads(); // s_top is written before gb_topn_write reads it
     }
     const gb_u64 out = (gb_u64)p.row * GB_MAX_TOPN;
-    gb_topn_write<KIND>(row, out_tokens + out, out_values + out, p.topn, 0u, pc, invT, s_top, *s_lse);
+    gb_topn_write<KIND>(row, out_tokens + out, out_values + out, p.topn, 0u, pc, invT, false, s_top, *s_lse);
 }
 
 template <int KIND>
@@ -579,9 +607,10 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
     __shared__ gb_u32 s_state;               // gb_topn_state of a perturbed list
     __shared__ gb_exact s_win[GB_MAX_WARPS]; // gb_topn_exact's
     // Queued after another kernel of the same call, this one may start before it ends
-    // (gb_grid_wait). Until it waits it reads only what no kernel of the call writes (the
-    // logits, its own rows' parameters) and writes only shared memory: a row of raw
-    // logits scans and selects its block's top N beside the kernel before.
+    // (gb_grid_wait). Until it waits it reads only what no other kernel of the call
+    // writes (the logits, its own rows' parameters, its own partials and counters) and
+    // writes only shared memory and its own scratch: a row of raw logits scans, selects
+    // and merges its blocks' lists beside the kernel before.
     if (blockIdx.z != 0u) {
         gb_grid_wait();
         return; // topn draws nothing: a deeper grid's extra blocks have no work
@@ -670,9 +699,13 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
         cap = s_top[have - 1u];
     }
 
-    gb_grid_wait(); // partials and counters are shared with the kernel before
-    if (nblocks > 1u && !gb_topn_merge_blocks(N, seen, lse, partials, counters, s_top, s_wtop, s_wthr, s_pair,
-                                              &s_last, &s_have, &s_sel)) {
+    // partials and counters are this launch's own (ABI.md, "Dependent launches"): the
+    // blocks publish and the row's last one merges their lists beside the kernel before,
+    // and only the outputs wait for it.
+    const bool finish = nblocks == 1u || gb_topn_merge_blocks(N, seen, lse, partials, counters, s_top, s_wtop,
+                                                              s_wthr, s_pair, &s_last, &s_have, &s_sel);
+    gb_grid_wait();
+    if (!finish) {
         return;
     }
     if (threadIdx.x == 0u) {
@@ -685,5 +718,5 @@ __device__ __forceinline__ void gb_topn(const typename gb_io<KIND>::elem* __rest
                             s_state == GB_TOPN_INEXACT, s_top, &s_lse, s_win, s_red, s_bcast);
         return;
     }
-    gb_topn_write<KIND>(row, otok, oval, N, seen, pc, invT, s_top, s_lse);
+    gb_topn_write<KIND>(row, otok, oval, N, seen, pc, invT, !perturbed || greedy, s_top, s_lse);
 }
