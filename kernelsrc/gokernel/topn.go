@@ -84,8 +84,29 @@ func topn(b *runtime.BlockContext, d abi.DType) {
 	l.topnEnd(&ns)
 }
 
-// scanPlain ranks the values xs themselves (global index base).
+// scanPlain ranks the values xs themselves (global index base). Once the list is full,
+// groups of four below its floor's value change nothing (an equal value comes later, so
+// its key is smaller), and where scanBelow runs in vector code it passes them: on an LLM
+// row, all but a few hundred elements. Such a group holds no NaN or +Inf, and its finite
+// elements are not the row's first: the full list already reports SeenFinite.
 func (ns *topnScan) scanPlain(xs []float32, base int) {
+	for j := 0; j < len(xs); {
+		step := len(xs) // without vector code: one plain loop
+		if floor := ns.list.floor(); scanBelowVector && floor != 0 {
+			if n, _ := scanBelow(xs[j:], orderKeyInverse(uint32(floor>>32))); n > 0 {
+				j += n
+				continue
+			}
+			step = 4 // the group that stopped it, then the skip again
+		}
+		end := min(j+step, len(xs))
+		ns.rankPlain(xs[j:end], base+j)
+		j = end
+	}
+}
+
+// rankPlain is scanPlain's element-by-element loop over xs (global index base).
+func (ns *topnScan) rankPlain(xs []float32, base int) {
 	for j, x := range xs {
 		if x-x != 0 { // NaN or ±Inf
 			if x != negInf {
