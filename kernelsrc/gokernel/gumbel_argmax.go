@@ -228,30 +228,64 @@ func (sc *gumbelScan) scanGreedyMasked(xs []float32, base, offset int, p *proces
 }
 
 // scanGumbel scans xs (at most convertChunk elements from global index base, a multiple
-// of four) for the largest Gumbel score. Where the CPU allows, gumbelFilter takes the
-// chunk's whole groups of 32 in vector code and lists the elements that might win; the
-// rest goes through three passes in Go: scale the logits and find the groups of four that
-// might hold a winner; draw the Philox words of those groups only (keeping the Philox
-// calls in a loop of their own roughly halves the cost per element); list the elements
-// that pass the word bound. The listed elements are then noised in index order.
+// of four) for the largest Gumbel score: gumbelCandidates lists the elements that might
+// win, which are then noised in index order.
 func (sc *gumbelScan) scanGumbel(xs []float32, base int) {
 	var words [convertChunk]uint32
-	var need [convertChunk / 4]uint8 // per group of four, the elements that might win
-	var cands [convertChunk]uint16   // those elements, in index order
+	var cands [convertChunk]uint16
 	xs = xs[:min(len(xs), convertChunk)]
 
-	// The running state lives in locals: the loops are hot.
-	best, bestScore, seen, invT := sc.best, sc.bestScore, sc.seen, sc.invT
+	// The running state lives in locals: the loop is hot.
+	best, bestScore, invT := sc.best, sc.bestScore, sc.invT
 	// limit is the score an element must be able to reach to be worth its noise:
 	// the best so far, or -Inf (nothing skipped) when the skip is off.
 	limit := negInf
 	if sc.skip {
 		limit = bestScore
 	}
+	nc, seen := gumbelCandidates(xs, base, sc.step, sc.key, invT, limit, &words, &cands)
+	sc.seen |= seen
 
-	fa := filterArgs{invT: invT, limit: limit, key: sc.key,
-		ctr: philox.Counter(uint32(base), sc.step, philox.PurposeGumbel)}
-	n0, nc, vecFinite, vecBad := gumbelFilter(xs, &fa, &words, &cands)
+	for _, c := range cands[:nc] {
+		i := int(c)
+		w, s := words[i], float32(xs[i]*invT)
+		if float32(s+gumbelBound(w)) < limit {
+			continue
+		}
+		var tail uint32
+		if w < abi.TailThreshold {
+			tails := philox.Block(philox.Counter(uint32(base+i), sc.step, philox.PurposeGumbelTail), sc.key)
+			tail = tails[i&3]
+		}
+		sc.noised++
+		score := philox.Score(xs[i], invT, philox.Gumbel(w, tail))
+		if p := pack(score, base+i); p > best {
+			best, bestScore = p, score
+			if sc.skip {
+				limit = score
+			}
+		}
+	}
+	sc.best, sc.bestScore = best, bestScore
+}
+
+// gumbelCandidates lists in cands, in index order, the elements of xs (at most
+// convertChunk from global index base, a multiple of four) whose Gumbel score
+// fl(fl(x·invT) + g) might reach limit, with the PurposeGumbel words of their groups in
+// words, and returns how many it listed and what it observed. Where the CPU allows,
+// gumbelFilter takes the chunk's whole groups of 32 in vector code (testing the word's
+// bound too); the rest goes through two passes in Go: scale the logits, listing the
+// elements that might reach limit with the largest noise and marking their groups of
+// four; draw the Philox words of those groups only (keeping the Philox calls in a loop
+// of their own roughly halves the cost per element). The caller tests each listed
+// element against its word's bound (gumbelBound) before it draws the noise.
+func gumbelCandidates(xs []float32, base int, step uint64, key [2]uint32, invT, limit float32,
+	words *[convertChunk]uint32, cands *[convertChunk]uint16) (int, abi.Seen) {
+	var need [convertChunk / 4]uint8 // per group of four, the elements that might reach limit
+	var seen abi.Seen
+	fa := filterArgs{invT: invT, limit: limit, key: key,
+		ctr: philox.Counter(uint32(base), step, philox.PurposeGumbel)}
+	n0, nc, vecFinite, vecBad := gumbelFilter(xs, &fa, words, cands)
 
 	// No branch depends on the values: a masked row holds -Inf where a grammar put it,
 	// which no predictor learns. fl(s + MaxGumbel) + x·0 is NaN for a NaN or infinite
@@ -285,46 +319,25 @@ func (sc *gumbelScan) scanGumbel(xs []float32, base int) {
 	g := n0 / 4
 	for ; g+8 <= groups; g += 8 {
 		if need[g]|need[g+1]|need[g+2]|need[g+3]|need[g+4]|need[g+5]|need[g+6]|need[g+7] != 0 {
-			c := philox.Counter(uint32(base+4*g), sc.step, philox.PurposeGumbel)
-			w := philox.Block8(c[0], c[1], c[2], c[3], sc.key)
+			c := philox.Counter(uint32(base+4*g), step, philox.PurposeGumbel)
+			w := philox.Block8(c[0], c[1], c[2], c[3], key)
 			copy(words[4*g:4*g+32], w[:])
 		}
 	}
 	for ; g+4 <= groups; g += 4 {
 		if need[g]|need[g+1]|need[g+2]|need[g+3] != 0 {
-			c := philox.Counter(uint32(base+4*g), sc.step, philox.PurposeGumbel)
-			w := philox.Block4(c[0], c[1], c[2], c[3], sc.key)
+			c := philox.Counter(uint32(base+4*g), step, philox.PurposeGumbel)
+			w := philox.Block4(c[0], c[1], c[2], c[3], key)
 			copy(words[4*g:4*g+16], w[:])
 		}
 	}
 	for ; g < groups; g++ {
 		if need[g] != 0 {
-			w := philox.Block(philox.Counter(uint32(base+4*g), sc.step, philox.PurposeGumbel), sc.key)
+			w := philox.Block(philox.Counter(uint32(base+4*g), step, philox.PurposeGumbel), key)
 			copy(words[4*g:4*g+4], w[:])
 		}
 	}
-
-	for _, c := range cands[:nc] {
-		i := int(c)
-		w, s := words[i], float32(xs[i]*invT)
-		if float32(s+gumbelBound(w)) < limit {
-			continue
-		}
-		var tail uint32
-		if w < abi.TailThreshold {
-			tails := philox.Block(philox.Counter(uint32(base+i), sc.step, philox.PurposeGumbelTail), sc.key)
-			tail = tails[i&3]
-		}
-		sc.noised++
-		score := philox.Score(xs[i], invT, philox.Gumbel(w, tail))
-		if p := pack(score, base+i); p > best {
-			best, bestScore = p, score
-			if sc.skip {
-				limit = score
-			}
-		}
-	}
-	sc.best, sc.bestScore, sc.seen = best, bestScore, seen
+	return nc, seen
 }
 
 // argmaxEnd publishes this block's partials; the last block of the draw to arrive

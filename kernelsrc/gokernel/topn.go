@@ -32,15 +32,13 @@ func topnInsert(t *topnList, key uint64) {
 
 // topnScan is one block's running state.
 type topnScan struct {
-	list  topnList
-	set   lse // log-sum-exp of the values the log-probabilities are taken over
-	seen  abi.Seen
-	invT  float32
-	seed  uint64
-	key   [2]uint32 // philox.Key(seed)
-	step  uint64
-	group int // the group of four whose Philox words are in words
-	words [4]uint32
+	list topnList
+	set  lse // log-sum-exp of the values the log-probabilities are taken over
+	seen abi.Seen
+	invT float32
+	seed uint64
+	key  [2]uint32 // philox.Key(seed)
+	step uint64
 }
 
 // topn is one block of topn: it keeps the N largest keys of its chunk and the chunk's
@@ -65,7 +63,7 @@ func topn(b *runtime.BlockContext, d abi.DType) {
 		invT = float32(1 / l.p.Temperature)
 	}
 	ns := topnScan{list: topnList{n: int(l.p.TopN)}, set: emptyLSE, invT: invT,
-		seed: l.p.Seed, key: philox.Key(l.p.Seed), step: l.p.Step, group: -1}
+		seed: l.p.Seed, key: philox.Key(l.p.Seed), step: l.p.Step}
 	var buf, proc [convertChunk]float32
 	for i := start; i < end; i += convertChunk {
 		xs := l.logits.load(&buf, i, min(convertChunk, end-i))
@@ -121,48 +119,43 @@ func (ns *topnScan) rankPlain(xs []float32, base int) {
 	}
 }
 
-// scanGumbel ranks the Gumbel scores of xs, skipping the noise of elements that cannot
-// reach the list: elements come in index order, so a later element must beat the
-// floor's score strictly, and its score is at most fl(fl(x·invT) + bound).
+// scanGumbel ranks the Gumbel scores of xs (at most convertChunk elements from global
+// index base, a multiple of four), noising only the elements that may reach the list:
+// gumbelCandidates lists those that might beat its floor's score as the chunk begins
+// (the floor only rises), and each is tested against the floor as it stands before its
+// noise is drawn. Elements come in index order, so a later one must beat the floor's
+// score strictly.
 func (ns *topnScan) scanGumbel(xs []float32, base int) {
-	for j, x := range xs {
-		if x-x != 0 {
-			if x != negInf {
-				ns.seen |= abi.SeenNonFinite
-			}
-			continue
-		}
-		ns.seen |= abi.SeenFinite
-		s := float32(x * ns.invT)
-		floor := ns.list.floor()
-		limit := negInf
-		if floor != 0 {
-			limit = orderKeyInverse(uint32(floor >> 32))
-		}
-		if float32(s+abi.MaxGumbel) < limit {
-			continue
-		}
-		i := base + j
-		if i>>2 != ns.group {
-			ns.group = i >> 2
-			ns.words = philox.Block(philox.Counter(uint32(i), ns.step, philox.PurposeGumbel), ns.key)
-		}
-		w := ns.words[i&3]
-		if float32(s+gumbelBound(w)) < limit {
+	var words [convertChunk]uint32
+	var cands [convertChunk]uint16
+	nc, seen := gumbelCandidates(xs, base, ns.step, ns.key, ns.invT, ns.floorScore(), &words, &cands)
+	ns.seen |= seen
+	for _, c := range cands[:nc] {
+		i := int(c)
+		x, w := xs[i], words[i]
+		if float32(float32(x*ns.invT)+gumbelBound(w)) < ns.floorScore() {
 			continue
 		}
 		var tail uint32
 		if w < abi.TailThreshold {
-			tail = philox.Word(ns.seed, ns.step, uint32(i), philox.PurposeGumbelTail)
+			tail = philox.Word(ns.seed, ns.step, uint32(base+i), philox.PurposeGumbelTail)
 		}
 		score := philox.Score(x, ns.invT, philox.Gumbel(w, tail))
 		if score == negInf {
 			continue // -Inf keys never enter the list
 		}
-		if p := pack(score, i); p > floor {
+		if p := pack(score, base+i); p > ns.list.floor() {
 			topnInsert(&ns.list, p)
 		}
 	}
+}
+
+// floorScore is the score of the list's floor, -Inf while the list has room.
+func (ns *topnScan) floorScore() float32 {
+	if floor := ns.list.floor(); floor != 0 {
+		return orderKeyInverse(uint32(floor >> 32))
+	}
+	return negInf
 }
 
 // topnEnd publishes the block's list and log-sum-exp; the last block of the row merges
