@@ -90,8 +90,8 @@ func topn(b *runtime.BlockContext, d abi.DType) {
 func (ns *topnScan) scanPlain(xs []float32, base int) {
 	for j := 0; j < len(xs); {
 		step := len(xs) // without vector code: one plain loop
-		if floor := ns.list.floor(); scanBelowVector && floor != 0 {
-			if n, _ := scanBelow(xs[j:], orderKeyInverse(uint32(floor>>32))); n > 0 {
+		if limit := ns.floorScore(); scanBelowVector && limit > negInf {
+			if n, _ := scanBelow(xs[j:], limit); n > 0 {
 				j += n
 				continue
 			}
