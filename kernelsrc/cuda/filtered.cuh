@@ -300,20 +300,15 @@ __device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32
             if (j >= n) {
                 continue;
             }
+            // The key comes after the listed ones: its value alone says whether it enters.
             const gb_u32 k = gb_orderkey(x[j]);
-            gb_u64 key = ((gb_u64)k << 32) | (gb_u64)(0xFFFFFFFFu - (g + j));
-            if (key <= lst[GB_FILTER_THREAD - 1]) {
+            const gb_u32 last = (gb_u32)(lst[GB_FILTER_THREAD - 1] >> 32);
+            if (k <= last) {
                 rej = gb_max_u32(rej, k);
                 continue;
             }
-            rej = gb_max_u32(rej, (gb_u32)(lst[GB_FILTER_THREAD - 1] >> 32));
-#pragma unroll
-            for (int i = 0; i < GB_FILTER_THREAD; ++i) { // a fixed insertion: no local memory
-                const gb_u64 a = lst[i];
-                const bool gt = key > a;
-                lst[i] = gt ? key : a;
-                key = gt ? a : key;
-            }
+            rej = gb_max_u32(rej, last);
+            gb_list_insert_later<GB_FILTER_THREAD>(lst, ((gb_u64)k << 32) | (gb_u64)(0xFFFFFFFFu - (g + j)));
         }
     }
 }

@@ -462,6 +462,27 @@ __device__ __forceinline__ gb_u32 gb_list_append(bool take, gb_u32* n) {
     return base + (gb_u32)__popcll(ballot & ((1ull << lane) - 1ull));
 }
 
+// gb_list_insert_later puts key (gb_pack) into a thread's list of L keys (largest first, 0 =
+// empty) when it arrives after every listed key in element order, as a scan's keys do.
+// Such a key ranks below every listed key of the same value, so the values alone place
+// it, and each slot compares with the new key, not with the key its neighbour pushed
+// down: L independent comparisons instead of a chain of 64-bit ones. The key must be
+// real (value above 0): the slots it passes hold real keys or 0.
+template <int L>
+__device__ __forceinline__ void gb_list_insert_later(gb_u64 lst[L], gb_u64 key) {
+    const gb_u32 k = (gb_u32)(key >> 32);
+    bool above[L];
+#pragma unroll
+    for (int i = 0; i < L; ++i) {
+        above[i] = k > (gb_u32)(lst[i] >> 32);
+    }
+#pragma unroll
+    for (int i = L - 1; i > 0; --i) {
+        lst[i] = above[i] ? (above[i - 1] ? lst[i - 1] : key) : lst[i];
+    }
+    lst[0] = above[0] ? key : lst[0];
+}
+
 // gb_warp_take moves the warp's `take` largest keys of its lanes' lists (L keys each,
 // largest first, 0 = empty) to out, largest first, ending with a 0 when there are fewer,
 // and returns to every lane the order key of the largest entry left in the lists (0:

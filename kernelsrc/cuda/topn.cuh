@@ -35,6 +35,19 @@ __device__ __forceinline__ gb_u64 gb_topn_insert(gb_u64 lst[L], gb_u64 key, gb_u
     return thr;
 }
 
+// gb_topn_insert_later is gb_topn_insert for a key that comes after every listed key in
+// element order, as a scan's do (gb_list_insert_later).
+template <int L>
+__device__ __forceinline__ gb_u64 gb_topn_insert_later(gb_u64 lst[L], gb_u64 key, gb_u32 at) {
+    gb_list_insert_later<L>(lst, key);
+    gb_u64 thr = 0ull;
+#pragma unroll
+    for (int j = 0; j < L; ++j) {
+        thr = (gb_u32)j == at ? lst[j] : thr;
+    }
+    return thr;
+}
+
 // gb_topn_at is where a thread's threshold sits in its list for a pass that wants n keys:
 // a thread needs no more than n of its own.
 template <int L>
@@ -369,7 +382,7 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
                 if (j < n && v[j] > -gb_inf()) {
                     const gb_u64 k = gb_pack(v[j], g + j);
                     if (k > gb_max_u64(thr, tb) && k < cap) {
-                        thr = gb_topn_insert<L>(lst, k, at);
+                        thr = gb_topn_insert_later<L>(lst, k, at);
                     }
                 }
             }
@@ -399,7 +412,7 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
             if (need[j]) {
                 const gb_u64 k = gb_pack(__fadd_rn(v[j], gb_gumbel(w[j], t[j])), g + j);
                 if (k > gb_max_u64(thr, tb) && k < cap) {
-                    thr = gb_topn_insert<L>(lst, k, at);
+                    thr = gb_topn_insert_later<L>(lst, k, at);
                 }
             }
         }
