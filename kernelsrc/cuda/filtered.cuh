@@ -318,6 +318,8 @@ __device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32
 struct gb_filter_shared {
     gb_u64 top[GB_MAX_WARPS * GB_FILTER_WARP]; // each warp's largest keys, largest first
     gb_u32 count[GB_MAX_WARPS];                // how many each warp hands on
+    gb_u64 wmax[GB_MAX_WARPS];                 // gb_filter_publish_bound: each warp's largest key
+    gb_u32 ncand;                              // gb_filter_publish_bound: its candidates
 };
 
 __device__ __forceinline__ gb_filter_shared& gb_filter_smem() {
@@ -368,13 +370,81 @@ __device__ __forceinline__ gb_u32 gb_filter_publish_ranked(gb_u32 left, gb_u32 t
 // searches, whose cost does not shrink with take (docs/benchmark_results/filtered-h200.md).
 #define GB_FILTER_RANK_MIN 24u
 
+// GB_FILTER_BOUND_MIN is the smallest take that gb_filter_publish_lists publishes by a
+// bound: below it the per-key merge's 2·take warp rounds cost about as much as the
+// bound's two barriers and ranks.
+#define GB_FILTER_BOUND_MIN 8u
+
+// gb_filter_publish_bound publishes the block's `take` largest keys of the threads' lists
+// by a thresholded selection, as topn's (gb_topn_select): T, the take-th largest of the
+// warps' largest keys, bounds the block's take-th largest from below, so the keys at or
+// above T (a few dozen on LLM logits) place the block's take largest by ranking each
+// other, at two barriers instead of a warp round per key. left is raised to the largest
+// listed key not published. It returns false, having published nothing, when more keys
+// than fs.top holds reach T: a row flat near its top, or busy warps without keys (T = 0).
+__device__ __forceinline__ bool gb_filter_publish_bound(const gb_u64 lst[GB_FILTER_THREAD], gb_u32 take,
+                                                        const gb_filter_shape& s, gb_filter_shared& fs,
+                                                        gb_u32& left) {
+    const gb_u32 lane = gb_lane(), nw = gb_num_warps();
+    const gb_u64 wmax = gb_warp_max_u64_all(lst[0]);
+    if (lane == 0u) {
+        fs.wmax[gb_warp()] = wmax;
+    }
+    if (threadIdx.x == 0u) {
+        fs.ncand = 0u;
+    }
+    __syncthreads();
+    // Every warp finds T itself: lane l ranks warp l's maximum among the others.
+    const gb_u64 mine = lane < nw ? fs.wmax[lane] : 0ull;
+    gb_u32 rank = 0u;
+    for (gb_u32 w = 0; w < nw; ++w) {
+        rank += gb_shfl_u64(mine, w) > mine ? 1u : 0u;
+    }
+    const gb_u64 at_take = (gb_u64)__ballot_sync(0xFFFFFFFFu, lane < nw && mine != 0ull && rank == take - 1u);
+    const gb_u64 t = at_take != 0ull ? gb_shfl_u64(mine, (gb_u32)(__ffsll((long long)at_take) - 1)) : 0ull;
+#pragma unroll
+    for (int i = 0; i < GB_FILTER_THREAD; ++i) {
+        const bool cand = lst[i] != 0ull && lst[i] >= t;
+        const gb_u32 at = gb_list_append(cand, &fs.ncand);
+        if (cand && at < GB_FILTER_PACKED) {
+            fs.top[at] = lst[i];
+        } else if (!cand) {
+            left = gb_max_u32(left, (gb_u32)(lst[i] >> 32));
+        }
+    }
+    __syncthreads();
+    const gb_u32 c = fs.ncand;
+    if (c > GB_FILTER_PACKED) {
+        return false; // uniform
+    }
+    for (gb_u32 i = threadIdx.x; i < c; i += blockDim.x) {
+        const gb_u64 key = fs.top[i];
+        gb_u32 r = 0u;
+        for (gb_u32 j = 0; j < c; ++j) {
+            r += fs.top[j] > key ? 1u : 0u;
+        }
+        if (r < take) {
+            s.part[r] = key;
+        } else if (r == take) {
+            left = gb_max_u32(left, (gb_u32)(key >> 32));
+        }
+    }
+    for (gb_u32 e = c + threadIdx.x; e < take; e += blockDim.x) {
+        s.part[e] = 0ull; // the last block reads all take slots
+    }
+    return true;
+}
+
 // gb_filter_publish_lists publishes the block's `take` largest keys of the threads' lists,
-// largest first: each warp takes its GB_FILTER_WARP largest, one warp maximum per key,
-// then warp 0 merges the warps' lists the same way, or, from GB_FILTER_RANK_MIN keys,
-// gb_filter_publish_ranked places them. It returns the largest key this thread knows the
-// block did not publish (the block's maximum of them is Kcov; rej is the thread's own).
+// largest first: by a bound (gb_filter_publish_bound) from GB_FILTER_BOUND_MIN keys while
+// the busy warps (those holding elements) have as many largest keys; else each warp takes
+// its GB_FILTER_WARP largest, one warp maximum per key, then warp 0 merges the warps'
+// lists the same way, or, from GB_FILTER_RANK_MIN keys, gb_filter_publish_ranked places
+// them. It returns the largest key this thread knows the block did not publish (the
+// block's maximum of them is Kcov; rej is the thread's own).
 __device__ __forceinline__ gb_u32 gb_filter_publish_lists(gb_u64 lst[GB_FILTER_THREAD], gb_u32 rej, gb_u32 take,
-                                                          const gb_filter_shape& s, gb_filter_shared& fs) {
+                                                          gb_u32 busy, const gb_filter_shape& s,
+                                                          gb_filter_shared& fs) {
     const gb_u32 lane = gb_lane(), warp = gb_warp();
     // A warp hands on at most take keys: the block's take largest are among its warps'.
     const gb_u32 wtake = gb_min_u32(take, GB_FILTER_WARP);
@@ -390,6 +460,13 @@ __device__ __forceinline__ gb_u32 gb_filter_publish_lists(gb_u64 lst[GB_FILTER_T
             fs.count[warp] = gb_count_above<GB_FILTER_WARP>(own, 0ull);
         }
         return gb_filter_publish_ranked(left, take, s, fs);
+    }
+    if (take >= GB_FILTER_BOUND_MIN && take <= gb_min_u32(busy, (gb_u32)GB_WARP_SIZE)) {
+        gb_u32 left = rej;
+        if (gb_filter_publish_bound(lst, take, s, fs, left)) {
+            return left;
+        }
+        __syncthreads(); // every thread has read fs.ncand
     }
     gb_u32 left = gb_max_u32(rej, gb_warp_take<GB_FILTER_THREAD>(lst, wtake, own));
     __syncthreads();
@@ -847,7 +924,8 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
     // [mkey << 32, Kcov or the min-p winner, mass, raw log-sum-exp].
     gb_u64 meta1 = best;
     if (!s.minp_only) {
-        meta1 = queue ? gb_filter_publish_queues(q, rej, take, s, fs) : gb_filter_publish_lists(lst, rej, take, s, fs);
+        meta1 = queue ? gb_filter_publish_queues(q, rej, take, s, fs)
+                      : gb_filter_publish_lists(lst, rej, take, gb_topn_busy(end - start), s, fs);
     }
     if (r.lp) {
         gb_block_lse(raw, raw, false, sh.pair);

@@ -247,7 +247,7 @@ func filteredLaunches(r *rand.Rand) []*launch {
 // top-k alone may be served by the list: its keys are distinct, and hundreds can lie
 // above the row's Kcov.)
 type probe struct {
-	kind    string // "llm", "equal", "faint"
+	kind    string // "llm", "equal", "faint", "none", "spread"
 	dt, v   int
 	sh      filteredShape
 	want    int // pathList or pathRow
@@ -256,11 +256,33 @@ type probe struct {
 }
 
 var (
-	llmProbe   = []filterConfig{{50, 0.9, 0}, {2, 0, 0}, {20, 0, 0}, {50, 0, 0}, {50, 0.9, 0.05}, {2, 0.5, 0.5}}
-	equalProbe = []filterConfig{{50, 0.9, 0}, {50, 0, 0}, {2, 0, 0}, {1000, 0, 0}, {0, 0.9, 0}, {0, 0.5, 0}, {20, 0.999, 0.05}}
-	faintProbe = []filterConfig{{0, 0.5, 0}, {0, 0.9, 0}, {0, 0.95, 0}}
-	noneProbe  = []filterConfig{{kOff, 1, 0}, {0, 0, 0}}
+	llmProbe    = []filterConfig{{50, 0.9, 0}, {2, 0, 0}, {20, 0, 0}, {50, 0, 0}, {50, 0.9, 0.05}, {2, 0.5, 0.5}}
+	equalProbe  = []filterConfig{{50, 0.9, 0}, {50, 0, 0}, {2, 0, 0}, {1000, 0, 0}, {0, 0.9, 0}, {0, 0.5, 0}, {20, 0.999, 0.05}}
+	faintProbe  = []filterConfig{{0, 0.5, 0}, {0, 0.9, 0}, {0, 0.95, 0}}
+	noneProbe   = []filterConfig{{kOff, 1, 0}, {0, 0, 0}}
+	spreadProbe = []filterConfig{{50, 0, 0}, {20, 0, 0}}
 )
+
+// spreadRow is a row of V = spreadBlocks·2048 for blocks of 512 threads in 32-lane warps,
+// where warp w scans elements [128w, 128w + 128) of its block's chunk. Block 3 holds one
+// strong logit in each of its first 12 warps, and a body higher than the other blocks'.
+// Top-k 50 over 20 blocks publishes 12 candidates a block, so block 3's are exactly its
+// strong logits, and the largest key it leaves out (Kcov) is one of its body's, not a
+// key let go in the scan: the row's kept set reaches below it, so the row cannot be
+// certified from the list.
+const spreadBlocks = 20
+
+func spreadRow(r *rand.Rand, v int) []float32 {
+	row := bodyRow(r, v)
+	chunk := v / spreadBlocks
+	for i := 3 * chunk; i < 4*chunk; i++ {
+		row[i] += 8
+	}
+	for w := range 12 {
+		row[3*chunk+128*w+r.IntN(128)] = 30 + float32(w)
+	}
+	return row
+}
 
 // The shapes run both of the CUDA edition's scans: threads' lists where a thread makes
 // fewer than GB_FILTER_QUEUE_TRIPS trips of its chunk (V = 1000, 16 and 37), warp
@@ -280,6 +302,9 @@ var probes = []probe{
 	{"none", dtF16, 16, filteredShape{1, 32, 32}, pathList, strongRow, noneProbe},
 	{"none", dtF16, 37, filteredShape{1, 32, 32}, pathRow, strongRow, noneProbe},
 	{"none", dtF32, 1000, filteredShape{2, 32, 8}, pathRow, strongRow, noneProbe},
+	// A block whose candidates are exactly its warps' largest keys (the thresholded
+	// publish with no key between T and the block's largest left out).
+	{"spread", dtF32, spreadBlocks * 2048, filteredShape{spreadBlocks, 512, 32}, pathRow, spreadRow, spreadProbe},
 }
 
 // probeLaunches makes a launch of each probe.
