@@ -6,8 +6,9 @@
 // A block scans its chunk once. With min-p alone it draws over its kept elements itself
 // (the threshold follows from the row's maximum) and publishes its winner and kept mass.
 // Otherwise it publishes candidates: on a short chunk each thread keeps its
-// GB_FILTER_THREAD largest keys and the warps' largest are merged one key at a time; on a
-// long one each warp queues the keys above its threshold (gb_cand_queue) and the block
+// GB_FILTER_THREAD largest keys, and the block places its largest by a bound on them
+// (gb_filter_publish_bound), by ranks, or one key at a time (gb_filter_publish_lists); on
+// a long one each warp queues the keys above its threshold (gb_cand_queue) and the block
 // ranks the warps' sorted lists. Either way the block publishes its take largest
 // (gb_filter_take: about 4k/S, at most k and FilterCands) and Kcov, the largest key it
 // left out. Every element above the row's Kcov is then a candidate, so the last block to
