@@ -74,7 +74,10 @@ type Measurement struct {
 	GraphUs float64 `json:"graph_us,omitempty"`
 	// HostUs is the median wall time of one Sample call, tokens back on the host.
 	HostUs float64 `json:"host_us"`
-	// AllocsPerCall is the mean number of Go heap allocations per Sample call.
+	// AllocsPerCall is the Go heap allocations per Sample call in the steady state: the
+	// fewest per call over allocWindows windows of the host calls. A CPU worker grows its
+	// scratch the first time it runs a kernel, which may fall in any call, once; spread
+	// over the calls as a mean it would read as a per-call cost.
 	AllocsPerCall float64 `json:"allocs_per_call"`
 	// Tokens is the first row's token, to show the step did sample.
 	Token int32 `json:"token"`
@@ -243,19 +246,25 @@ func Measure(dev runtime.Device, p Point, logits runtime.Buffer, cfg Config) (Me
 	}
 	m.Token = res.Tokens[0]
 
-	// Host latency and allocations, one call at a time.
+	// Host latency, one call at a time, and allocations by windows of calls.
 	host := make([]float64, cfg.HostCalls)
-	var before, after goruntime.MemStats
-	goruntime.ReadMemStats(&before)
-	for i := range host {
-		t0 := time.Now()
-		if err := call(uint64(cfg.Warmup + i)); err != nil {
-			return m, err
+	windows := min(allocWindows, cfg.HostCalls)
+	mallocs := make([]uint64, windows+1)
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	mallocs[0] = ms.Mallocs
+	for w := range windows {
+		for i := w * cfg.HostCalls / windows; i < (w+1)*cfg.HostCalls/windows; i++ {
+			t0 := time.Now()
+			if err := call(uint64(cfg.Warmup + i)); err != nil {
+				return m, err
+			}
+			host[i] = float64(time.Since(t0).Nanoseconds()) / 1e3
 		}
-		host[i] = float64(time.Since(t0).Nanoseconds()) / 1e3
+		goruntime.ReadMemStats(&ms)
+		mallocs[w+1] = ms.Mallocs
 	}
-	goruntime.ReadMemStats(&after)
-	m.AllocsPerCall = float64(after.Mallocs-before.Mallocs) / float64(cfg.HostCalls)
+	m.AllocsPerCall = fewestPerCall(mallocs, cfg.HostCalls)
 	m.HostUs = median(host)
 
 	m.DeviceUs, m.GraphUs, err = DeviceTime(dev, s.Stream(), relaunch, cfg)
@@ -351,6 +360,27 @@ func graphTime(st runtime.Stream, relaunch func() error, gc runtime.GraphCapture
 // stepsPerGraph is how many steps one captured graph holds, so that the graph's own
 // launch is shared by several steps (as bench/peers/torch_peers.py does).
 const stepsPerGraph = 10
+
+// allocWindows is how many windows of host calls AllocsPerCall takes its fewest from.
+const allocWindows = 4
+
+// fewestPerCall is the fewest allocations per call over the windows that split calls
+// calls evenly (as Measure's loop does), given the heap's malloc count at each window's
+// edge.
+func fewestPerCall(mallocs []uint64, calls int) float64 {
+	windows := len(mallocs) - 1
+	if windows < 1 || calls < 1 {
+		return 0
+	}
+	fewest := math.Inf(1)
+	for w := range windows {
+		n := (w+1)*calls/windows - w*calls/windows
+		if n > 0 {
+			fewest = min(fewest, float64(mallocs[w+1]-mallocs[w])/float64(n))
+		}
+	}
+	return fewest
+}
 
 func median(v []float64) float64 {
 	if len(v) == 0 {

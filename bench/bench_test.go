@@ -67,6 +67,27 @@ func TestMeasureConfig(t *testing.T) {
 	}
 }
 
+// AllocsPerCall is the fewest allocations per call over the windows: a one-time burst
+// (a CPU worker growing its scratch) in one window does not count, an allocation in
+// every call does.
+func TestFewestPerCall(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		mallocs []uint64
+		calls   int
+		want    float64
+	}{
+		{"none", []uint64{100, 100, 100, 100, 100}, 20, 0},
+		{"one burst", []uint64{100, 100, 110, 110, 110}, 20, 0},
+		{"every call", []uint64{100, 105, 110, 115, 120}, 20, 1},
+		{"uneven windows", []uint64{0, 0, 2, 4, 6}, 7, 0},
+		{"one call", []uint64{7, 9}, 1, 2},
+		{"no window", []uint64{7}, 1, 0},
+	} {
+		assert.Equal(t, c.want, fewestPerCall(c.mallocs, c.calls), c.name)
+	}
+}
+
 // A small sweep on the CPU device: every split measures, and the table lists each
 // split's time and the fastest one.
 func TestSweepOnCPU(t *testing.T) {
