@@ -372,8 +372,8 @@ __device__ __forceinline__ gb_u32 gb_filter_publish_ranked(gb_u32 left, gb_u32 t
 #define GB_FILTER_RANK_MIN 24u
 
 // GB_FILTER_BOUND_MIN is the smallest take that gb_filter_publish_lists publishes by a
-// bound: below it the per-key merge's 2·take warp rounds cost about as much as the
-// bound's two barriers and ranks.
+// bound: below it the per-key merge takes few warp rounds (take is 4 at batch 1), and
+// the bound was measured from take 9 (docs/benchmark_results/filtered-h200.md).
 #define GB_FILTER_BOUND_MIN 8u
 
 // gb_filter_publish_bound publishes the block's `take` largest keys of the threads' lists
