@@ -328,6 +328,26 @@ __device__ __forceinline__ gb_filter_shared& gb_filter_smem() {
     return s;
 }
 
+// gb_filter_place writes a key of the given rank in the block's lists to its published
+// slot when it is among the take largest, or raises left to it when it is the largest
+// left out.
+__device__ __forceinline__ void gb_filter_place(gb_u64 key, gb_u32 rank, gb_u32 take, const gb_filter_shape& s,
+                                                gb_u32& left) {
+    if (rank < take) {
+        s.part[rank] = key;
+    } else if (rank == take) {
+        left = gb_max_u32(left, (gb_u32)(key >> 32));
+    }
+}
+
+// gb_filter_clear_from empties the published slots [from, take): the last block reads
+// all take of them.
+__device__ __forceinline__ void gb_filter_clear_from(gb_u32 from, gb_u32 take, const gb_filter_shape& s) {
+    for (gb_u32 c = from + threadIdx.x; c < take; c += blockDim.x) {
+        s.part[c] = 0ull;
+    }
+}
+
 // gb_filter_publish_ranked writes the block's `take` largest keys of the warps' lists in
 // fs.top (each sorted, largest first, 0 past fs.count[w]) to its words, largest first:
 // each key finds its place in the block by a binary search of the other warps' lists,
@@ -354,15 +374,9 @@ __device__ __forceinline__ gb_u32 gb_filter_publish_ranked(gb_u32 left, gb_u32 t
                 rank += gb_count_above<GB_FILTER_WARP>(fs.top + w * GB_FILTER_WARP, key);
             }
         }
-        if (rank < take) {
-            s.part[rank] = key;
-        } else if (rank == take) {
-            left = gb_max_u32(left, (gb_u32)(key >> 32));
-        }
+        gb_filter_place(key, rank, take, s, left);
     }
-    for (gb_u32 c = total + threadIdx.x; c < take; c += blockDim.x) {
-        s.part[c] = 0ull; // the last block reads all take slots
-    }
+    gb_filter_clear_from(total, take, s);
     return left;
 }
 
@@ -372,8 +386,7 @@ __device__ __forceinline__ gb_u32 gb_filter_publish_ranked(gb_u32 left, gb_u32 t
 #define GB_FILTER_RANK_MIN 24u
 
 // GB_FILTER_BOUND_MIN is the smallest take that gb_filter_publish_lists publishes by a
-// bound: below it the per-key merge takes few warp rounds (take is 4 at batch 1), and
-// the bound was measured from take 9 (docs/benchmark_results/filtered-h200.md).
+// bound: below it the per-key merge takes few warp rounds (take is 4 at batch 1).
 #define GB_FILTER_BOUND_MIN 8u
 
 // gb_filter_publish_bound publishes the block's `take` largest keys of the threads' lists
@@ -424,15 +437,9 @@ __device__ __forceinline__ bool gb_filter_publish_bound(const gb_u64 lst[GB_FILT
         for (gb_u32 j = 0; j < c; ++j) {
             r += fs.top[j] > key ? 1u : 0u;
         }
-        if (r < take) {
-            s.part[r] = key;
-        } else if (r == take) {
-            left = gb_max_u32(left, (gb_u32)(key >> 32));
-        }
+        gb_filter_place(key, r, take, s, left);
     }
-    for (gb_u32 e = c + threadIdx.x; e < take; e += blockDim.x) {
-        s.part[e] = 0ull; // the last block reads all take slots
-    }
+    gb_filter_clear_from(c, take, s);
     return true;
 }
 
@@ -467,7 +474,6 @@ __device__ __forceinline__ gb_u32 gb_filter_publish_lists(gb_u64 lst[GB_FILTER_T
         if (gb_filter_publish_bound(lst, take, s, fs, left)) {
             return left;
         }
-        __syncthreads(); // every thread has read fs.ncand
     }
     gb_u32 left = gb_max_u32(rej, gb_warp_take<GB_FILTER_THREAD>(lst, wtake, own));
     __syncthreads();
