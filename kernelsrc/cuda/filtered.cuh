@@ -431,14 +431,9 @@ __device__ __forceinline__ bool gb_filter_publish_bound(const gb_u64 lst[GB_FILT
     if (c > GB_FILTER_PACKED) {
         return false; // uniform
     }
-    for (gb_u32 i = threadIdx.x; i < c; i += blockDim.x) {
-        const gb_u64 key = fs.top[i];
-        gb_u32 r = 0u;
-        for (gb_u32 j = 0; j < c; ++j) {
-            r += fs.top[j] > key ? 1u : 0u;
-        }
-        gb_filter_place(key, r, take, s, left);
-    }
+    gb_rank_keys(
+        c, [&](gb_u32 i) { return fs.top[i]; },
+        [&](gb_u32, gb_u64 key, gb_u32 rank) { gb_filter_place(key, rank, take, s, left); });
     gb_filter_clear_from(c, take, s);
     return true;
 }
@@ -752,20 +747,12 @@ __device__ __forceinline__ bool gb_filter_finish_list(gb_cat_row<KIND>& r, const
     // Ranks: entries are distinct packed keys, so rank order is the order of the keys.
     // A list that fits in fs.top is ranked from its packed keys: one load per comparison.
     if (!runs) {
-        for (gb_u32 e = threadIdx.x; e < n_list; e += blockDim.x) {
-            gb_u32 rank = 0u;
-            if (n_list <= GB_FILTER_PACKED) {
-                const gb_u64 me = fs.top[e];
-                for (gb_u32 f = 0u; f < n_list; ++f) {
-                    rank += fs.top[f] > me ? 1u : 0u;
-                }
-            } else {
-                const gb_u64 me = ((gb_u64)sh.key[e] << 32) | (0xFFFFFFFFu - sh.idx[e]);
-                for (gb_u32 f = 0u; f < n_list; ++f) {
-                    rank += (((gb_u64)sh.key[f] << 32) | (0xFFFFFFFFu - sh.idx[f])) > me ? 1u : 0u;
-                }
-            }
-            order[rank] = e;
+        const auto at_rank = [&](gb_u32 e, gb_u64, gb_u32 rank) { order[rank] = e; };
+        if (n_list <= GB_FILTER_PACKED) {
+            gb_rank_keys(n_list, [&](gb_u32 f) { return fs.top[f]; }, at_rank);
+        } else {
+            gb_rank_keys(
+                n_list, [&](gb_u32 f) { return ((gb_u64)sh.key[f] << 32) | (0xFFFFFFFFu - sh.idx[f]); }, at_rank);
         }
         __syncthreads();
     }

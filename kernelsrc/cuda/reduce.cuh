@@ -448,6 +448,50 @@ __device__ __forceinline__ gb_u32 gb_count_above_n(const gb_u64* list, gb_u32 n,
     return lo;
 }
 
+// gb_rank_split is how many threads gb_rank_keys gives each of c keys: the most, a power
+// of two up to 16 and the warp size, with which one trip of the block covers every key.
+// Even a list of twenty keys gains: each comparison waits on its shared load. Sixteen
+// lanes reading sixteen consecutive keys touch every shared bank once.
+__device__ __forceinline__ gb_u32 gb_rank_split(gb_u32 c, gb_u32& shift) {
+    gb_u32 p = 1u;
+    shift = 0u;
+    while (2u * p <= gb_min_u32(16u, (gb_u32)GB_WARP_SIZE) && 2u * p * c <= blockDim.x) {
+        p <<= 1;
+        ++shift;
+    }
+    return p;
+}
+
+// gb_rank_keys ranks each real key of key(0..c-1) (distinct, 0 = none) by how many of the
+// others are larger, and calls place(i, key, rank) once for each, from one of its threads.
+// A count over the list is a chain of dependent additions, so P threads (gb_rank_split),
+// lanes of one warp, count every P-th key each and add their counts by shuffles: a list
+// of a hundred keys takes a chain a P-th as long, on P times the warps. The block calls
+// it together; it does not synchronise.
+template <class Key, class Place>
+__device__ __forceinline__ void gb_rank_keys(gb_u32 c, Key key, Place place) {
+    gb_u32 shift;
+    const gb_u32 p = gb_rank_split(c, shift);
+    const gb_u32 slots = c << shift;
+    for (gb_u32 t0 = 0u; t0 < slots; t0 += blockDim.x) { // block-uniform trips: shuffles
+        const gb_u32 t = t0 + threadIdx.x;
+        const gb_u32 i = t >> shift, part = t & (p - 1u);
+        const gb_u64 me = t < slots ? key(i) : 0ull;
+        gb_u32 rank = 0u;
+        if (me != 0ull) {
+            for (gb_u32 j = part; j < c; j += p) {
+                rank += key(j) > me ? 1u : 0u;
+            }
+        }
+        for (gb_u32 d = 1u; d < p; d <<= 1) {
+            rank += __shfl_xor_sync(0xFFFFFFFFu, rank, d);
+        }
+        if (me != 0ull && part == 0u) {
+            place(i, me, rank);
+        }
+    }
+}
+
 // gb_list_append returns the place of this thread's entry (when take) in a list whose
 // length is *n: one shared atomic per warp.
 __device__ __forceinline__ gb_u32 gb_list_append(bool take, gb_u32* n) {

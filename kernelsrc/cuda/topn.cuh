@@ -140,27 +140,21 @@ __device__ __forceinline__ void gb_topn_sel_reset(gb_topn_sel* sel) {
 }
 
 // gb_topn_rank_all writes the N largest of the c distinct keys of list (0 = none) into
-// s_top by rank, 0 past c: each key counts the larger ones. Given t (for probes), it sets
-// *t to the key of rank N - 1 instead, which leaves *t as it was when there are fewer.
+// s_top by rank, 0 past c (gb_rank_keys). Given t (for probes), it sets *t to the key of
+// rank N - 1 instead, which leaves *t as it was when there are fewer.
 __device__ __forceinline__ void gb_topn_rank_all(const gb_u64* list, gb_u32 c, gb_u32 N, gb_u64* s_top,
                                                  gb_u64* t) {
-    for (gb_u32 i = threadIdx.x; i < c; i += blockDim.x) {
-        const gb_u64 key = list[i];
-        if (key == 0ull) {
-            continue;
-        }
-        gb_u32 rank = 0u;
-        for (gb_u32 j = 0; j < c; ++j) {
-            rank += list[j] > key ? 1u : 0u;
-        }
-        if (t != nullptr) {
-            if (rank == N - 1u) {
-                *t = key;
+    gb_rank_keys(
+        c, [&](gb_u32 i) { return list[i]; },
+        [&](gb_u32, gb_u64 key, gb_u32 rank) {
+            if (t != nullptr) {
+                if (rank == N - 1u) {
+                    *t = key;
+                }
+            } else if (rank < N) {
+                s_top[rank] = key;
             }
-        } else if (rank < N) {
-            s_top[rank] = key;
-        }
-    }
+        });
     if (t == nullptr) {
         for (gb_u32 i = c + threadIdx.x; i < N; i += blockDim.x) {
             s_top[i] = 0ull;

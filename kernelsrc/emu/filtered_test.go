@@ -302,6 +302,9 @@ var probes = []probe{
 	{"none", dtF16, 16, filteredShape{1, 32, 32}, pathList, strongRow, noneProbe},
 	{"none", dtF16, 37, filteredShape{1, 32, 32}, pathRow, strongRow, noneProbe},
 	{"none", dtF32, 1000, filteredShape{2, 32, 8}, pathRow, strongRow, noneProbe},
+	// Lists of a few dozen keys or more in blocks of 512 threads, which the last block
+	// ranks with several threads a key (gb_rank_keys).
+	{"llm", dtF32, 40 * 2048, filteredShape{40, 512, 32}, pathList, strongRow, llmProbe},
 	// A block whose candidates are exactly its warps' largest keys (the thresholded
 	// publish with no key between T and the block's largest left out).
 	{"spread", dtF32, spreadBlocks * 2048, filteredShape{spreadBlocks, 512, 32}, pathRow, spreadRow, spreadProbe},

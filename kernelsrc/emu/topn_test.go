@@ -171,7 +171,9 @@ func TestCUDATopNBunchedMatchesGoEdition(t *testing.T) {
 	type shape struct{ s, block, warp, v int }
 	shapes := []shape{{1, 32, 8, 1001}, {1, 16, 8, 130}, {1, 24, 8, 37}, {1, 16, 8, 5}, {3, 32, 16, 1001},
 		{2, 16, 8, 255}, {16, 16, 8, 1001}, {16, 16, 8, 1003}, {8, 16, 8, 640}, {32, 16, 8, 1001},
-		{1, 16, 8, 4001}, {2, 16, 8, 8191}}
+		{1, 16, 8, 4001}, {2, 16, 8, 8191},
+		// 64 published lists' probes, ranked by several threads each (gb_rank_keys).
+		{64, 256, 32, 64 * 256}}
 	ns := []uint32{5, 8, 13, 20, 20, 4, 1}
 	var ls []*launch
 	for _, sh := range shapes {
