@@ -5,12 +5,11 @@
 //
 // A block scans its chunk once. With min-p alone it draws over its kept elements itself
 // (the threshold follows from the row's maximum) and publishes its winner and kept mass.
-// Otherwise it publishes candidates: on a short chunk each thread keeps its
-// GB_FILTER_THREAD largest keys, and the block places its largest by a bound on them
-// (gb_filter_publish_bound), by ranks, or one key at a time (gb_filter_publish_lists); on
-// a long one each warp queues the keys above its threshold (gb_cand_queue) and the block
-// ranks the warps' sorted lists. Either way the block publishes its take largest
-// (gb_filter_take: about 4k/S, at most k and FilterCands) and Kcov, the largest key it
+// Otherwise it publishes candidates: each thread keeps its GB_FILTER_THREAD largest keys
+// (a long chunk too: a key enters a list at four independent comparisons, fewer than a
+// warp queue's sorts cost), and the block places its take largest (gb_filter_take: about
+// 4k/S, at most k and FilterCands) by a bound on them (gb_filter_publish_bound), by
+// ranks, or one key at a time (gb_filter_publish_lists), with Kcov, the largest key it
 // left out. Every element above the row's Kcov is then a candidate, so the last block to
 // arrive ranks the list and computes top-k and top-p exactly on it whenever the kept set
 // lies above Kcov (and the list fits GB_FILTER_RANKED), and draws over it; otherwise it
@@ -19,17 +18,12 @@
 // float32 winner reaches GB_EXACT_LIMIT is taken again by the exact comparison in the
 // last block (gb_exact_kept), over the same kept set.
 
-// GB_FILTER_THREAD is the candidates a thread keeps while it scans a short chunk,
+// GB_FILTER_THREAD is the candidates a thread keeps while it scans its chunk,
 // GB_FILTER_WARP those a warp hands on to its block, and GB_FILTER_RANKED the longest
 // list the last block ranks (half of the categorical list arrays; the ranks take the
 // other half).
 #define GB_FILTER_THREAD 4
 #define GB_FILTER_WARP 16
-// GB_FILTER_QUEUE_TRIPS is the trips per thread from which a block scans with warp
-// queues: a thread's own list costs an insertion network whenever any lane of its warp
-// sees a new key above its fourth, which on a long chunk is most trips; on a short one
-// the queues' sorts cost more than the lists (docs/benchmark_results/filtered-h200.md).
-#define GB_FILTER_QUEUE_TRIPS 16u
 #define GB_FILTER_RANKED (GB_CAT_CAP / 2)
 // GB_FILTER_PACKED is the longest list ranked from packed keys (gb_filter_shared.top).
 #define GB_FILTER_PACKED (GB_MAX_WARPS * GB_FILTER_WARP)
@@ -115,99 +109,16 @@ __device__ __forceinline__ gb_u32 gb_filter_take(const gb_row_params& p, const g
     return (gb_u32)(s.topk && k < want ? k : want);
 }
 
-// gb_cand_queue is a warp's candidates while it scans: up to 2W keys (W the warp size) in
-// the warp's slots of the categorical list arrays, which the scan does not otherwise use,
-// and tau, the gb_cand_keep()-th largest key it has kept (0 while it has fewer). A key at
-// or below tau can never be among the warp's gb_cand_keep() largest, so it is let go at
-// one comparison; on LLM logits few keys pass it after the first trips, and a trip whose
-// lanes have none skips the queue at one vote. The count and tau are warp-uniform.
-struct gb_cand_queue {
-    gb_u32* key; // order keys
-    gb_u32* idx; // element indices
-    gb_u64 tau;
-    gb_u32 n;
-};
-
-// gb_cand_keep is how many keys a warp keeps and hands on: GB_FILTER_WARP, or W when the
-// warp is smaller (the emulation's), so that a compacted queue has room for a whole warp.
-__device__ __forceinline__ gb_u32 gb_cand_keep() { return gb_min_u32(GB_FILTER_WARP, (gb_u32)GB_WARP_SIZE); }
-
-__device__ __forceinline__ gb_cand_queue gb_cand_queue_of(gb_cat_shared& sh) {
-    gb_cand_queue q;
-    q.key = sh.key + gb_warp() * 2u * GB_WARP_SIZE;
-    q.idx = sh.idx + gb_warp() * 2u * GB_WARP_SIZE;
-    q.tau = 0ull;
-    q.n = 0u;
-    return q;
-}
-
-// gb_cand_sorted returns the queue's keys sorted (lane l: key l in a, key l + W in b,
-// largest first, 0 past the end).
-__device__ __forceinline__ void gb_cand_sorted(const gb_cand_queue& q, gb_u64& a, gb_u64& b) {
-    __syncwarp();
-    const gb_u32 lane = gb_lane();
-    a = lane < q.n ? ((gb_u64)q.key[lane] << 32) | (0xFFFFFFFFu - q.idx[lane]) : 0ull;
-    b = lane + GB_WARP_SIZE < q.n
-            ? ((gb_u64)q.key[lane + GB_WARP_SIZE] << 32) | (0xFFFFFFFFu - q.idx[lane + GB_WARP_SIZE])
-            : 0ull;
-    gb_warp_sort2(a, b);
-}
-
-// gb_cand_compact keeps the queue's gb_cand_keep() largest keys, raises tau to the
-// smallest of them, and adds the largest key it lets go to rej.
-__device__ __forceinline__ void gb_cand_compact(gb_cand_queue& q, gb_u32& rej) {
-    const gb_u32 keep = gb_cand_keep();
-    gb_u64 a, b;
-    gb_cand_sorted(q, a, b);
-    // Key keep lies in a: keep <= W.
-    rej = gb_max_u32(rej, (gb_u32)((keep < (gb_u32)GB_WARP_SIZE ? gb_shfl_u64(a, keep) : gb_shfl_u64(b, 0u)) >> 32));
-    q.tau = gb_shfl_u64(a, keep - 1u);
-    __syncwarp(); // every lane has read its slots
-    const gb_u32 lane = gb_lane();
-    if (lane < keep) {
-        q.key[lane] = (gb_u32)(a >> 32);
-        q.idx[lane] = 0xFFFFFFFFu - (gb_u32)a;
-    }
-    q.n = gb_min_u32(q.n, keep);
-    __syncwarp();
-}
-
-// gb_cand_push queues this lane's key when it passes tau (else adds its order key k to
-// rej); every lane of the warp calls it.
-__device__ __forceinline__ void gb_cand_push(gb_cand_queue& q, bool valid, gb_u32 k, gb_u32 index, gb_u32& rej) {
-    const gb_u64 key = ((gb_u64)k << 32) | (gb_u64)(0xFFFFFFFFu - index);
-    const bool push = valid && key > q.tau;
-    if (valid && !push) {
-        rej = gb_max_u32(rej, k);
-    }
-    const gb_u64 ballot = (gb_u64)__ballot_sync(0xFFFFFFFFu, push);
-    if (ballot == 0ull) {
-        return;
-    }
-    const gb_u32 c = (gb_u32)__popcll(ballot);
-    if (q.n + c > 2u * GB_WARP_SIZE) {
-        gb_cand_compact(q, rej); // leaves at most gb_cand_keep(): room for a whole warp
-    }
-    if (push) {
-        const gb_u32 at = q.n + (gb_u32)__popcll(ballot & ((1ull << gb_lane()) - 1ull));
-        q.key[at] = k;
-        q.idx[at] = index;
-    }
-    q.n += c;
-}
-
 // gb_filter_scan is one block's pass over its chunk [start, end): the largest processed
 // key (mkey), the observations, with LP the raw log-sum-exp, and
 // - min-p alone (MINP): the best Gumbel key over its kept elements and their mass;
-// - otherwise: the candidates, with QUEUE the warp's queue (q), else the thread's
-//   GB_FILTER_THREAD largest keys (lst, largest first), and the largest key this thread
-//   let go (rej), with TOPP_MASS the fixed-point mass of every element.
-// The warps go through the chunk in step (a trip's groups are a warp's 4W consecutive
-// elements), so that the queue's votes see every lane.
-template <int KIND, bool MINP, bool TOPP_MASS, bool LP, bool QUEUE>
+// - otherwise: the candidates, the thread's GB_FILTER_THREAD largest keys (lst, largest
+//   first), and the largest key this thread let go (rej), with TOPP_MASS the fixed-point
+//   mass of every element.
+template <int KIND, bool MINP, bool TOPP_MASS, bool LP>
 __device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32 start, gb_u32 end,
                                                const gb_row_state& st, float dmin, gb_u32 lo, gb_u32 hi,
-                                               gb_cand_queue& q, gb_u64 lst[GB_FILTER_THREAD], gb_u32& rej,
+                                               gb_u64 lst[GB_FILTER_THREAD], gb_u32& rej,
                                                gb_u32& mkey, gb_u32& seen, gb_u64& mass, gb_u64& best,
                                                gb_lse& raw) {
     // One group loaded ahead: a block of a large batch's row makes many trips, each
@@ -277,19 +188,6 @@ __device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32
             for (gb_u32 j = 0; j < 4u; ++j) {
                 mass += gb_fixed_weight(x[j], st); // -Inf past n: 0
             }
-        }
-        if (QUEUE) {
-            // A trip whose groups all lie below tau is let go at one vote: on LLM logits
-            // nearly every trip after the first few.
-            if (__ballot_sync(0xFFFFFFFFu, n != 0u && gk >= (gb_u32)(q.tau >> 32)) == 0u) {
-                rej = gb_max_u32(rej, gk);
-                continue;
-            }
-#pragma unroll
-            for (gb_u32 j = 0; j < 4u; ++j) {
-                gb_cand_push(q, j < n, gb_orderkey(x[j]), g + j, rej);
-            }
-            continue;
         }
         // A group whose largest key does not pass the thread's fourth is let go whole.
         if (gk <= (gb_u32)(lst[GB_FILTER_THREAD - 1] >> 32)) {
@@ -499,28 +397,6 @@ __device__ __forceinline__ gb_u32 gb_filter_publish_lists(gb_u64 lst[GB_FILTER_T
         }
     }
     return left;
-}
-
-// gb_filter_publish_queues is gb_filter_publish_lists for the warps' queues: each warp
-// hands on its gb_cand_keep() largest, sorted.
-__device__ __forceinline__ gb_u32 gb_filter_publish_queues(const gb_cand_queue& q, gb_u32 rej, gb_u32 take,
-                                                           const gb_filter_shape& s, gb_filter_shared& fs) {
-    const gb_u32 lane = gb_lane(), warp = gb_warp();
-    // A warp hands on at most take keys: the block's take largest are among its warps'.
-    const gb_u32 wtake = gb_min_u32(take, gb_cand_keep());
-    gb_u64 a, b;
-    gb_cand_sorted(q, a, b);
-    const gb_u64 next = wtake < (gb_u32)GB_WARP_SIZE ? gb_shfl_u64(a, wtake) : gb_shfl_u64(b, 0u);
-    const gb_u32 left = gb_max_u32(rej, (gb_u32)(next >> 32));
-    const bool mine = lane < wtake && a != 0ull;
-    const gb_u64 ballot = (gb_u64)__ballot_sync(0xFFFFFFFFu, mine);
-    for (gb_u32 i = lane; i < GB_FILTER_WARP; i += GB_WARP_SIZE) {
-        fs.top[warp * GB_FILTER_WARP + i] = i == lane && mine ? a : 0ull;
-    }
-    if (lane == 0u) {
-        fs.count[warp] = (gb_u32)__popcll(ballot);
-    }
-    return gb_filter_publish_ranked(left, take, s, fs);
 }
 
 // gb_filter_block_end merges the block's scan results in one round of shared memory:
@@ -865,11 +741,8 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
 
     gb_u32 start, end;
     gb_chunk_of(vocab, nblocks, blockIdx.x, start, end);
-    // Block-uniform: the chunk's trips per thread.
-    const bool queue = !s.minp_only && end - start > 4u * blockDim.x * (GB_FILTER_QUEUE_TRIPS - 1u);
     const gb_u32 take = gb_filter_take(r.p, s, nblocks);
     gb_filter_shared& fs = gb_filter_smem();
-    gb_cand_queue q = gb_cand_queue_of(sh);
     gb_u64 lst[GB_FILTER_THREAD];
 #pragma unroll
     for (int i = 0; i < GB_FILTER_THREAD; ++i) {
@@ -880,37 +753,24 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
     gb_lse raw;
     gb_lse_init(raw);
     const bool topp_mass = s.topp && !s.topk;
-#define GB_FILTER_SCAN(MINP, TOPP, LP, QUEUE)                                                             \
-    gb_filter_scan<KIND, MINP, TOPP, LP, QUEUE>(r, start, end, st, dmin, lo, hi, q, lst, rej, mkey, seen, mass, \
-                                               best, raw)
+#define GB_FILTER_SCAN(MINP, TOPP, LP) \
+    gb_filter_scan<KIND, MINP, TOPP, LP>(r, start, end, st, dmin, lo, hi, lst, rej, mkey, seen, mass, best, raw)
     if (s.minp_only) {
         if (r.lp) {
-            GB_FILTER_SCAN(true, false, true, false);
+            GB_FILTER_SCAN(true, false, true);
         } else {
-            GB_FILTER_SCAN(true, false, false, false);
-        }
-    } else if (queue) {
-        if (topp_mass) {
-            if (r.lp) {
-                GB_FILTER_SCAN(false, true, true, true);
-            } else {
-                GB_FILTER_SCAN(false, true, false, true);
-            }
-        } else if (r.lp) {
-            GB_FILTER_SCAN(false, false, true, true);
-        } else {
-            GB_FILTER_SCAN(false, false, false, true);
+            GB_FILTER_SCAN(true, false, false);
         }
     } else if (topp_mass) {
         if (r.lp) {
-            GB_FILTER_SCAN(false, true, true, false);
+            GB_FILTER_SCAN(false, true, true);
         } else {
-            GB_FILTER_SCAN(false, true, false, false);
+            GB_FILTER_SCAN(false, true, false);
         }
     } else if (r.lp) {
-        GB_FILTER_SCAN(false, false, true, false);
+        GB_FILTER_SCAN(false, false, true);
     } else {
-        GB_FILTER_SCAN(false, false, false, false);
+        GB_FILTER_SCAN(false, false, false);
     }
 #undef GB_FILTER_SCAN
 
@@ -918,8 +778,7 @@ __device__ __forceinline__ void gb_filtered(const typename gb_io<KIND>::elem* __
     // [mkey << 32, Kcov or the min-p winner, mass, raw log-sum-exp].
     gb_u64 meta1 = best;
     if (!s.minp_only) {
-        meta1 = queue ? gb_filter_publish_queues(q, rej, take, s, fs)
-                      : gb_filter_publish_lists(lst, rej, take, gb_topn_busy(end - start), s, fs);
+        meta1 = gb_filter_publish_lists(lst, rej, take, gb_topn_busy(end - start), s, fs);
     }
     if (r.lp) {
         gb_block_lse(raw, raw, false, sh.pair);

@@ -391,34 +391,6 @@ __device__ __forceinline__ gb_u64 gb_shfl_u64(gb_u64 v, gb_u32 src) {
     return ((gb_u64)hi << 32) | lo;
 }
 
-// gb_warp_sort2 sorts the warp's 2W keys into descending order, W the warp size: lane l
-// holds key l in a and key l + W in b, before and after. A bitonic network: the steps of
-// stride W compare within a lane, the others across lanes by shuffles.
-__device__ __forceinline__ void gb_warp_sort2(gb_u64& a, gb_u64& b) {
-    const gb_u32 lane = gb_lane();
-    const gb_u32 w = GB_WARP_SIZE;
-#pragma unroll
-    for (gb_u32 k = 2u; k <= 2u * w; k <<= 1) {
-#pragma unroll
-        for (gb_u32 j = k >> 1; j > 0u; j >>= 1) {
-            if (j == w) { // k = 2W: one descending run, a is the lower of each pair
-                const gb_u64 hi = gb_max_u64(a, b);
-                b = a ^ b ^ hi;
-                a = hi;
-                continue;
-            }
-            // Key i keeps the larger of the pair (i, i ^ j) when i is the lower index of
-            // a descending run (i & k == 0) or the upper of an ascending one.
-            const gb_u64 pa = gb_shfl_xor_u64(a, j), pb = gb_shfl_xor_u64(b, j);
-            const bool lower = (lane & j) == 0u;
-            const bool big_a = lower == ((lane & k) == 0u);
-            const bool big_b = lower == (((lane + w) & k) == 0u);
-            a = big_a == (pa > a) ? pa : a;
-            b = big_b == (pb > b) ? pb : b;
-        }
-    }
-}
-
 // gb_count_above returns how many of the n keys of a descending list (0 = empty, at the
 // end) exceed key: a binary search, n a power of two.
 template <gb_u32 N>

@@ -284,9 +284,8 @@ func spreadRow(r *rand.Rand, v int) []float32 {
 	return row
 }
 
-// The shapes run both of the CUDA edition's scans: threads' lists where a thread makes
-// fewer than GB_FILTER_QUEUE_TRIPS trips of its chunk (V = 1000, 16 and 37), warp
-// queues where it makes more (the V = 151936 shapes, 8-lane warps among them).
+// The shapes give threads from one trip of their chunk (V = 16 and 37) to hundreds (the
+// V = 151936 shapes, 8-lane warps among them).
 var probes = []probe{
 	{"llm", dtF32, 1000, filteredShape{2, 128, 64}, pathList, strongRow, llmProbe},
 	{"llm", dtF16, 151936, filteredShape{1, 256, 32}, pathList, strongRow, llmProbe},
