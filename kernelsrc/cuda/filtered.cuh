@@ -102,11 +102,13 @@ struct gb_filter_shape {
 // list for the last block to rank.
 __device__ __forceinline__ gb_u32 gb_filter_take(const gb_row_params& p, const gb_filter_shape& s,
                                                  gb_u32 nblocks) {
-    const gb_u64 k = s.topk ? p.top_k : GB_FILTER_NUCLEUS;
-    gb_u64 want = (4ull * k + nblocks - 1u) / nblocks + 2u;
-    want = want < 4ull ? 4ull : want < (gb_u64)s.cands ? want : (gb_u64)s.cands;
+    const gb_u32 k = s.topk ? p.top_k : GB_FILTER_NUCLEUS;
+    // 32-bit division: every block of every row computes it. A k of 2^28 or more asks
+    // for more than any block publishes (s.cands).
+    gb_u32 want = k >= (1u << 28) ? s.cands : (4u * k + nblocks - 1u) / nblocks + 2u;
+    want = want < 4u ? 4u : want < s.cands ? want : s.cands;
     // A block never holds more than k of the row's k largest.
-    return (gb_u32)(s.topk && k < want ? k : want);
+    return s.topk && k < want ? k : want;
 }
 
 // gb_filter_scan is one block's pass over its chunk [start, end): the largest processed
@@ -126,12 +128,10 @@ __device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32
     const gb_u32 stride = 4u * blockDim.x;
     // The mask pair travels with its group.
     const bool procs = r.pc.flags != 0u;
-    const gb_u32 lane4 = 4u * gb_lane();
     float nxt[4];
     gb_u32 nn = gb_load_group<KIND>(r.row, start + 4u * threadIdx.x, end, r.vec, nxt);
     gb_mask_pair nmw = gb_group_mask_pair(r.pc, start + 4u * threadIdx.x, procs ? end : 0u);
-    for (gb_u32 gw = start + 4u * (threadIdx.x - gb_lane()); gw < end; gw += stride) {
-        const gb_u32 g = gw + lane4;
+    for (gb_u32 g = start + 4u * threadIdx.x; g < end; g += stride) {
         float v[4], x[4];
         const gb_u32 n = nn;
         const gb_mask_pair mw = nmw;
