@@ -219,6 +219,7 @@ struct gb_filter_shared {
     gb_u32 count[GB_MAX_WARPS];                // how many each warp hands on
     gb_u64 wmax[GB_MAX_WARPS];                 // gb_filter_publish_bound: each warp's largest key
     gb_u32 ncand;                              // gb_filter_publish_bound: its candidates
+    gb_u64 floor;                              // gb_filter_floor: the row's
 };
 
 __device__ __forceinline__ gb_filter_shared& gb_filter_smem() {
@@ -509,9 +510,61 @@ __device__ __forceinline__ void gb_filter_row_words(const gb_cat_row<KIND>& r, c
     }
 }
 
-// gb_filter_above is a published key if it lies above the row's Kcov, else 0.
-__device__ __forceinline__ gb_u64 gb_filter_above(gb_u64 key, gb_u32 kcov) {
-    return (gb_u32)(key >> 32) > kcov ? key : 0ull;
+// gb_filter_above is a published key if its value lies above the row's Kcov and at or
+// above floor's (gb_filter_floor), else 0. Values, not keys: top-k keeps the ties at the
+// k-th value.
+__device__ __forceinline__ gb_u64 gb_filter_above(gb_u64 key, gb_u32 kcov, gb_u32 floor = 0u) {
+    const gb_u32 v = (gb_u32)(key >> 32);
+    return v > kcov && v >= floor ? key : 0ull;
+}
+
+// GB_FILTER_FLOOR_BLOCKS is the most blocks a row may have for its last block to find
+// gb_filter_floor: that ranks a key of each block, and at batch 1 (132 blocks a row) the
+// list is short already.
+#define GB_FILTER_FLOOR_BLOCKS 64u
+
+// gb_filter_floor is, for a top-k row, an order key below which no value of the row is
+// among its k largest. With j + 1 = ceil(k/S), it is the value of the m-th largest of
+// the blocks' (j+1)-th published keys, m = ceil(k/(j+1)) <= S: m blocks hold j + 1 keys
+// at or above it each, k keys in all. The list above Kcov holds about 3k keys by design
+// (gb_filter_take); on LLM logits the floor halves it at batch 4 and 8, and its ranks
+// cost the square of its length. It returns 0 (no floor) where the row's shape does not
+// allow one; the block calls it together.
+__device__ __forceinline__ gb_u32 gb_filter_floor(const gb_row_params& p, const gb_filter_shape& s, gb_u32 span,
+                                                  gb_u32 take, const gb_u64 cand[GB_FILTER_LOADS],
+                                                  gb_filter_shared& fs) {
+    const gb_u32 nblocks = gridDim.x;
+    // The cheap tests first: the divisions below are not free, and the rows of a batch-1
+    // step (132 blocks) never take the floor.
+    if (!s.topk || nblocks > GB_FILTER_FLOOR_BLOCKS || span > GB_FILTER_LOADS * blockDim.x) {
+        return 0u; // uniform
+    }
+    const gb_u32 per = (p.top_k - 1u) / nblocks + 1u; // j + 1; top_k >= 1 with top-k on
+    if (per > take) {
+        return 0u;
+    }
+    const gb_u32 j = per - 1u;
+    const gb_u32 m = (p.top_k - 1u) / per + 1u;
+    if (threadIdx.x == 0u) {
+        fs.floor = 0ull;
+    }
+#pragma unroll
+    for (int c = 0; c < GB_FILTER_LOADS; ++c) {
+        const gb_u32 i = (gb_u32)c * blockDim.x + threadIdx.x;
+        if (i < span && i % take == j) {
+            fs.top[i / take] = cand[c];
+        }
+    }
+    __syncthreads();
+    gb_rank_keys(
+        nblocks, [&](gb_u32 b) { return fs.top[b]; },
+        [&](gb_u32, gb_u64 key, gb_u32 rank) {
+            if (rank == m - 1u) {
+                fs.floor = key;
+            }
+        });
+    __syncthreads();
+    return (gb_u32)(fs.floor >> 32);
 }
 
 // gb_filter_list_put appends key (when take) to the candidate list and returns its place.
@@ -528,11 +581,12 @@ __device__ __forceinline__ gb_u32 gb_filter_list_put(gb_u64 key, bool take, cons
     return at;
 }
 
-// gb_filter_list_add appends a published key above the row's Kcov to the candidate list,
-// and packs it into fs.top for the ranks. Every lane of the warp calls it.
-__device__ __forceinline__ void gb_filter_list_add(gb_u64 key, gb_u32 kcov, const gb_row_state& st, gb_cat_shared& sh,
-                                                   gb_filter_shared& fs) {
-    key = gb_filter_above(key, kcov);
+// gb_filter_list_add appends a published key above the row's Kcov and at or above floor
+// to the candidate list, and packs it into fs.top for the ranks. Every lane of the warp
+// calls it.
+__device__ __forceinline__ void gb_filter_list_add(gb_u64 key, gb_u32 kcov, gb_u32 floor, const gb_row_state& st,
+                                                   gb_cat_shared& sh, gb_filter_shared& fs) {
+    key = gb_filter_above(key, kcov, floor);
     const gb_u32 at = gb_filter_list_put(key, key != 0ull, st, sh);
     if (key != 0ull && at < GB_FILTER_PACKED) {
         fs.top[at] = key;
@@ -599,17 +653,20 @@ __device__ __forceinline__ bool gb_filter_finish_list(gb_cat_row<KIND>& r, const
     if (runs) {
         gb_filter_list_runs(s, st, kcov, span, take, cand, order, sh, fs);
     } else {
+        // Every value of the row's top k lies at or above the floor, so when k listed keys
+        // do, the list still holds the top k and their ties, and Kk at rank k - 1.
+        const gb_u32 floor = gb_filter_floor(r.p, s, span, take, cand, fs);
 #pragma unroll
         for (int j = 0; j < GB_FILTER_LOADS; ++j) {
             if ((gb_u32)j * blockDim.x < span) { // block-uniform trips: warps append
-                gb_filter_list_add(cand[j], kcov, st, sh, fs);
+                gb_filter_list_add(cand[j], kcov, floor, st, sh, fs);
             }
         }
         for (gb_u32 i0 = GB_FILTER_LOADS * blockDim.x; i0 < span; i0 += blockDim.x) {
             const gb_u32 i = i0 + threadIdx.x;
             const gb_u64 key =
                 i < span ? gb_load_published(s.row_part + (gb_u64)(i / take) * s.stride + i % take) : 0ull;
-            gb_filter_list_add(key, kcov, st, sh, fs);
+            gb_filter_list_add(key, kcov, floor, st, sh, fs);
         }
         __syncthreads();
     }
