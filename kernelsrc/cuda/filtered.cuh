@@ -217,7 +217,7 @@ __device__ __forceinline__ void gb_filter_scan(const gb_cat_row<KIND>& r, gb_u32
 struct gb_filter_shared {
     gb_u64 top[GB_MAX_WARPS * GB_FILTER_WARP]; // each warp's largest keys, largest first
     gb_u32 count[GB_MAX_WARPS];                // how many each warp hands on
-    gb_u64 wmax[GB_MAX_WARPS];                 // gb_filter_publish_bound: each warp's largest key
+    gb_u64 wmax[GB_MAX_WARPS];                 // gb_filter_publish_bound: the warps' largest keys
     gb_u32 ncand;                              // gb_filter_publish_bound: its candidates
     gb_u64 floor;                              // gb_filter_floor: the row's
 };
@@ -292,28 +292,40 @@ __device__ __forceinline__ gb_u32 gb_filter_publish_ranked(gb_u32 left, gb_u32 t
 // by a thresholded selection, as topn's (gb_topn_select): T, the take-th largest of the
 // warps' largest keys, bounds the block's take-th largest from below, so the keys at or
 // above T (a few dozen on LLM logits) place the block's take largest by ranking each
-// other, at two barriers instead of a warp round per key. left is raised to the largest
-// listed key not published. It returns false, having published nothing, when more keys
-// than fs.top holds reach T: a row flat near its top, or busy warps without keys (T = 0).
+// other, at two barriers instead of a warp round per key. With more keys to take than
+// warps (TWO), T is the take-th largest of each warp's two largest keys. left is raised
+// to the largest listed key not published. It returns false, having published nothing,
+// when more keys than fs.top holds reach T: a row flat near its top, or busy warps
+// without keys (T = 0).
+template <bool TWO>
 __device__ __forceinline__ bool gb_filter_publish_bound(const gb_u64 lst[GB_FILTER_THREAD], gb_u32 take,
                                                         const gb_filter_shape& s, gb_filter_shared& fs,
                                                         gb_u32& left) {
     const gb_u32 lane = gb_lane(), nw = gb_num_warps();
+    const gb_u32 per = TWO ? 2u : 1u;
     const gb_u64 wmax = gb_warp_max_u64_all(lst[0]);
     if (lane == 0u) {
-        fs.wmax[gb_warp()] = wmax;
+        fs.wmax[per * gb_warp()] = wmax;
+    }
+    if (TWO) {
+        // The warp's second largest: its other lanes' largest, or the winner's second.
+        const gb_u64 w2 = gb_warp_max_u64_all(lst[0] == wmax ? lst[1] : lst[0]);
+        if (lane == 0u) {
+            fs.wmax[2u * gb_warp() + 1u] = w2;
+        }
     }
     if (threadIdx.x == 0u) {
         fs.ncand = 0u;
     }
     __syncthreads();
-    // Every warp finds T itself: lane l ranks warp l's maximum among the others.
-    const gb_u64 mine = lane < nw ? fs.wmax[lane] : 0ull;
+    // Every warp finds T itself: lane l ranks the l-th of the warps' keys among the others.
+    const gb_u32 nk = per * nw;
+    const gb_u64 mine = lane < nk ? fs.wmax[lane] : 0ull;
     gb_u32 rank = 0u;
-    for (gb_u32 w = 0; w < nw; ++w) {
+    for (gb_u32 w = 0; w < nk; ++w) {
         rank += gb_shfl_u64(mine, w) > mine ? 1u : 0u;
     }
-    const gb_u64 at_take = (gb_u64)__ballot_sync(0xFFFFFFFFu, lane < nw && mine != 0ull && rank == take - 1u);
+    const gb_u64 at_take = (gb_u64)__ballot_sync(0xFFFFFFFFu, lane < nk && mine != 0ull && rank == take - 1u);
     const gb_u64 t = at_take != 0ull ? gb_shfl_u64(mine, (gb_u32)(__ffsll((long long)at_take) - 1)) : 0ull;
 #pragma unroll
     for (int i = 0; i < GB_FILTER_THREAD; ++i) {
@@ -339,11 +351,12 @@ __device__ __forceinline__ bool gb_filter_publish_bound(const gb_u64 lst[GB_FILT
 
 // gb_filter_publish_lists publishes the block's `take` largest keys of the threads' lists,
 // largest first: by a bound (gb_filter_publish_bound) from GB_FILTER_BOUND_MIN keys while
-// the busy warps (those holding elements) have as many largest keys; else each warp takes
-// its GB_FILTER_WARP largest, one warp maximum per key, then warp 0 merges the warps'
-// lists the same way, or, from GB_FILTER_RANK_MIN keys, gb_filter_publish_ranked places
-// them. It returns the largest key this thread knows the block did not publish (the
-// block's maximum of them is Kcov; rej is the thread's own).
+// the busy warps (those holding elements) have as many largest keys, or twice as many
+// with their second largest; else each warp takes its GB_FILTER_WARP largest, one warp
+// maximum per key, then warp 0 merges the warps' lists the same way, or, from
+// GB_FILTER_RANK_MIN keys, gb_filter_publish_ranked places them. It returns the largest
+// key this thread knows the block did not publish (the block's maximum of them is Kcov;
+// rej is the thread's own).
 __device__ __forceinline__ gb_u32 gb_filter_publish_lists(gb_u64 lst[GB_FILTER_THREAD], gb_u32 rej, gb_u32 take,
                                                           gb_u32 busy, const gb_filter_shape& s,
                                                           gb_filter_shared& fs) {
@@ -365,7 +378,13 @@ __device__ __forceinline__ gb_u32 gb_filter_publish_lists(gb_u64 lst[GB_FILTER_T
     }
     if (take >= GB_FILTER_BOUND_MIN && take <= gb_min_u32(busy, (gb_u32)GB_WARP_SIZE)) {
         gb_u32 left = rej;
-        if (gb_filter_publish_bound(lst, take, s, fs, left)) {
+        if (gb_filter_publish_bound<false>(lst, take, s, fs, left)) {
+            return left;
+        }
+    } else if (take >= GB_FILTER_BOUND_MIN && take <= 2u * busy &&
+               2u * gb_num_warps() <= gb_min_u32(GB_MAX_WARPS, (gb_u32)GB_WARP_SIZE)) {
+        gb_u32 left = rej;
+        if (gb_filter_publish_bound<true>(lst, take, s, fs, left)) {
             return left;
         }
     }

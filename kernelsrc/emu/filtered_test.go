@@ -304,6 +304,9 @@ var probes = []probe{
 	// Lists of a few dozen keys or more in blocks of 512 threads, which the last block
 	// ranks with several threads a key (gb_rank_keys).
 	{"llm", dtF32, 40 * 2048, filteredShape{40, 512, 32}, pathList, strongRow, llmProbe},
+	// Blocks taking more keys than they have warps (top-k 50 over 10 blocks takes 22 in 16
+	// warps): the thresholded publish bounds them by each warp's two largest keys.
+	{"llm", dtF32, 10 * 4096, filteredShape{10, 512, 32}, pathList, strongRow, llmProbe},
 	// A block whose candidates are exactly its warps' largest keys (the thresholded
 	// publish with no key between T and the block's largest left out).
 	{"spread", dtF32, spreadBlocks * 2048, filteredShape{spreadBlocks, 512, 32}, pathRow, spreadRow, spreadProbe},
