@@ -219,7 +219,7 @@ struct gb_filter_shared {
     gb_u32 count[GB_MAX_WARPS];                // how many each warp hands on
     gb_u64 wmax[GB_MAX_WARPS];                 // gb_filter_publish_bound: the warps' largest keys
     gb_u32 ncand;                              // gb_filter_publish_bound: its candidates
-    gb_u64 floor;                              // gb_filter_floor: the row's
+    gb_u64 floor;                              // gb_filter_floor: the row's floor key
 };
 
 __device__ __forceinline__ gb_filter_shared& gb_filter_smem() {
