@@ -755,8 +755,7 @@ func (s *Sampler) groupSplit(pl *plan, g, n, vocab int) int {
 // topn block of raw logits scans its chunk and selects its list before it waits for
 // gumbel_argmax (gb_grid_wait), which lets it start as it begins (gb_grid_release), so
 // on the multiprocessors gumbel_argmax leaves free topn does most of its work beside it
-// instead of after it (docs/benchmark_results/filtered-h200.md, commit 2569e6c under
-// "Kept, in order").
+// instead of after it (docs/benchmark_results/filtered-h200.md).
 func (s *Sampler) sharesDevice(gumbel, top, between int, lg Logits) bool {
 	return s.dep != nil && s.set.Split && gumbel > 0 && top > 0 && between == 0 && s.overlaps(max(gumbel, top), lg)
 }
@@ -901,9 +900,9 @@ func (s *Sampler) launchGroup(pl *plan, g, first, n int, after bool) error {
 // overlaps reports whether a kernel that reads rows rows of lg after the kernel before
 // it, which read them too, may be launched to overlap that kernel's end (launchAfter):
 // only while those logits take at most two fifths of the L2 cache. Larger ones ran
-// slower overlapped on an H200 (docs/benchmark_results/filtered-h200.md, "Tried and
-// not kept"), most likely because the early blocks land on other SMs than the first
-// kernel's blocks of the same chunk, and read it from the other half of the L2.
+// slower overlapped on an H200 (docs/benchmark_results/filtered-h200.md), most likely
+// because the early blocks land on other SMs than the first kernel's blocks of the same
+// chunk, and read it from the other half of the L2.
 func (s *Sampler) overlaps(rows int, lg Logits) bool {
 	return 5*int64(rows)*int64(lg.Vocab)*int64(lg.DType.Size()) <= 2*int64(s.l2)
 }
