@@ -111,6 +111,8 @@ func decodeResults(t *testing.T, data []byte, ls []*launch) []outcome {
 		if l.kernel == kernelFiltered {
 			o.paths = make([]uint32, len(l.params)*l.draws())
 			get(o.paths)
+			o.partials = make([]uint64, l.driverPartials())
+			get(o.partials)
 		}
 		if l.kernel == kernelTopN {
 			o.passes = make([]uint32, 4*l.launchRows())

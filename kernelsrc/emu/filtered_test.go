@@ -637,3 +637,120 @@ func TestCUDAFilteredExactMatchesGoEdition(t *testing.T) {
 		require.Greater(t, cov[k]+short[k], 30, "too few exact redraws on the %s path", k)
 	}
 }
+
+// The filtered kernel's thread lists and warp hand-offs (GB_FILTER_THREAD, GB_FILTER_WARP).
+const (
+	filterThreadKeys = 4
+	filterWarpKeys   = 16
+)
+
+// filterTake is gb_filter_take for a top-k row (k < V) of a launch of s blocks a row.
+func filterTake(k, s, cands int) int {
+	want := cands
+	if k < 1<<28 {
+		want = (4*k+s-1)/s + 2
+	}
+	want = min(max(want, 4), cands)
+	return min(want, k)
+}
+
+// filterPublish names the way gb_filter_publish_lists places a block's candidates.
+func filterPublish(take, busy, warps, warp int) string {
+	switch {
+	case take >= 24:
+		return "ranks"
+	case take >= 8 && take <= min(busy, warp):
+		return "bound"
+	case take >= 8 && take <= 2*busy && 2*warps <= min(32, warp):
+		return "bound of two keys a warp"
+	}
+	return "merge"
+}
+
+// TestFilteredBlocksPublishTheirLargestKeys reads what each block of the LLM probes'
+// top-k rows published (the partials after the launch) and requires, besides the Go
+// edition's outcomes: the published slots are keys of the block's chunk, largest first,
+// then empty; every key of the chunk above the block's Kcov is among them; and where no
+// thread holds more of the block's take largest keys than its list does, nor a warp
+// more than it hands on, they are exactly those keys, whichever way the block placed
+// them. A block that leaves out keys it could have published does not change a token
+// (the row falls back to the one-block path), so only this check sees, for example, a
+// thresholded publish whose bound T is too high.
+func TestFilteredBlocksPublishTheirLargestKeys(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	var ls []*launch
+	for _, l := range probeLaunches(r) {
+		if pr := probeOf(l); pr != nil && pr.kind == "llm" {
+			ls = append(ls, l)
+		}
+	}
+	got, _, _ := runFiltered(t, ls, goEdition(t, ls))
+	exact := map[string]int{}
+	for i, l := range ls {
+		sh := l.shape()
+		cands := sh.FilterCands()
+		for y, p := range l.params {
+			require.NotZero(t, p.TopK, "%s: the probes' rows carry top-k", l.name)
+			values := l.rowValues(int(p.Row))
+			take := filterTake(int(p.TopK), l.gridX, cands)
+			for z := range l.draws() {
+				for x := range l.gridX {
+					at := sh.FilterWord(y, z, x, 0)
+					pub := got[i].partials[at : at+take]
+					kcov := uint32(got[i].partials[at+cands+1])
+					start, end := chunkOf(l.vocab, l.gridX, x)
+					var keys []uint64
+					for e := start; e < end; e++ {
+						if !math.IsInf(float64(values[e]), -1) {
+							keys = append(keys, abi.Pack(values[e], uint32(e)))
+						}
+					}
+					slices.SortFunc(keys, func(a, b uint64) int { return cmp.Compare(b, a) })
+					what := fmt.Sprintf("%s: row %d draw %d block %d (take %d)", l.name, y, z, x, take)
+					for j, k := range pub {
+						if k == 0 {
+							require.Zero(t, slices.Max(pub[j:]), "%s: a key after an empty slot", what)
+							break
+						}
+						require.True(t, j == 0 || k < pub[j-1], "%s: slot %d out of order", what, j)
+						_, found := slices.BinarySearchFunc(keys, k, func(a, b uint64) int { return cmp.Compare(b, a) })
+						require.True(t, found, "%s: slot %d holds %#x, not a key of the chunk", what, j, k)
+					}
+					for _, k := range keys {
+						if uint32(k>>32) <= kcov {
+							break
+						}
+						require.Contains(t, pub, k, "%s: %#x lies above Kcov %#x but was not published", what, k, kcov)
+					}
+					top := keys[:min(take, len(keys))]
+					perThread, perWarp := map[int]int{}, map[int]int{}
+					for _, k := range top {
+						th := (int(^uint32(k)) - start) / 4 % l.block
+						perThread[th]++
+						perWarp[th/l.warp]++
+					}
+					if len(perThread) == 0 || maxCount(perThread) > filterThreadKeys || maxCount(perWarp) > filterWarpKeys {
+						continue
+					}
+					want := append(slices.Clone(top), make([]uint64, take-len(top))...)
+					require.Equal(t, want, pub, "%s: not the block's take largest keys", what)
+					busy := max(1, min(l.block/l.warp, ((end-start+3)/4+l.warp-1)/l.warp))
+					exact[filterPublish(take, busy, l.block/l.warp, l.warp)]++
+				}
+			}
+		}
+	}
+	t.Logf("blocks that published exactly their take largest keys, by the way they placed them: %v", exact)
+	for _, way := range []string{"ranks", "bound", "bound of two keys a warp", "merge"} {
+		require.Positive(t, exact[way], "no block placed its candidates by %s", way)
+	}
+}
+
+// maxCount is the largest count of m.
+func maxCount(m map[int]int) int {
+	c := 0
+	for _, n := range m {
+		c = max(c, n)
+	}
+	return c
+}

@@ -103,6 +103,10 @@ type outcome struct {
 	// paths is what the emulated filtered kernel's last block did for draw z of launch
 	// row y, at z·n + y: pathNone, pathList or pathRow (emulation only).
 	paths []uint32
+	// partials is the filtered launch's partials buffer afterwards: filter_max's words,
+	// then each block's published candidates and meta words (ABI.md, "filtered";
+	// emulation only).
+	partials []uint64
 	// passes is what the emulated topn kernel's blocks did for launch row y: at 4y the
 	// passes over their chunks beyond the first (summed over the blocks), at 4y + 1 the
 	// last block's passes over the published lists beyond the first, at 4y + 2 and 4y + 3

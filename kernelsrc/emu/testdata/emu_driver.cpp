@@ -40,7 +40,8 @@
 //   filtered route u32 path[grid_z * grid_y] (draw z of launch row y at z * grid_y + y):
 //   0 when the row's last block never asked whether its candidate list holds the kept
 //   set (greedy, min-p alone, bad or skipped rows, a non-finite row), 1 when it drew on
-//   the list, 2 when it fell back to the one-block path;
+//   the list, 2 when it fell back to the one-block path, then u64
+//   partials[partials_words] as the launch left them (the blocks' published words);
 //   topn: i32 tokens[slots * 20], f32 values[slots * 20], u32 counters[counters_words],
 //   u32 passes[4 * grid_y]: for launch row y, at 4y the passes its blocks made over their
 //   chunks beyond the first (summed over the blocks), at 4y + 1 those its last block made
@@ -542,6 +543,7 @@ int main(int argc, char** argv) {
         }
         if (filtered) {
             put(out, gb_emu_filter::path.data(), gb_emu_filter::path.size());
+            put(out, part, npart);
         }
         if (topn) {
             put(out, gb_emu_topn::passes.data(), gb_emu_topn::passes.size());
