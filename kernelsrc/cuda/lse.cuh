@@ -77,6 +77,17 @@ __device__ __forceinline__ void gb_lse_add4(gb_lse& a, const float v[4], float g
     a.s = __fadd_rn(a.s, __fadd_rn(e01, e23));
 }
 
+// gb_lse_seen is the observations (gb_seen) of the members gb_lse_add4 took in, read off
+// the sum instead of tested per group: a NaN or +Inf member leaves it NaN for good (its
+// term, or the next terms against a reference of +Inf), and a finite member makes it at
+// least 1 (its group's largest is a member or the reference). With a NaN or +Inf member
+// it does not say whether a finite one came too, which a row with NaN or +Inf never
+// needs. Only for members taken as they are: a product that overflows to +Inf is a
+// finite logit.
+__device__ __forceinline__ gb_u32 gb_lse_seen(const gb_lse& a) {
+    return a.s != a.s ? GB_SEEN_NONFINITE : a.s > 0.0f ? GB_SEEN_FINITE : 0u;
+}
+
 // gb_lse_merge adds the members of the pair (m, s) to a.
 __device__ __forceinline__ void gb_lse_merge(gb_lse& a, float m, float s) {
     if (!(m > -gb_inf())) {

@@ -295,63 +295,96 @@ __device__ __forceinline__ bool gb_topn_select_published(const gb_u64* row_part,
 }
 
 // GB_TOPN_BOUNDS is how many times a long scan raises its threads' thresholds to the
-// block's bound (gb_topn_bound_slot).
+// block's bound (gb_topn_bound_trip).
 #define GB_TOPN_BOUNDS 3
 
-// gb_topn_bound_slot is which of the block's bounds a scan takes before trip `trip` of
-// `trips` (GB_TOPN_BOUNDS: none). A thread's own threshold is its fourth key, which on a
+// GB_TOPN_NO_TRIP is the trip of a bound a scan does not take.
+#define GB_TOPN_NO_TRIP 0xFFFFFFFFu
+
+// gb_topn_bound_trip is the trip of `trips` before which a scan takes the block's bound
+// `slot` (GB_TOPN_NO_TRIP: none). A thread's own threshold is its fourth key, which on a
 // long chunk lets a key through on nearly every trip of some lane of each warp, and the
 // warp then runs the insertion; the block's bound, the N-th largest of the warps'
 // probes, lets through a few keys per thousand after a few trips, and again fewer after
 // the next. Each bound costs two barriers, so a chunk takes one only when at least as
 // many trips follow it as came before.
-__device__ __forceinline__ gb_u32 gb_topn_bound_slot(gb_u32 trip, gb_u32 trips) {
-    if (2u * trip > trips) {
-        return GB_TOPN_BOUNDS;
-    }
-    return trip == 2u ? 0u : trip == 8u ? 1u : trip == 24u ? 2u : GB_TOPN_BOUNDS;
+__device__ __forceinline__ gb_u32 gb_topn_bound_trip(gb_u32 slot, gb_u32 trips) {
+    const gb_u32 at = slot == 0u ? 2u : slot == 1u ? 8u : 24u;
+    return slot < GB_TOPN_BOUNDS && 2u * at <= trips ? at : GB_TOPN_NO_TRIP;
+}
+
+// GB_TOPN_AHEAD is how many trips ahead a scan loads its groups. A topn block is 512
+// threads, one to a multiprocessor (its registers), so with one group a thread in flight
+// a long scan waits on its loads; two keep twice the bytes in flight
+// (docs/benchmark_results/filtered-h200.md).
+#define GB_TOPN_AHEAD 2
+
+// gb_topn_gate is the value a group's largest value (plus GB_MAX_GUMBEL for Gumbel
+// scores) must reach for one of its keys to pass the key gate (0: none, -Inf). Below it
+// a key is below the gate's too (order keys keep the float order, and -0 and +0, equal
+// here, share a key), so the comparison skips groups in the float domain and the keys
+// of a group that passes are compared exactly.
+__device__ __forceinline__ float gb_topn_gate(gb_u64 gate) {
+    return gate != 0ull ? gb_orderkey_inverse((gb_u32)(gate >> 32)) : -gb_inf();
 }
 
 // gb_topn_scan folds the keys below cap of the chunk [start, end) into a thread's list
 // (see gb_topn), whose threshold sits at `at` (gb_topn_at): NOISY ranks Gumbel scores,
 // PROC processes the logits first. With s_bound (the first pass, whose lists hold the
 // block's top N), the threads also let go of keys below the block's bound, taken a few
-// times in the scan (gb_topn_bound_slot) into s_bound's GB_TOPN_BOUNDS words (0 before
-// the scan), and thr comes out as the larger of the two.
+// times in the scan (gb_topn_bound_trip) into s_bound's GB_TOPN_BOUNDS words (0 before
+// the scan), and thr comes out as the larger of the two. Raw logits (neither NOISY nor
+// PROC) take their observations from the log-sum-exp (gb_lse_seen), not per group.
 template <int KIND, bool NOISY, bool PROC, int L>
 __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* row, gb_u32 start, gb_u32 end,
                                              bool vec, gb_u32 at, gb_u64 cap, float invT, const gb_row_params& p,
                                              const gb_processor& pc, gb_u32 N, gb_u64* s_wtop, gb_u64* s_bound,
                                              gb_u64 lst[L], gb_u64& thr, gb_u32& seen, gb_lse& lse) {
-    // One group loaded ahead, with its mask word: a block of a large batch's row makes
-    // many trips, each waiting on its load otherwise. Every thread makes the chunk's
-    // trips, for the bounds' barriers (groups past end read as empty).
+    // Groups loaded GB_TOPN_AHEAD trips ahead, the mask word one: a block of a large
+    // batch's row makes many trips, each waiting on its load otherwise. Every thread
+    // makes the chunk's trips, for the bounds' barriers (groups past end read as empty).
     const gb_u32 stride = 4u * blockDim.x;
     const gb_u32 trips = (end - start + stride - 1u) / stride;
     const gb_u32 busy = gb_topn_busy(end - start);
+    gb_u32 slot = 0u;
+    gb_u32 bound_at = s_bound != nullptr ? gb_topn_bound_trip(0u, trips) : GB_TOPN_NO_TRIP;
     gb_u64 tb = 0ull;
-    float nxt[4];
-    gb_u32 nn = gb_load_group<KIND>(row, start + 4u * threadIdx.x, end, vec, nxt);
+    float gate = gb_topn_gate(thr);
+    float nxt[GB_TOPN_AHEAD][4];
+    gb_u32 nn[GB_TOPN_AHEAD];
+#pragma unroll
+    for (int a = 0; a < GB_TOPN_AHEAD; ++a) {
+        nn[a] = gb_load_group<KIND>(row, start + 4u * threadIdx.x + (gb_u32)a * stride, end, vec, nxt[a]);
+    }
     gb_mask_pair nmw = gb_group_mask_pair(pc, start + 4u * threadIdx.x, PROC ? end : 0u);
     gb_u32 g = start + 4u * threadIdx.x;
     for (gb_u32 trip = 0u; trip < trips; ++trip, g += stride) {
-        const gb_u32 slot = s_bound != nullptr ? gb_topn_bound_slot(trip, trips) : GB_TOPN_BOUNDS;
-        if (slot < GB_TOPN_BOUNDS) { // uniform
+        if (trip == bound_at) { // uniform
             tb = gb_topn_bound<L>(lst, busy, N, s_wtop, s_bound + slot);
+            bound_at = gb_topn_bound_trip(++slot, trips);
+            gate = gb_topn_gate(gb_max_u64(thr, tb));
         }
-        const gb_u64 gate = gb_max_u64(thr, tb);
         float v[4];
-        const gb_u32 n = nn;
+        const gb_u32 n = nn[0];
         const gb_mask_pair mw = nmw;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            v[j] = nxt[j];
+            v[j] = nxt[0][j];
         }
-        nn = gb_load_group<KIND>(row, g + stride, end, vec, nxt);
+#pragma unroll
+        for (int a = 0; a + 1 < GB_TOPN_AHEAD; ++a) {
+            nn[a] = nn[a + 1];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                nxt[a][j] = nxt[a + 1][j];
+            }
+        }
+        const gb_u32 ga = g + GB_TOPN_AHEAD * stride;
+        nn[GB_TOPN_AHEAD - 1] = gb_load_group<KIND>(row, ga, end, vec, nxt[GB_TOPN_AHEAD - 1]);
         if (PROC) {
             nmw = gb_group_mask_pair(pc, g + stride, end);
             seen |= gb_process_group_w(pc, gb_mask_bits(mw), g, n, v, v);
-        } else {
+        } else if (NOISY) {
             seen |= gb_group_seen(v, n);
         }
         if (NOISY) {
@@ -366,26 +399,28 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
             continue; // -Inf keys never enter
         }
         if (!NOISY) {
-            // A group whose largest value is below the thread's threshold cannot enter
-            // (equal values still may, by a lower index).
-            if (gb_orderkey(mx) < (gb_u32)(gate >> 32)) {
+            // A group whose largest value is below the gate cannot enter (equal values
+            // still may, by a lower index).
+            if (mx < gate) {
                 continue;
             }
 #pragma unroll
             for (gb_u32 j = 0; j < 4u; ++j) {
-                if (j < n && v[j] > -gb_inf()) {
+                // Most of a passing group's elements are below the gate: a float
+                // comparison settles them before a key is packed.
+                if (j < n && v[j] > -gb_inf() && !(v[j] < gate)) {
                     const gb_u64 k = gb_pack(v[j], g + j);
                     if (k > gb_max_u64(thr, tb) && k < cap) {
                         thr = gb_topn_insert_later<L>(lst, k, at);
                     }
                 }
             }
+            gate = gb_topn_gate(gb_max_u64(thr, tb));
             continue;
         }
-        // A score below the thread's threshold cannot be in the block's top N: skip the noise
-        // where a bound says so (exactly, as gumbel_argmax does).
-        const float thr_score = gate != 0ull ? gb_orderkey_inverse((gb_u32)(gate >> 32)) : -gb_inf();
-        if (__fadd_rn(mx, GB_MAX_GUMBEL) < thr_score) {
+        // A score below the gate cannot be in the block's top N: skip the noise where a
+        // bound says so (exactly, as gumbel_argmax does).
+        if (__fadd_rn(mx, GB_MAX_GUMBEL) < gate) {
             continue;
         }
         gb_u32 w[4];
@@ -394,7 +429,7 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
         bool any_tail = false;
 #pragma unroll
         for (gb_u32 j = 0; j < 4u; ++j) {
-            need[j] = j < n && v[j] > -gb_inf() && !(__fadd_rn(v[j], gb_cheap_bound(w[j])) < thr_score);
+            need[j] = j < n && v[j] > -gb_inf() && !(__fadd_rn(v[j], gb_cheap_bound(w[j])) < gate);
             any_tail = any_tail || (need[j] && w[j] < GB_TAIL_THRESHOLD);
         }
         gb_u32 t[4] = {0u, 0u, 0u, 0u};
@@ -410,6 +445,10 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
                 }
             }
         }
+        gate = gb_topn_gate(gb_max_u64(thr, tb));
+    }
+    if (!NOISY && !PROC) {
+        seen |= gb_lse_seen(lse);
     }
     thr = gb_max_u64(thr, tb);
 }
