@@ -654,14 +654,15 @@ func filterTake(k, s, cands int) int {
 	return min(want, k)
 }
 
-// filterPublish names the way gb_filter_publish_lists places a block's candidates.
+// filterPublish names the way gb_filter_publish_lists first tries to place a block's
+// candidates (a bound that meets too many candidates falls back to the merge).
 func filterPublish(take, busy, warps, warp int) string {
 	switch {
 	case take >= 24:
 		return "ranks"
 	case take >= 8 && take <= min(busy, warp):
 		return "bound"
-	case take >= 8 && take <= 2*busy && 2*warps <= min(32, warp):
+	case take >= 8 && take <= 2*busy && 2*warps <= min(abi.MaxWarps, warp):
 		return "bound of two keys a warp"
 	}
 	return "merge"
@@ -740,7 +741,7 @@ func TestFilteredBlocksPublishTheirLargestKeys(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("blocks that published exactly their take largest keys, by the way they placed them: %v", exact)
+	t.Logf("blocks that published exactly their take largest keys, by the way they tried first: %v", exact)
 	for _, way := range []string{"ranks", "bound", "bound of two keys a warp", "merge"} {
 		require.Positive(t, exact[way], "no block placed its candidates by %s", way)
 	}
