@@ -90,6 +90,49 @@ __device__ __forceinline__ float gb_exponential(gb_u32 w, gb_u32 tail) {
 // gb_gumbel is philox.Gumbel.
 __device__ __forceinline__ float gb_gumbel(gb_u32 w, gb_u32 tail) { return -logf(gb_exponential(w, tail)); }
 
+// gb_log2_approx is log2(x) for gb_noise_bound, which allows for its error: the hardware
+// approximation where there is one (lg2.approx, an absolute error near 2^-22), log2f
+// elsewhere.
+__device__ __forceinline__ float gb_log2_approx(float x) {
+#if GB_NVIDIA
+    float r;
+    asm("lg2.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#else
+    return log2f(x);
+#endif
+}
+
+// GB_NOISE_SLACK is gb_noise_bound's margin: it covers the fast logarithms' errors (below
+// 1e-5 there) and the last-place errors of any edition's float32 logarithms in
+// philox.Gumbel many times over.
+#define GB_NOISE_SLACK 2e-3f
+
+// gb_noise_bound is an upper bound of philox.Gumbel(w, t) for every tail word t, from the
+// main word alone, GB_NOISE_SLACK above the noise and at most u^3 / 2 more (u = w 2^-32,
+// below 1/2). gb_cheap_bound's steps sit up to a few units above the noise (0.37 for every
+// w >= 2^31, whose noise runs down to -3.13), so where a scan's gate lets many groups
+// through (topn's perturbed scan: the gate is the block's N-th score, not its best),
+// this one saves most of their logarithms, for two fast logarithms an element and no
+// branch. gumbel_argmax keeps the cheap steps: past its first trips they settle nearly
+// every element in fewer instructions (docs/performance-notes.md).
+//  - w >= 2^31: 1 - u is formed exactly as gb_exponential forms it, and E = -log(1 - u)
+//    to the fast logarithm's error.
+//  - w < 2^31: gb_exponential's u is fl(fl(w) + f) 2^-32 with f in (0, 1) (the tail's
+//    fraction below 2^24, else 1/2), never below v = fl(w) 2^-32; E = -log1p(-u) = u +
+//    u^2/2 + u^3/3 + ..., so the first three terms at v bound it from below, and the rest
+//    adds at most u^4 / (4 (1 - u)) <= u^4 / 2. w = 0 bounds E by 0: the bound is +Inf.
+__device__ __forceinline__ float gb_noise_bound(gb_u32 w) {
+    const float ln2 = 0.69314718f;
+    const bool upper = w >= 0x80000000u;
+    const float omu = __fmul_rn(__fadd_rn((float)(~w), 0.5f), GB_TWO_POW_M32);
+    const float v = __fmul_rn((float)w, GB_TWO_POW_M32);
+    const float series = __fmul_rn(v, __fadd_rn(1.0f, __fmul_rn(v, __fadd_rn(0.5f, __fmul_rn(v, 0.33333331f)))));
+    const float l = gb_log2_approx(upper ? omu : 1.0f);
+    const float e = upper ? __fmul_rn(l, -ln2) : series;
+    return __fadd_rn(__fmul_rn(gb_log2_approx(e), -ln2), GB_NOISE_SLACK);
+}
+
 // gb_gumbel_bound is an upper bound of gb_gumbel(w, any tail) read from the main word
 // alone, so an element far below the best score skips its logarithms. With c leading zero
 // bits, w >= 2^(31-c), so u >= 2^-(c+1), E = -log1p(-u) >= u and g = -log(E) <= (c+1) ln 2;

@@ -429,7 +429,10 @@ __device__ __forceinline__ void gb_topn_scan(const typename gb_io<KIND>::elem* r
         bool any_tail = false;
 #pragma unroll
         for (gb_u32 j = 0; j < 4u; ++j) {
-            need[j] = j < n && v[j] > -gb_inf() && !(__fadd_rn(v[j], gb_cheap_bound(w[j])) < gate);
+            // The bound of every element, outside the test's branches: taken behind them it
+            // ran slower (docs/benchmark_results/filtered-h200.md).
+            const float hi = gb_noise_bound(w[j]);
+            need[j] = j < n && v[j] > -gb_inf() && !(__fadd_rn(v[j], hi) < gate);
             any_tail = any_tail || (need[j] && w[j] < GB_TAIL_THRESHOLD);
         }
         gb_u32 t[4] = {0u, 0u, 0u, 0u};

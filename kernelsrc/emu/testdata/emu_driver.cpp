@@ -285,8 +285,8 @@ void put(std::ofstream& out, const T* p, std::size_t n) {
 
 // units evaluates sampling.cu's device functions on the inputs of UNITS (u32 n, n pairs
 // of u32 (w, tail); u32 m, m Philox inputs of six u32: counter, key) and writes, in
-// order: f32 GB_MIN_GUMBEL and GB_MAX_GUMBEL; n triples of f32 (gb_gumbel(w, tail),
-// gb_gumbel_bound(w), gb_cheap_bound(w)); m blocks of four u32;
+// order: f32 GB_MIN_GUMBEL and GB_MAX_GUMBEL; n fours of f32 (gb_gumbel(w, tail),
+// gb_gumbel_bound(w), gb_cheap_bound(w), gb_noise_bound(w)); m blocks of four u32;
 // the f32 of all 65536 f16 bit patterns; the same for bf16.
 int units(reader& r, std::ofstream& out) {
     const float bounds[2] = {GB_MIN_GUMBEL, GB_MAX_GUMBEL};
@@ -295,7 +295,7 @@ int units(reader& r, std::ofstream& out) {
     for (std::uint32_t i = 0; i < n; ++i) {
         const gb_u32 w = r.get<std::uint32_t>();
         const gb_u32 tail = r.get<std::uint32_t>();
-        const float v[3] = {gb_gumbel(w, tail), gb_gumbel_bound(w), gb_cheap_bound(w)};
+        const float v[4] = {gb_gumbel(w, tail), gb_gumbel_bound(w), gb_cheap_bound(w), gb_noise_bound(w)};
         out.write(reinterpret_cast<const char*>(v), sizeof v);
     }
     const std::uint32_t m = r.get<std::uint32_t>();
