@@ -71,11 +71,15 @@ __device__ __forceinline__ void gb_philox_groups(const gb_u32 c0[G], gb_u32 c1, 
     }
 }
 
+// gb_one_minus_u is 1 - u for a main word w >= 2^31, as philox.Exponential forms it.
+__device__ __forceinline__ float gb_one_minus_u(gb_u32 w) {
+    return __fmul_rn(__fadd_rn((float)(~w), 0.5f), GB_TWO_POW_M32);
+}
+
 // gb_exponential is philox.Exponential: the Exp(1) variate of main word w and tail word.
 __device__ __forceinline__ float gb_exponential(gb_u32 w, gb_u32 tail) {
     if (w >= 0x80000000u) {
-        float one_minus_u = __fmul_rn(__fadd_rn((float)(~w), 0.5f), GB_TWO_POW_M32);
-        return -logf(one_minus_u);
+        return -logf(gb_one_minus_u(w));
     }
     float u;
     if (w < GB_TAIL_THRESHOLD) {
@@ -116,8 +120,8 @@ __device__ __forceinline__ float gb_log2_approx(float x) {
 // this one saves most of their logarithms, for two fast logarithms an element and no
 // branch. gumbel_argmax keeps the cheap steps: past its first trips they settle nearly
 // every element in fewer instructions (docs/performance-notes.md).
-//  - w >= 2^31: 1 - u is formed exactly as gb_exponential forms it, and E = -log(1 - u)
-//    to the fast logarithm's error.
+//  - w >= 2^31: 1 - u is gb_exponential's own (gb_one_minus_u), and E = -log(1 - u) to
+//    the fast logarithm's error.
 //  - w < 2^31: gb_exponential's u is fl(fl(w) + f) 2^-32 with f in (0, 1) (the tail's
 //    fraction below 2^24, else 1/2), never below v = fl(w) 2^-32; E = -log1p(-u) = u +
 //    u^2/2 + u^3/3 + ..., so the first three terms at v bound it from below, and the rest
@@ -125,7 +129,7 @@ __device__ __forceinline__ float gb_log2_approx(float x) {
 __device__ __forceinline__ float gb_noise_bound(gb_u32 w) {
     const float ln2 = 0.69314718f;
     const bool upper = w >= 0x80000000u;
-    const float omu = __fmul_rn(__fadd_rn((float)(~w), 0.5f), GB_TWO_POW_M32);
+    const float omu = gb_one_minus_u(w);
     const float v = __fmul_rn((float)w, GB_TWO_POW_M32);
     const float series = __fmul_rn(v, __fadd_rn(1.0f, __fmul_rn(v, __fadd_rn(0.5f, __fmul_rn(v, 0.33333331f)))));
     const float l = gb_log2_approx(upper ? omu : 1.0f);
