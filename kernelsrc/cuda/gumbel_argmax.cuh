@@ -43,18 +43,27 @@ __device__ __forceinline__ void gb_take_groups(float cur[G][4], gb_u32 n[G], gb_
 // pairs) and, with NL = 2, the raw log-sum-exp over the logits themselves, whose groups'
 // largest logits it leaves in rmax (NL = 1: the scan's one log-sum-exp covers both; rmax
 // is left unset). MASKS: the row's processors are masks at most (gb_masks_at_most).
-template <bool PROC, int NL, int G, bool MASKS = false>
+// SUMS (with MASKS): no observations; each group's gb_sum4 is added to sum instead, and
+// the caller settles the observations from it (gb_scan_greedy).
+template <bool PROC, int NL, int G, bool MASKS = false, bool SUMS = false>
 __device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_u32 stride, const float cur[G][4],
                                            const gb_u32 n[G], const gb_mask_pair mw[G], float xp[G][4], gb_u32& flags,
-                                           gb_lse& raw, float rmax[G]) {
+                                           float& sum, gb_lse& raw, float rmax[G]) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
-        if (PROC && MASKS) {
+        if (SUMS) {
+            sum = __fadd_rn(sum, gb_sum4(cur[i]));
+        }
+        if (PROC && MASKS && SUMS) {
+            gb_mask_select(gb_mask_bits(mw[i]), g + (gb_u32)i * stride, cur[i], xp[i]);
+        } else if (PROC && MASKS) {
             flags |= gb_mask_group(gb_mask_bits(mw[i]), g + (gb_u32)i * stride, n[i], cur[i], xp[i]);
         } else if (PROC) {
             flags |= gb_process_group_w(pc, gb_mask_bits(mw[i]), g + (gb_u32)i * stride, n[i], cur[i], xp[i]);
         } else {
-            flags |= gb_group_seen(cur[i], n[i]);
+            if (!SUMS) {
+                flags |= gb_group_seen(cur[i], n[i]);
+            }
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
                 xp[i][k] = cur[i][k];
@@ -74,15 +83,18 @@ __device__ __forceinline__ void gb_prepare(const gb_processor& pc, gb_u32 g, gb_
 // order keys do). With NL = 0 the best is tbest and its index tidx, taken by selects (the
 // key is packed once, at the end: on LLM logits some lane of a warp improves in most
 // trips, so a branch would be taken anyway); with NL > 0 the key is kept as it improves,
-// and w.x and w.v follow it (see gb_win). MASKS as in gb_prepare.
-template <bool PROC, int NL, bool MASKS>
-__device__ __forceinline__ void gb_greedy_trip(const gb_processor& pc, gb_u32 g, gb_u32 stride, gb_u32 goff,
+// and w.x and w.v follow it (see gb_win). WHOLE: a whole trip (gb_scan_greedy), which
+// runs gb_prepare with MASKS and SUMS and takes its mask bits at sh = g mod 32, the same
+// in every trip of a thread.
+template <bool PROC, int NL, bool WHOLE>
+__device__ __forceinline__ void gb_greedy_trip(const gb_processor& pc, gb_u32 g, gb_u32 sh, gb_u32 stride, gb_u32 goff,
                                                const float cur[GB_GROUPS][4], const gb_u32 n[GB_GROUPS],
                                                const gb_mask_pair mw[GB_GROUPS], float& tbest, gb_u32& tidx,
-                                               gb_win& w) {
+                                               float& sum, gb_win& w) {
     float xp[GB_GROUPS][4];
     float rmax[GB_GROUPS];
-    gb_prepare<PROC, NL, GB_GROUPS, MASKS>(pc, g, stride, cur, n, mw, xp, w.seen, w.raw, rmax);
+    gb_prepare<PROC, NL, GB_GROUPS, WHOLE, WHOLE>(pc, WHOLE ? sh : g, stride, cur, n, mw, xp, w.seen, sum, w.raw,
+                                                  rmax);
 #pragma unroll
     for (int i = 0; i < GB_GROUPS; ++i) {
         const float mx = gb_max4(xp[i]); // elements past end read as -Inf
@@ -109,7 +121,12 @@ __device__ __forceinline__ void gb_greedy_trip(const gb_processor& pc, gb_u32 g,
 // x' (the greedy record's temperature-1 distribution) and, with NL = 2, raw over the
 // logits. A row of aligned logits whose processors are masks at most runs its trips
 // while the next one is whole without bounds, fills or feature tests, which cost more
-// instructions than a trip's work (docs/benchmark_results/bitmask-h200.md).
+// instructions than a trip's work (docs/benchmark_results/bitmask-h200.md). Those trips
+// load one word a group where the row has one mask array, and observe nothing: they sum
+// their logits instead, and the observations come at the end. A sum that ends NaN or
+// +Inf (a NaN or +Inf logit, or finite ones that overflowed) sends the thread over its
+// whole trips again to observe them exactly; without NaN or +Inf, an allowed finite
+// logit exists exactly when the best is above -Inf.
 template <int KIND, bool PROC, int NL>
 __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem* row, gb_u32 start,
                                                gb_u32 end, bool vec, const gb_processor& pc, gb_u32 goff,
@@ -124,22 +141,51 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
     gb_mask_pair mw[GB_GROUPS];
     gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
     gb_load_mask_words<PROC, GB_GROUPS>(pc, g, stride, end, mw);
-    if (vec && gb_masks_at_most(pc)) {
+    // A trip a multiple of 32 elements keeps each group's bits at the same place in its
+    // word: true for blocks of whole 8-thread parts of a warp, as every launch has. The
+    // whole trips run while the next trip is whole too; then this trip's groups are
+    // whole, and n stays 4.
+    auto next_whole = [&]() { return g + trip + (GB_GROUPS - 1u) * stride + 4u <= end; };
+    if (vec && gb_masks_at_most(pc) && (stride & 31u) == 0u && next_whole()) {
         const gb_u32* mk;
         const gb_u32* bm;
         gb_mask_arrays(pc, mk, bm);
-        gb_u32 whole[GB_GROUPS];
+        const gb_u32 sh = g & 31u;
+        const gb_u32 first = g;
+        float sum = 0.0f;
+        auto whole_trips = [&](auto one) {
+            constexpr bool ONE = decltype(one)::value;
+            if (ONE) {
 #pragma unroll
-        for (int i = 0; i < GB_GROUPS; ++i) {
-            whole[i] = 4u;
+                for (int i = 0; i < GB_GROUPS; ++i) {
+                    mw[i].m = gb_mask_bits(mw[i]);
+                    mw[i].b = 0xFFFFFFFFu;
+                }
+            }
+            do {
+                float nxt[GB_GROUPS][4];
+                gb_mask_pair nmw[GB_GROUPS];
+                gb_load_whole_groups<KIND, GB_GROUPS>(row, g + trip, stride, nxt);
+                gb_load_whole_mask_words<PROC, GB_GROUPS, ONE>(mk, bm, g + trip, stride, nmw);
+                gb_greedy_trip<PROC, NL, true>(pc, g, sh, stride, goff, cur, n, mw, tbest, tidx, sum, w);
+                gb_take_groups<GB_GROUPS>(cur, n, mw, nxt, n, nmw);
+                g += trip;
+            } while (next_whole());
+        };
+        if (gb_one_mask_array(pc)) {
+            whole_trips(gb_bool<true>());
+        } else {
+            whole_trips(gb_bool<false>());
         }
-        for (; g + trip + (GB_GROUPS - 1u) * stride + 4u <= end; g += trip) {
-            float nxt[GB_GROUPS][4];
-            gb_mask_pair nmw[GB_GROUPS];
-            gb_load_whole_groups<KIND, GB_GROUPS>(row, g + trip, stride, nxt);
-            gb_load_whole_mask_words<PROC, GB_GROUPS>(mk, bm, g + trip, stride, nmw);
-            gb_greedy_trip<PROC, NL, true>(pc, g, stride, goff, cur, whole, mw, tbest, tidx, w);
-            gb_take_groups<GB_GROUPS>(cur, n, mw, nxt, whole, nmw);
+        if (!(sum < gb_inf()) && sum != -gb_inf()) {
+            for (gb_u32 h = first; h < g; h += trip) {
+                float x[GB_GROUPS][4];
+                gb_load_whole_groups<KIND, GB_GROUPS>(row, h, stride, x);
+#pragma unroll
+                for (int i = 0; i < GB_GROUPS; ++i) {
+                    w.seen |= gb_group_seen(x[i], 4u) & GB_SEEN_NONFINITE;
+                }
+            }
         }
     }
     for (; g < end; g += trip) {
@@ -148,8 +194,12 @@ __device__ __forceinline__ void gb_scan_greedy(const typename gb_io<KIND>::elem*
         gb_mask_pair nmw[GB_GROUPS];
         gb_load_groups<KIND, GB_GROUPS>(row, g + trip, stride, end, vec, nxt, nn);
         gb_load_mask_words<PROC, GB_GROUPS>(pc, g + trip, stride, end, nmw);
-        gb_greedy_trip<PROC, NL, false>(pc, g, stride, goff, cur, n, mw, tbest, tidx, w);
+        float unused = 0.0f;
+        gb_greedy_trip<PROC, NL, false>(pc, g, g, stride, goff, cur, n, mw, tbest, tidx, unused, w);
         gb_take_groups<GB_GROUPS>(cur, n, mw, nxt, nn, nmw);
+    }
+    if (tbest > -gb_inf()) {
+        w.seen |= GB_SEEN_FINITE;
     }
     if (NL == 0 && tbest > -gb_inf()) {
         w.key = gb_pack(tbest, goff + tidx);
@@ -203,7 +253,8 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
     gb_mask_pair mw[GB_GROUPS];
     gb_load_groups<KIND, GB_GROUPS>(row, g, stride, end, vec, cur, n);
     gb_load_mask_words<PROC, GB_GROUPS>(pc, g, stride, end, mw);
-    const bool whole_ok = vec && gb_masks_at_most(pc);
+    const bool whole_ok = vec && gb_masks_at_most(pc) && (stride & 31u) == 0u; // as in gb_scan_greedy
+    const gb_u32 sh = g & 31u; // where a whole trip's groups find their mask bits
     const gb_u32* mk;
     const gb_u32* bm;
     gb_mask_arrays(pc, mk, bm);
@@ -235,7 +286,8 @@ __device__ __forceinline__ void gb_scan_gumbel(const typename gb_io<KIND>::elem*
         float mx[GB_GROUPS];
         float lower = tbest;
         float rmax[GB_GROUPS]; // with NL = 2, the groups' largest logits
-        gb_prepare<PROC, NL, GB_GROUPS, WHOLE>(pc, g, stride, cur, nc, mw, xs, flags, raw, rmax);
+        float unused = 0.0f;
+        gb_prepare<PROC, NL, GB_GROUPS, WHOLE>(pc, WHOLE ? sh : g, stride, cur, nc, mw, xs, flags, unused, raw, rmax);
 #pragma unroll
         for (int i = 0; i < GB_GROUPS; ++i) {
 #pragma unroll

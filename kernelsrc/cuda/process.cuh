@@ -141,16 +141,23 @@ __device__ __forceinline__ void gb_mask_arrays(const gb_processor& pc, const gb_
     b = (pc.flags & GB_FLAG_BITMASK) ? pc.bitmask : pc.mask;
 }
 
+// gb_one_mask_array reports a masked row with one word array of the two (m == b in
+// gb_mask_arrays), whose scans may load each word once.
+__device__ __forceinline__ bool gb_one_mask_array(const gb_processor& pc) {
+    return (pc.flags & (GB_FLAG_MASK | GB_FLAG_BITMASK)) != (GB_FLAG_MASK | GB_FLAG_BITMASK);
+}
+
 // gb_load_whole_mask_words is gb_load_mask_words for groups known to lie below end, from
-// gb_mask_arrays (PROC) or all ones.
-template <bool PROC, int G>
+// gb_mask_arrays (PROC) or all ones. ONE: m is the row's one array (gb_one_mask_array),
+// and each pair takes its word as m and all ones as b.
+template <bool PROC, int G, bool ONE = false>
 __device__ __forceinline__ void gb_load_whole_mask_words(const gb_u32* m, const gb_u32* b, gb_u32 g, gb_u32 stride,
                                                          gb_mask_pair mw[G]) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
         if (PROC) {
             mw[i].m = m[(g + (gb_u32)i * stride) >> 5];
-            mw[i].b = b[(g + (gb_u32)i * stride) >> 5];
+            mw[i].b = ONE ? 0xFFFFFFFFu : b[(g + (gb_u32)i * stride) >> 5];
         } else {
             mw[i].m = mw[i].b = 0xFFFFFFFFu;
         }
@@ -169,16 +176,32 @@ __device__ __forceinline__ void gb_load_mask_bits(const gb_processor& pc, gb_u32
     }
 }
 
+// gb_sum4 is the sum of a group's four values in a fixed order: finite only when all four
+// are, NaN or +Inf when one of them is NaN or +Inf (or when finite values overflow).
+__device__ __forceinline__ float gb_sum4(const float x[4]) {
+    return __fadd_rn(__fadd_rn(x[0], x[1]), __fadd_rn(x[2], x[3]));
+}
+
+// gb_mask_select writes the group's processed logits for a row whose only processors are
+// masks: each logit where its bit of mword allows it (bits g mod 32 to g mod 32 + 3), -Inf
+// elsewhere. xp may be x.
+__device__ __forceinline__ void gb_mask_select(gb_u32 mword, gb_u32 g, const float x[4], float xp[4]) {
+    const gb_u32 bits = (mword >> (g & 31u)) & 0xFu;
+#pragma unroll
+    for (gb_u32 j = 0; j < 4u; ++j) {
+        xp[j] = ((bits >> j) & 1u) != 0u ? x[j] : -gb_inf();
+    }
+}
+
 // gb_mask_group is gb_process_group_w for a row whose only processors are masks (a
-// grammar's bitmask, allowed and banned tokens): a select per element, and the
-// observations settled by one test of the logits when all four are finite. xp may be x:
-// every logit is read before its slot is written. The logits past n are already -Inf
-// (gb_load_group) and stay so whatever their bits, so the group's four bits serve
-// unclipped: no clip to n in every trip of every masked scan.
+// grammar's bitmask, allowed and banned tokens): a select per element (gb_mask_select),
+// and the observations settled by one test of the logits when all four are finite. xp
+// may be x: the observations read the logits first. The logits past n are already -Inf (gb_load_group) and stay so whatever their bits, so the
+// group's four bits serve unclipped: no clip to n in every trip of every masked scan.
 __device__ __forceinline__ gb_u32 gb_mask_group(gb_u32 mword, gb_u32 g, gb_u32 n, const float x[4], float xp[4]) {
     const gb_u32 bits = (mword >> (g & 31u)) & 0xFu;
     gb_u32 f;
-    if (n == 4u && fabsf(__fadd_rn(__fadd_rn(x[0], x[1]), __fadd_rn(x[2], x[3]))) < gb_inf()) {
+    if (n == 4u && fabsf(gb_sum4(x)) < gb_inf()) {
         f = bits != 0u ? GB_SEEN_FINITE : 0u;
     } else {
         f = 0u;
@@ -190,10 +213,7 @@ __device__ __forceinline__ gb_u32 gb_mask_group(gb_u32 mword, gb_u32 g, gb_u32 n
             }
         }
     }
-#pragma unroll
-    for (gb_u32 j = 0; j < 4u; ++j) {
-        xp[j] = ((bits >> j) & 1u) != 0u ? x[j] : -gb_inf();
-    }
+    gb_mask_select(mword, g, x, xp);
     return f;
 }
 
@@ -246,7 +266,7 @@ __device__ __forceinline__ gb_u32 gb_load_processed(const typename gb_io<KIND>::
 // gb_group_seen returns the observations of a group of n elements. A finite sum of four
 // elements proves all four finite, which settles the common case in three additions.
 __device__ __forceinline__ gb_u32 gb_group_seen(const float x[4], gb_u32 n) {
-    if (n == 4u && fabsf(__fadd_rn(__fadd_rn(x[0], x[1]), __fadd_rn(x[2], x[3]))) < gb_inf()) {
+    if (n == 4u && fabsf(gb_sum4(x)) < gb_inf()) {
         return GB_SEEN_FINITE;
     }
     gb_u32 f = 0u;

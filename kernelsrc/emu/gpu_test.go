@@ -261,6 +261,19 @@ func TestGPUCUDAFeaturesMatchGoEdition(t *testing.T) {
 	requireBitmaskCoverage(t, cov, true, abi.GumbelArgmax, abi.Categorical, "topn")
 }
 
+// TestGPUMaskedTripsMatchGoEdition runs the masks-only workload (masked_trips_test.go)
+// on the GPU at full size: V = 151936, blocks of 1024 and 256, one block a row and 16.
+func TestGPUMaskedTripsMatchGoEdition(t *testing.T) {
+	dev, mod := openCUDA(t)
+	shapes := []tripShape{{1024, 32, 1}, {1024, 32, 16}, {256, 32, 4}, {1024, 32, 2}}
+	ls := maskedTripLaunches(rand.New(rand.NewPCG(20261204, 2)), 151936, 151936, shapes)
+	got := make([]outcome, len(ls))
+	for i, l := range ls {
+		got[i] = runDevice(t, dev, mod, l)
+	}
+	requireMaskedTripStatuses(t, ls, got)
+}
+
 // TestGPULargeMagnitudeLogProbs runs TestCUDALargeMagnitudeLogProbs's rows on the GPU,
 // where the log-sum-exps use the hardware's approximate 2^x, in small launches and in
 // full-size ones (V = 151936, blocks of 1024, one block per row and 16), and compares
