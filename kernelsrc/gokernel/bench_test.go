@@ -60,6 +60,8 @@ func BenchmarkKernels(b *testing.B) {
 		{"greedy/bitmask", "gumbel_argmax", abi.F32, abi.RowParams{Flags: abi.FlagBitmask}, []int{1}},
 		{"gumbel/T=1/bitmask", "gumbel_argmax", abi.F32, abi.RowParams{Temperature: 1, Flags: abi.FlagBitmask}, []int{1}},
 		{"categorical/topk50-topp0.9/bitmask", "categorical", abi.F32, abi.RowParams{Temperature: 1, TopK: 50, TopP: 0.9, Flags: abi.FlagBitmask}, []int{1}},
+		{"filtered/topk50-topp0.9", "filtered", abi.F32, abi.RowParams{Temperature: 0.8, TopK: 50, TopP: 0.9}, []int{1}},
+		{"filtered/topk50-topp0.9/bitmask", "filtered", abi.F32, abi.RowParams{Temperature: 0.8, TopK: 50, TopP: 0.9, Flags: abi.FlagBitmask}, []int{1}},
 		{"topn/plain", "topn", abi.F32, abi.RowParams{TopN: 20}, []int{1, workers}},
 		{"topn/perturbed", "topn", abi.F32, abi.RowParams{Temperature: 1, TopN: 20, Flags: abi.FlagPerturbed}, []int{1}},
 	}
