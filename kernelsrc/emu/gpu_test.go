@@ -262,7 +262,8 @@ func TestGPUCUDAFeaturesMatchGoEdition(t *testing.T) {
 }
 
 // TestGPUMaskedTripsMatchGoEdition runs the masks-only workload (masked_trips_test.go)
-// on the GPU at full size: V = 151936, blocks of 1024 and 256, one block a row and 16.
+// on the GPU at full size: V = 151936, blocks of 1024 and 256, 1, 2, 4 and 16 blocks a
+// row.
 func TestGPUMaskedTripsMatchGoEdition(t *testing.T) {
 	dev, mod := openCUDA(t)
 	shapes := []tripShape{{1024, 32, 1}, {1024, 32, 16}, {256, 32, 4}, {1024, 32, 2}}

@@ -151,9 +151,9 @@ func maskedTripLaunches(r *rand.Rand, vocab, stride int, shapes []tripShape) []*
 }
 
 // TestMaskedTripsMatchGoEdition runs the masks-only workload and requires the Go
-// edition's tokens, statuses and records, and each kind's status.
-// A block of 24 threads makes trips of 96 elements, not a multiple of 32: there the
-// scans run their general trips.
+// edition's tokens, statuses and records, and each kind's status. The block of 24
+// threads makes trips of 96 elements, not a multiple of 32, so its scans run their
+// general trips.
 func TestMaskedTripsMatchGoEdition(t *testing.T) {
 	shapes := []tripShape{{16, 8, 1}, {32, 16, 2}, {64, 32, 1}, {24, 8, 1}}
 	ls := maskedTripLaunches(rand.New(rand.NewPCG(20261204, 1)), 4099, 4104, shapes)
